@@ -1,0 +1,521 @@
+//! `arrival check`: model files, checker runs, verdicts and their reports.
+//!
+//! A model file (TOML, in `models/`) pairs a fixture with fault budgets, a reconciliation
+//! mode, a policy, a search strategy and the expected verdict, the way TLC pairs a spec with
+//! a `.cfg`. A run explores the model exhaustively (or up to its state limit), reports each
+//! property's status and the decision coverage, and compares the verdict with the
+//! expectation. For each violated property it runs a second, single-threaded BFS checking
+//! only that property: with one property stateright 0.31 stops at the first violation,
+//! which BFS finds on a shortest path (with several open properties 0.31 keeps overwriting
+//! discoveries with longer paths).
+
+use crate::fixture::{InputError, Scenario};
+use crate::model::{ReceiverModel, Reconciliation};
+use crate::network::{Budgets, Step, World};
+use crate::policy::PolicyName;
+use crate::properties::Property;
+use crate::trace;
+use serde::{Deserialize, Serialize};
+use stateright::{Checker, Model};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the checker walks the state space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Breadth first: shortest counterexamples, more memory.
+    #[default]
+    Bfs,
+    /// Depth first: little memory.
+    Dfs,
+}
+
+fn default_threads() -> usize {
+    1
+}
+
+fn default_reconciliation() -> Reconciliation {
+    Reconciliation::Interleaved
+}
+
+fn default_policy() -> String {
+    "spec".into()
+}
+
+/// A model file as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    /// What the scenario checks.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The fixture, relative to the model file.
+    pub fixture: String,
+    /// Extra copies the network may make, in all (D).
+    #[serde(default)]
+    pub duplicates: u8,
+    /// Acknowledgements that may be lost, in all (L).
+    #[serde(default)]
+    pub lost_acks: u8,
+    /// Crashes before record, in all (C).
+    #[serde(default)]
+    pub crashes: u8,
+    /// `interleaved` or `end`.
+    #[serde(default = "default_reconciliation")]
+    pub reconciliation: Reconciliation,
+    /// `spec` or a mutant's name.
+    #[serde(default = "default_policy")]
+    pub policy: String,
+    /// `bfs` or `dfs`.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Checker threads.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// Stop after about this many states (the verdict is then `incomplete`).
+    #[serde(default)]
+    pub state_limit: Option<usize>,
+    /// `pass`, or the name of the property that must be violated.
+    pub expect: String,
+}
+
+/// What a model file expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expectation {
+    /// Every property holds, exhaustively.
+    Pass,
+    /// This property is violated.
+    Violates(Property),
+}
+
+impl Expectation {
+    fn name(self) -> String {
+        match self {
+            Expectation::Pass => "pass".into(),
+            Expectation::Violates(property) => property.name().into(),
+        }
+    }
+}
+
+/// A model file, loaded with its fixture.
+#[derive(Clone, Debug)]
+pub struct LoadedModel {
+    /// The model file.
+    pub path: PathBuf,
+    /// As written.
+    pub file: ModelFile,
+    /// The fixture.
+    pub scenario: Arc<Scenario>,
+    /// The policy in force (the file's, or the command line's).
+    pub policy: PolicyName,
+    /// The expected verdict.
+    pub expectation: Expectation,
+}
+
+/// Reads a model file and its fixture; `policy` overrides the file's policy.
+pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_owned(),
+        source,
+    })?;
+    let file: ModelFile = toml::from_str(&text).map_err(|error| {
+        let place = match error.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+                format!("line {line}:{column}")
+            }
+            None => "model file".into(),
+        };
+        InputError::invalid(path, place, error.message().to_owned())
+    })?;
+    let file_policy: PolicyName = file
+        .policy
+        .parse()
+        .map_err(|message| InputError::invalid(path, "policy", message))?;
+    let expectation = match file.expect.as_str() {
+        "pass" => Expectation::Pass,
+        name => Expectation::Violates(name.parse().map_err(|message: String| {
+            InputError::invalid(path, "expect", format!("{message}, or `pass`"))
+        })?),
+    };
+    if file.threads == 0 {
+        return Err(InputError::invalid(path, "threads", "must be at least 1"));
+    }
+    let fixture_path = path.parent().unwrap_or(Path::new(".")).join(&file.fixture);
+    let scenario = Scenario::load(&fixture_path)?;
+    Ok(LoadedModel {
+        path: path.to_owned(),
+        policy: policy.unwrap_or(file_policy),
+        expectation,
+        scenario: Arc::new(scenario),
+        file,
+    })
+}
+
+/// A property's result in a run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PropertyReport {
+    /// Its name.
+    pub name: String,
+    /// `always` for safety and convergence, `sometimes` for decision coverage.
+    pub kind: String,
+    /// `holds`, `violated`, `unknown` (state limit hit) / `reached`, `unreached`.
+    pub status: String,
+    /// For a violation: the shortest counterexample found.
+    pub trace: Option<TraceReport>,
+}
+
+/// A counterexample.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TraceReport {
+    /// The steps in domain terms.
+    pub steps: Vec<String>,
+    /// The fixture it was written to, with `--trace-out`.
+    pub fixture: Option<String>,
+    /// The step table, as replay prints it under the checked policy.
+    pub table: String,
+}
+
+/// One model's result.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ModelReport {
+    /// The model file.
+    pub model: String,
+    /// The fixture.
+    pub fixture: String,
+    /// The policy checked.
+    pub policy: String,
+    /// `pass`, `fail`, or `incomplete` (state limit hit with nothing violated).
+    pub verdict: String,
+    /// What the model file expects.
+    pub expected: String,
+    /// Whether the verdict is the expected one.
+    pub as_expected: bool,
+    /// The violated properties.
+    pub violated: Vec<String>,
+    /// States generated, repeats included.
+    pub states: usize,
+    /// Distinct states.
+    pub unique_states: usize,
+    /// Longest path explored (states, initial included).
+    pub max_depth: usize,
+    /// Wall time of the main run.
+    pub seconds: f64,
+    /// States generated per second.
+    pub states_per_second: f64,
+    /// Estimated heap and inline bytes of one state of this model.
+    pub bytes_per_state: usize,
+    /// Peak resident memory of this process so far, in MiB (Linux).
+    pub peak_rss_mib: Option<f64>,
+    /// Every property's status.
+    pub properties: Vec<PropertyReport>,
+    /// How many explored transitions met each decision kind and reconciliation outcome.
+    pub coverage: BTreeMap<String, u64>,
+}
+
+/// How `check` runs.
+#[derive(Clone, Debug, Default)]
+pub struct CheckOptions {
+    /// Write counterexamples as fixtures here.
+    pub trace_out: Option<PathBuf>,
+    /// Print progress on stderr.
+    pub progress: bool,
+}
+
+/// The model a loaded model file describes, checking the given properties.
+pub fn build_model(loaded: &LoadedModel, checked: Vec<Property>) -> ReceiverModel {
+    let budgets = Budgets {
+        duplicates: loaded.file.duplicates,
+        lost_acks: loaded.file.lost_acks,
+        crashes: loaded.file.crashes,
+    };
+    let mut model = ReceiverModel::new(
+        Arc::clone(&loaded.scenario),
+        loaded.policy.0,
+        budgets,
+        loaded.file.reconciliation,
+    );
+    model.checked = checked;
+    model
+}
+
+struct Run {
+    states: usize,
+    unique_states: usize,
+    max_depth: usize,
+    seconds: f64,
+    discoveries: BTreeMap<String, Vec<Step>>,
+}
+
+fn drive<C: Checker<ReceiverModel> + Sync>(mut checker: C, label: &str, progress: bool) -> Run {
+    let start = Instant::now();
+    let handles = checker.handles();
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let checker = &checker;
+        let finished = &finished;
+        if progress {
+            scope.spawn(move || {
+                let mut last = Instant::now();
+                while !finished.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if last.elapsed() >= Duration::from_secs(2) {
+                        last = Instant::now();
+                        let seconds = start.elapsed().as_secs_f64();
+                        let states = checker.state_count();
+                        eprintln!(
+                            "  {label}: {states} states, {} unique, depth {}, {:.0} states/s, {seconds:.0} s",
+                            checker.unique_state_count(),
+                            checker.max_depth(),
+                            states as f64 / seconds,
+                        );
+                    }
+                }
+            });
+        }
+        for handle in handles {
+            handle.join().expect("checker thread panicked");
+        }
+        finished.store(true, Ordering::Relaxed);
+    });
+    let discoveries = checker
+        .discoveries()
+        .into_iter()
+        .map(|(name, path)| (name.to_owned(), path.into_actions()))
+        .collect();
+    Run {
+        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        seconds: start.elapsed().as_secs_f64(),
+        discoveries,
+    }
+}
+
+fn explore(
+    model: ReceiverModel,
+    strategy: Strategy,
+    threads: usize,
+    limit: Option<usize>,
+    label: &str,
+    progress: bool,
+) -> Run {
+    let mut builder = model.checker().threads(threads);
+    if let Some(limit) = limit {
+        builder = builder.target_state_count(limit);
+    }
+    match strategy {
+        Strategy::Bfs => drive(builder.spawn_bfs(), label, progress),
+        Strategy::Dfs => drive(builder.spawn_dfs(), label, progress),
+    }
+}
+
+/// Checks one model file.
+pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, InputError> {
+    let model = build_model(loaded, Property::ALL.to_vec());
+    let coverage = Arc::clone(&model.coverage);
+    let label = loaded.path.display().to_string();
+    let file = &loaded.file;
+    let main = explore(
+        model,
+        file.strategy,
+        file.threads,
+        file.state_limit,
+        &label,
+        options.progress,
+    );
+    let complete = file.state_limit.is_none_or(|limit| main.states < limit);
+
+    let mut properties = Vec::new();
+    let mut violated = Vec::new();
+    for property in Property::ALL {
+        let found = main.discoveries.contains_key(property.name());
+        let status = match (found, complete) {
+            (true, _) => "violated",
+            (false, true) => "holds",
+            (false, false) => "unknown",
+        };
+        let trace = if found {
+            violated.push(property.name().to_owned());
+            // A second run with this property alone finds a shortest counterexample.
+            let alone = build_model(loaded, vec![property]);
+            let shortest = explore(
+                alone,
+                Strategy::Bfs,
+                1,
+                file.state_limit,
+                &label,
+                options.progress,
+            );
+            let steps = shortest
+                .discoveries
+                .get(property.name())
+                .or_else(|| main.discoveries.get(property.name()))
+                .cloned()
+                .expect("the property was violated");
+            Some(trace::report(
+                loaded,
+                property,
+                &steps,
+                options.trace_out.as_deref(),
+            )?)
+        } else {
+            None
+        };
+        properties.push(PropertyReport {
+            name: property.name().into(),
+            kind: "always".into(),
+            status: status.into(),
+            trace,
+        });
+    }
+    let coverage: BTreeMap<String, u64> = coverage
+        .counts()
+        .into_iter()
+        .map(|(name, count)| (name.to_owned(), count))
+        .collect();
+    for (name, count) in &coverage {
+        properties.push(PropertyReport {
+            name: format!("reached-{name}"),
+            kind: "sometimes".into(),
+            status: if *count > 0 { "reached" } else { "unreached" }.into(),
+            trace: None,
+        });
+    }
+    let verdict = if !violated.is_empty() {
+        "fail"
+    } else if complete {
+        "pass"
+    } else {
+        "incomplete"
+    };
+    let as_expected = match loaded.expectation {
+        Expectation::Pass => verdict == "pass",
+        Expectation::Violates(property) => violated.iter().any(|name| name == property.name()),
+    };
+    Ok(ModelReport {
+        model: label,
+        fixture: loaded.scenario.file.display().to_string(),
+        policy: loaded.policy.to_string(),
+        verdict: verdict.into(),
+        expected: loaded.expectation.name(),
+        as_expected,
+        violated,
+        states: main.states,
+        unique_states: main.unique_states,
+        max_depth: main.max_depth,
+        seconds: main.seconds,
+        states_per_second: main.states as f64 / main.seconds.max(1e-9),
+        bytes_per_state: full_state_bytes(&loaded.scenario),
+        peak_rss_mib: peak_rss_mib(),
+        properties,
+        coverage,
+    })
+}
+
+/// The estimated size of a state late in the default order, when the receiver holds the
+/// most records.
+fn full_state_bytes(scenario: &Scenario) -> usize {
+    let start = World::initial(scenario, Budgets::UNLIMITED);
+    let end = scenario.steps().into_iter().fold(start, |world, step| {
+        crate::network::transition(scenario, crate::policy::Spec, &world, step).0
+    });
+    end.approx_bytes()
+}
+
+/// Peak resident memory of this process (VmHWM), in MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Serves stateright's Explorer for a model on `address` (blocks).
+pub fn serve(loaded: &LoadedModel, address: &str) {
+    let model = build_model(loaded, Property::ALL.to_vec());
+    model.checker().threads(loaded.file.threads).serve(address);
+}
+
+/// Renders one model's result for people.
+pub fn render(report: &ModelReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "model {} (fixture {}, policy {})",
+        report.model, report.fixture, report.policy
+    );
+    let _ = writeln!(
+        out,
+        "  {} states, {} unique, max depth {}, {:.2} s, {:.0} states/s, ~{} bytes/state, peak RSS {}",
+        report.states,
+        report.unique_states,
+        report.max_depth,
+        report.seconds,
+        report.states_per_second,
+        report.bytes_per_state,
+        report
+            .peak_rss_mib
+            .map_or_else(|| "n/a".into(), |mib| format!("{mib:.0} MiB")),
+    );
+    for property in report
+        .properties
+        .iter()
+        .filter(|property| property.kind == "always")
+    {
+        let _ = writeln!(out, "  {:<24} {}", property.name, property.status);
+    }
+    let reached: Vec<String> = report
+        .coverage
+        .iter()
+        .map(|(name, count)| format!("{name}={count}"))
+        .collect();
+    let _ = writeln!(out, "  coverage (transitions): {}", reached.join(" "));
+    let unreached: Vec<&str> = report
+        .coverage
+        .iter()
+        .filter(|(_, count)| **count == 0)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !unreached.is_empty() {
+        let _ = writeln!(out, "  unreached: {}", unreached.join(", "));
+    }
+    for property in &report.properties {
+        if let Some(trace) = &property.trace {
+            let _ = writeln!(
+                out,
+                "\n  counterexample for {} ({} steps):",
+                property.name,
+                trace.steps.len()
+            );
+            for (index, step) in trace.steps.iter().enumerate() {
+                let _ = writeln!(out, "    {}. {step}", index + 1);
+            }
+            if let Some(fixture) = &trace.fixture {
+                let _ = writeln!(out, "  written to {fixture}");
+            }
+            for line in trace.table.lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  verdict: {} (expected {}){}",
+        report.verdict,
+        report.expected,
+        if report.as_expected {
+            ""
+        } else {
+            "  <-- NOT AS EXPECTED"
+        }
+    );
+    out
+}

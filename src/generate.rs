@@ -1,0 +1,216 @@
+//! Synthetic fixtures for benchmarks and for scaling the checker.
+//!
+//! A seeded generator writes SPEC fixtures with a realistic mix (newer snapshots, stale and
+//! equal ones, exact redeliveries, a few changed payloads, a few missing versions), one
+//! authority snapshot per card at least as new as everything delivered, and an `expect`
+//! computed by replaying the fixture through the real receiver.
+
+use crate::fixture::{
+    InputError, RawAuthority, RawCard, RawDelivery, RawExpect, RawFixture, Scenario,
+};
+use crate::policy::Spec;
+use crate::replay::replay;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// `arrival gen` options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GenOptions {
+    /// Number of cards.
+    #[arg(long, default_value_t = 2)]
+    pub cards: usize,
+    /// Number of deliveries.
+    #[arg(long, default_value_t = 10)]
+    pub deliveries: usize,
+    /// Share of deliveries that are exact redeliveries of an earlier one.
+    #[arg(long, default_value_t = 0.1)]
+    pub dup_rate: f64,
+    /// Share of deliveries that reuse an earlier event id with a changed payload.
+    #[arg(long, default_value_t = 0.05)]
+    pub conflict_rate: f64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write here instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// A small, fast, seeded generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> SplitMix {
+        SplitMix(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..bound` (`bound > 0`).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+fn card_state(stage: u64, card: usize) -> Map<String, Value> {
+    let value = json!({"stage": format!("s{stage}"), "label": format!("card {card}")});
+    value.as_object().cloned().expect("an object")
+}
+
+/// Generates the raw events of a synthetic stream (no authority, no expect).
+pub fn events(options: &GenOptions) -> Vec<Value> {
+    let mut rng = SplitMix::new(options.seed);
+    let cards = options.cards.max(1);
+    let mut newest = vec![1u64; cards];
+    let mut sent: Vec<Value> = Vec::with_capacity(options.deliveries);
+    let mut next_id = 0u64;
+    for _ in 0..options.deliveries {
+        if !sent.is_empty() && rng.chance(options.dup_rate) {
+            let earlier = sent[rng.below(sent.len() as u64) as usize].clone();
+            sent.push(earlier);
+            continue;
+        }
+        if !sent.is_empty() && rng.chance(options.conflict_rate) {
+            let mut variant = sent[rng.below(sent.len() as u64) as usize].clone();
+            variant["state"]["stage"] = json!(format!("changed-{}", rng.below(1000)));
+            sent.push(variant);
+            continue;
+        }
+        let card = rng.below(cards as u64) as usize;
+        // Mostly newer, sometimes older or equal: arrival order is not version order.
+        let version = match rng.below(10) {
+            0 | 1 => newest[card].saturating_sub(1 + rng.below(3)),
+            2 => newest[card],
+            _ => newest[card] + 1 + rng.below(2),
+        };
+        newest[card] = newest[card].max(version);
+        let mut event = json!({
+            "event_id": format!("e-{next_id}"),
+            "object_id": format!("card-{card}"),
+            "object_version": version,
+            "occurred_at": "2024-01-01T08:00:00Z",
+            "type": "card.snapshot",
+            "state": card_state(version, card),
+        });
+        if rng.chance(options.conflict_rate / 4.0) {
+            event
+                .as_object_mut()
+                .expect("an object")
+                .remove("object_version");
+        }
+        next_id += 1;
+        sent.push(event);
+    }
+    sent
+}
+
+/// Generates a whole fixture with an `expect` computed by the real receiver.
+pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
+    let cards = options.cards.max(1);
+    let events = events(options);
+    let mut newest = vec![1u64; cards];
+    for event in &events {
+        let card = event["object_id"]
+            .as_str()
+            .and_then(|name| name.strip_prefix("card-"))
+            .and_then(|number| number.parse::<usize>().ok());
+        if let (Some(card), Some(version)) = (card, event["object_version"].as_u64()) {
+            newest[card] = newest[card].max(version);
+        }
+    }
+    let initial: BTreeMap<String, RawCard> = (0..cards)
+        .map(|card| {
+            let raw = RawCard {
+                version: 1,
+                state: card_state(1, card),
+            };
+            (format!("card-{card}"), raw)
+        })
+        .collect();
+    let deliveries = events
+        .into_iter()
+        .enumerate()
+        .map(|(index, event)| RawDelivery {
+            delivery: u32::try_from(index + 1).expect("fewer than 2^32 deliveries"),
+            received_at: None,
+            ack_lost: false,
+            event,
+        })
+        .collect();
+    let authority = (0..cards)
+        .map(|card| RawAuthority {
+            object_id: format!("card-{card}"),
+            version: newest[card] + 1,
+            state: card_state(newest[card] + 1, card),
+            as_of: None,
+        })
+        .collect();
+    let mut raw = RawFixture {
+        name: Some(format!(
+            "gen-c{}-d{}-s{}",
+            cards, options.deliveries, options.seed
+        )),
+        description: Some(format!(
+            "Generated by `arrival gen --cards {} --deliveries {} --dup-rate {} --conflict-rate {} --seed {}`.",
+            cards, options.deliveries, options.dup_rate, options.conflict_rate, options.seed
+        )),
+        retention_seconds: Some(86_400),
+        initial,
+        deliveries,
+        authority,
+        schedule: None,
+        trace: None,
+        expect: None,
+    };
+    let scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;
+    let report = replay(&scenario, Spec, "spec");
+    raw.expect = Some(RawExpect {
+        final_cards: report
+            .final_cards
+            .iter()
+            .map(|(name, card)| {
+                let state = card.state.as_object().cloned().unwrap_or_default();
+                (
+                    name.clone(),
+                    RawCard {
+                        version: card.version,
+                        state,
+                    },
+                )
+            })
+            .collect(),
+        replacements: Some(report.replacements),
+        unresolved: report.unresolved,
+        paused: (!report.paused.is_empty()).then_some(report.paused),
+    });
+    Ok(raw)
+}
+
+/// `arrival gen`: writes the fixture.
+pub fn run(options: &GenOptions) -> Result<(), InputError> {
+    let raw = fixture(options)?;
+    let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise") + "\n";
+    match &options.out {
+        None => print!("{text}"),
+        Some(path) => std::fs::write(path, text).map_err(|source| InputError::Io {
+            file: path.clone(),
+            source,
+        })?,
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! `arrival`: a verification harness for event receivers that must not treat arrival order
+//! as truth.
+//!
+//! It holds one pure decision function for the card.snapshot protocol (SPEC.md), replays
+//! fixtures through it, and model-checks it with stateright under every reordering,
+//! duplicate, lost acknowledgement and crash.
+//!
+//! # Architecture
+//!
+//! Data flows from the edge inwards; each module has one job.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`protocol`] | wire envelopes parsed once into typed, interned [`protocol::Event`]s; never fails on a protocol anomaly |
+//! | [`receiver`] | the decision function and reconciliation (pure: no I/O, no clock) and the receiver state they read |
+//! | [`policy`] | the SPEC policy and the mutant catalogue, as a zero-cost generic parameter of the receiver |
+//! | [`audit`] | the audit trail, replacement counters and global arrival order of holds, kept beside the receiver |
+//! | [`fixture`] | fixture files (SPEC format) validated into a typed [`fixture::Scenario`]; typed input errors |
+//! | [`network`] | the receiver in its world (sender, network, faults): one [`network::Step`] at a time, shared by replay and the model |
+//! | [`properties`] | SPEC's safety and convergence properties as checks on steps and states |
+//! | [`replay`] | walks a fixture's schedule and builds the report (the `--json` contract) |
+//! | [`table`] | renders reports as text tables for people |
+//! | [`model`] | the stateright model around [`network::transition`], with decision coverage |
+//! | [`check`] | model files, checker runs, verdicts, Explorer |
+//! | [`trace`] | counterexamples as step tables and replayable fixtures |
+//! | [`generate`] | synthetic fixtures for benchmarks and scaling |
+//!
+//! The binary (`src/main.rs`) is a thin command line over [`replay`] and [`check`].
+
+#![warn(missing_docs)]
+
+pub mod audit;
+pub mod check;
+pub mod fixture;
+pub mod generate;
+pub mod model;
+pub mod network;
+pub mod policy;
+pub mod properties;
+pub mod protocol;
+pub mod receiver;
+pub mod replay;
+pub mod table;
+pub mod trace;

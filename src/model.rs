@@ -1,0 +1,242 @@
+//! The stateright model: every reordering, duplicate, lost acknowledgement and crash of a
+//! fixture's deliveries, with reconciliation interleaved, through the real decision function.
+//!
+//! State: [`World`] (receiver state, what the sender still owes, fault budgets, violation
+//! marker). Actions: [`Step`]s. `next_state` is [`transition`], the same function replay
+//! uses. A step that changes neither the receiver nor the sender (a redelivery of recorded
+//! content, a crash before record under the SPEC policy) has been checked inside
+//! `transition` and is then dropped (`None`): it would only lead back to a state already
+//! covered with more budget, so budgets cost transitions rather than states.
+
+use crate::fixture::Scenario;
+use crate::network::{transition, Budgets, Effect, Fault, Step, World};
+use crate::policy::{Mutant, Spec};
+use crate::properties::Property;
+use crate::receiver::{Decision, Outcome, Verdict};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// When authority snapshots may be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reconciliation {
+    /// Whenever a card is paused, between any two deliveries, repeatedly.
+    Interleaved,
+    /// Only once every delivery is acknowledged.
+    End,
+}
+
+/// Counts of every decision kind and reconciliation outcome met on explored transitions.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    decisions: [AtomicU64; Decision::ALL.len()],
+    duplicates: AtomicU64,
+    outcomes: [AtomicU64; Outcome::ALL.len()],
+}
+
+impl Coverage {
+    fn note(&self, effect: &Effect) {
+        match effect {
+            Effect::Delivered {
+                delivered: Some(answer),
+                ..
+            } => match answer.verdict {
+                Verdict::Decided(decision) => {
+                    let index = Decision::ALL.iter().position(|&kind| kind == decision);
+                    self.decisions[index.expect("every decision is listed")]
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Verdict::Duplicate(_) => {
+                    self.duplicates.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Effect::Delivered {
+                delivered: None, ..
+            } => {}
+            Effect::Reconciled(reconciled) => {
+                let index = Outcome::ALL
+                    .iter()
+                    .position(|&kind| kind == reconciled.outcome);
+                self.outcomes[index.expect("every outcome is listed")]
+                    .fetch_add(1, Ordering::Relaxed);
+                for (_, settlement) in &reconciled.settled {
+                    if let crate::receiver::Settlement::ReEvaluated { to, .. } = settlement {
+                        let index = Decision::ALL.iter().position(|kind| kind == to);
+                        self.decisions[index.expect("every decision is listed")]
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every decision kind (`duplicate` included) and outcome, with how many explored
+    /// transitions met it.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        let decisions = Decision::ALL
+            .iter()
+            .zip(&self.decisions)
+            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
+        let duplicate = std::iter::once(("duplicate", self.duplicates.load(Ordering::Relaxed)));
+        let outcomes = Outcome::ALL
+            .iter()
+            .zip(&self.outcomes)
+            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
+        decisions.chain(duplicate).chain(outcomes).collect()
+    }
+}
+
+/// A fixture's fault space under one policy.
+#[derive(Clone, Debug)]
+pub struct ReceiverModel {
+    /// The fixture.
+    pub scenario: Arc<Scenario>,
+    /// The policy (`None`: SPEC).
+    pub policy: Option<Mutant>,
+    /// Fault budgets, totals over a run.
+    pub budgets: Budgets,
+    /// When reconciliation may happen.
+    pub reconciliation: Reconciliation,
+    /// The properties this run checks.
+    pub checked: Vec<Property>,
+    /// Decision coverage, shared by the checker's threads.
+    pub coverage: Arc<Coverage>,
+}
+
+impl ReceiverModel {
+    /// A model checking every property.
+    pub fn new(
+        scenario: Arc<Scenario>,
+        policy: Option<Mutant>,
+        budgets: Budgets,
+        reconciliation: Reconciliation,
+    ) -> ReceiverModel {
+        ReceiverModel {
+            scenario,
+            policy,
+            budgets,
+            reconciliation,
+            checked: Property::ALL.to_vec(),
+            coverage: Arc::default(),
+        }
+    }
+
+    /// Describes a step in domain terms: `deliver #6 e-202 (variant)`, `ack of #1 lost`.
+    pub fn describe(&self, step: &Step) -> String {
+        describe_step(&self.scenario, step)
+    }
+}
+
+/// Describes a step in domain terms.
+pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
+    match *step {
+        Step::Reconcile(card) => format!("reconcile {}", scenario.catalog.name(card)),
+        Step::Deliver { delivery, fault } => {
+            let index = scenario.delivery_index(delivery).expect("known delivery");
+            let event = &scenario.deliveries[index].event;
+            let id = event
+                .event_id
+                .map_or("(no event id)", |id| scenario.catalog.name(id));
+            let variant = scenario.deliveries[..index].iter().any(|earlier| {
+                earlier.event.event_id == event.event_id
+                    && event.event_id.is_some()
+                    && earlier.event.content != event.content
+            });
+            let what = format!(
+                "#{delivery} {id}{}",
+                if variant { " (variant)" } else { "" }
+            );
+            match fault {
+                None => format!("deliver {what}"),
+                Some(Fault::AckLost) => format!("deliver {what}, ack of #{delivery} lost"),
+                Some(Fault::Duplicate) => format!("duplicate of #{delivery} ({id}) by the network"),
+                Some(Fault::Crash) => format!("deliver {what}, crash before record"),
+            }
+        }
+    }
+}
+
+impl stateright::Model for ReceiverModel {
+    type State = World;
+    type Action = Step;
+
+    fn init_states(&self) -> Vec<World> {
+        vec![World::initial(&self.scenario, self.budgets)]
+    }
+
+    fn actions(&self, world: &World, actions: &mut Vec<Step>) {
+        if world.violation.is_some() {
+            return;
+        }
+        let budgets = world.budgets;
+        for (index, delivery) in self.scenario.deliveries.iter().enumerate() {
+            let delivery = delivery.number;
+            if world.owes(index) {
+                actions.push(Step::Deliver {
+                    delivery,
+                    fault: None,
+                });
+                for fault in [Fault::AckLost, Fault::Crash] {
+                    if budgets.allows(fault) {
+                        actions.push(Step::Deliver {
+                            delivery,
+                            fault: Some(fault),
+                        });
+                    }
+                }
+            } else if budgets.allows(Fault::Duplicate) {
+                actions.push(Step::Deliver {
+                    delivery,
+                    fault: Some(Fault::Duplicate),
+                });
+            }
+        }
+        if self.reconciliation == Reconciliation::Interleaved || world.owed.is_empty() {
+            for snapshot in &self.scenario.authority {
+                if world.reconcilable(&self.scenario, snapshot.object_id) {
+                    actions.push(Step::Reconcile(snapshot.object_id));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &World, step: Step) -> Option<World> {
+        let (next, effect) = match self.policy {
+            None => transition(&self.scenario, Spec, last, step),
+            Some(mutant) => transition(&self.scenario, Some(mutant), last, step),
+        };
+        self.coverage.note(&effect);
+        let changed = next.receiver != last.receiver || next.owed != last.owed;
+        (changed || next.violation.is_some()).then_some(next)
+    }
+
+    fn format_action(&self, step: &Step) -> String {
+        self.describe(step)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        self.checked
+            .iter()
+            .map(|&property| always(property))
+            .collect()
+    }
+}
+
+/// The stateright property for one of ours: no state carries its violation marker.
+fn always(property: Property) -> stateright::Property<ReceiverModel> {
+    type Condition = fn(&ReceiverModel, &World) -> bool;
+    let condition: Condition = match property {
+        Property::FirstRecordImmutable => {
+            |_, w| w.violation != Some(Property::FirstRecordImmutable)
+        }
+        Property::EvidenceRetained => |_, w| w.violation != Some(Property::EvidenceRetained),
+        Property::NoUnknownCard => |_, w| w.violation != Some(Property::NoUnknownCard),
+        Property::VersionMonotonic => |_, w| w.violation != Some(Property::VersionMonotonic),
+        Property::PausedFrozen => |_, w| w.violation != Some(Property::PausedFrozen),
+        Property::HeldChangesNothing => |_, w| w.violation != Some(Property::HeldChangesNothing),
+        Property::AckImpliesRecorded => |_, w| w.violation != Some(Property::AckImpliesRecorded),
+        Property::DuplicateNoEffect => |_, w| w.violation != Some(Property::DuplicateNoEffect),
+        Property::Convergence => |_, w| w.violation != Some(Property::Convergence),
+    };
+    stateright::Property::always(property.name(), condition)
+}

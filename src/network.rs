@@ -1,0 +1,285 @@
+//! The receiver inside its world: a sender that retries until acknowledged, a network that
+//! reorders and copies, acknowledgements that get lost, and a receiver that can crash.
+//!
+//! One [`Step`] at a time, [`transition`] moves a [`World`] forward with the real decision
+//! function and checks the step against the safety properties. `replay` walks a fixture's
+//! schedule through it and the model checker explores every schedule through it, so both
+//! run exactly the same code.
+
+use crate::fixture::Scenario;
+use crate::policy::{Mutant, Policy};
+use crate::properties::{self, Property};
+use crate::protocol::Sym;
+use crate::receiver::{Ack, Delivered, Receiver, Reconciled};
+
+/// A fault injected into one delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// Decided and recorded, but the acknowledgement never reaches the sender, which will
+    /// send the delivery again.
+    AckLost,
+    /// An extra copy made by the network; nobody waits for its acknowledgement.
+    Duplicate,
+    /// The receiver crashes before the decision is recorded: nothing of the step survives
+    /// and no acknowledgement goes out.
+    Crash,
+}
+
+/// One step of a schedule, in domain terms (delivery numbers and card names, never checker
+/// indices), so that a schedule stays meaningful when the code changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    /// Delivery `delivery` arrives, with an optional fault.
+    Deliver {
+        /// The delivery number.
+        delivery: u32,
+        /// What goes wrong, if anything.
+        fault: Option<Fault>,
+    },
+    /// The card's authority snapshot is applied.
+    Reconcile(Sym),
+}
+
+/// Fault budgets left, totals over a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Budgets {
+    /// Extra copies the network may still make.
+    pub duplicates: u8,
+    /// Acknowledgements that may still be lost.
+    pub lost_acks: u8,
+    /// Crashes the receiver may still have.
+    pub crashes: u8,
+}
+
+impl Budgets {
+    /// No limit, for replaying a given schedule.
+    pub const UNLIMITED: Budgets = Budgets {
+        duplicates: u8::MAX,
+        lost_acks: u8::MAX,
+        crashes: u8::MAX,
+    };
+
+    fn spend(&mut self, fault: Option<Fault>) {
+        let budget = match fault {
+            None => return,
+            Some(Fault::AckLost) => &mut self.lost_acks,
+            Some(Fault::Duplicate) => &mut self.duplicates,
+            Some(Fault::Crash) => &mut self.crashes,
+        };
+        *budget = budget.saturating_sub(1);
+    }
+
+    /// Whether one more fault of this kind is allowed.
+    pub fn allows(&self, fault: Fault) -> bool {
+        match fault {
+            Fault::AckLost => self.lost_acks > 0,
+            Fault::Duplicate => self.duplicates > 0,
+            Fault::Crash => self.crashes > 0,
+        }
+    }
+}
+
+/// A set of delivery indices: inline for the first 64, so model states of small fixtures
+/// carry no extra allocation.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owed {
+    low: u64,
+    high: Vec<u64>,
+}
+
+impl Owed {
+    /// Indices `0..count`.
+    pub fn all(count: usize) -> Owed {
+        let word = |bits: usize| {
+            if bits >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            }
+        };
+        let high = (64..count)
+            .step_by(64)
+            .map(|start| word(count - start))
+            .collect();
+        Owed {
+            low: word(count),
+            high,
+        }
+    }
+
+    /// Whether `index` is in the set.
+    pub fn contains(&self, index: usize) -> bool {
+        let word = if index < 64 {
+            self.low
+        } else {
+            self.high.get(index / 64 - 1).copied().unwrap_or(0)
+        };
+        word & (1 << (index % 64)) != 0
+    }
+
+    /// Takes `index` out.
+    pub fn remove(&mut self, index: usize) {
+        let word = if index < 64 {
+            &mut self.low
+        } else {
+            &mut self.high[index / 64 - 1]
+        };
+        *word &= !(1 << (index % 64));
+    }
+
+    /// Whether nothing is owed.
+    pub fn is_empty(&self) -> bool {
+        self.low == 0 && self.high.iter().all(|&word| word == 0)
+    }
+}
+
+/// The receiver, what the sender still owes, the fault budgets, and the first property a
+/// step broke.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct World {
+    /// The receiver's state.
+    pub receiver: Receiver,
+    /// Delivery indices not yet acknowledged to the sender.
+    pub owed: Owed,
+    /// Faults left.
+    pub budgets: Budgets,
+    /// The first property broken on the way here.
+    pub violation: Option<Property>,
+}
+
+/// What a step did, for reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// A delivery arrived.
+    Delivered {
+        /// The receiver's answer; `None` when it crashed before recording.
+        delivered: Option<Delivered>,
+        /// The acknowledgement the sender got, if any.
+        acked: Option<Ack>,
+    },
+    /// An authority snapshot was applied.
+    Reconciled(Reconciled),
+}
+
+impl World {
+    /// The world at the start: initial cards, every delivery owed.
+    pub fn initial(scenario: &Scenario, budgets: Budgets) -> World {
+        World {
+            receiver: Receiver::new(scenario.initial.iter().copied()),
+            owed: Owed::all(scenario.deliveries.len()),
+            budgets,
+            violation: None,
+        }
+    }
+
+    /// Whether the sender still waits for delivery index `index`.
+    pub fn owes(&self, index: usize) -> bool {
+        self.owed.contains(index)
+    }
+
+    /// Whether `card` can be reconciled now: it has an authority snapshot and is paused,
+    /// or it is unknown and inputs wait for it.
+    pub fn reconcilable(&self, scenario: &Scenario, card: Sym) -> bool {
+        if scenario.authority_for(card).is_none() {
+            return false;
+        }
+        match self.receiver.cards().get(&card) {
+            Some(known) => known.paused,
+            None => self.receiver.holds().contains_key(&Some(card)),
+        }
+    }
+
+    /// Estimated bytes of this state: inline size plus the heap its collections hold
+    /// (entries only; allocator and tree-node overhead excluded).
+    pub fn approx_bytes(&self) -> usize {
+        use crate::receiver::{Card, HoldKey, Identity, Record};
+        use std::mem::size_of;
+        let receiver = &self.receiver;
+        let variants: usize = receiver
+            .identities()
+            .values()
+            .map(|identity| identity.variants.len())
+            .sum();
+        let holds: usize = receiver.holds().values().map(Vec::len).sum();
+        size_of::<World>()
+            + receiver.cards().len() * (size_of::<Sym>() + size_of::<Card>())
+            + receiver.identities().len() * (size_of::<Sym>() + size_of::<Identity>())
+            + variants * size_of::<Record>()
+            + receiver.anonymous().len() * (size_of::<u32>() + size_of::<Record>())
+            + receiver.holds().len() * (size_of::<Option<Sym>>() + size_of::<Vec<HoldKey>>())
+            + holds * size_of::<HoldKey>()
+    }
+
+    /// Terminal: every delivery acknowledged and nothing left to reconcile.
+    pub fn is_terminal(&self, scenario: &Scenario) -> bool {
+        self.owed.is_empty()
+            && scenario
+                .authority
+                .iter()
+                .all(|snapshot| !self.reconcilable(scenario, snapshot.object_id))
+    }
+}
+
+/// Applies one step to a copy of `pre`, checks it against the safety properties, and
+/// returns the new world and what happened. A broken property is recorded in
+/// `World::violation` (the first one stays).
+pub fn transition<P: Policy>(
+    scenario: &Scenario,
+    policy: P,
+    pre: &World,
+    step: Step,
+) -> (World, Effect) {
+    let mut post = pre.clone();
+    let effect = match step {
+        Step::Deliver { delivery, fault } => {
+            let index = scenario
+                .delivery_index(delivery)
+                .expect("schedules name existing deliveries");
+            let arriving = &scenario.deliveries[index];
+            post.budgets.spend(fault);
+            let (delivered, acked) = if fault == Some(Fault::Crash) {
+                // Nothing of the step survives. A receiver that acknowledges first has
+                // already told the sender something it never recorded.
+                let early_ack = policy.is(Mutant::AckBeforeRecord).then(|| {
+                    let mut scratch = pre.receiver.clone();
+                    scratch
+                        .deliver(
+                            policy,
+                            arriving.number,
+                            arriving.received_at,
+                            &arriving.event,
+                        )
+                        .ack
+                });
+                (None, early_ack)
+            } else {
+                let delivered = post.receiver.deliver(
+                    policy,
+                    arriving.number,
+                    arriving.received_at,
+                    &arriving.event,
+                );
+                let acked = match fault {
+                    None => Some(delivered.ack),
+                    Some(_) => None,
+                };
+                (Some(delivered), acked)
+            };
+            if acked.is_some() {
+                post.owed.remove(index);
+            }
+            Effect::Delivered { delivered, acked }
+        }
+        Step::Reconcile(card) => {
+            let snapshot = scenario
+                .authority_for(card)
+                .expect("schedules reconcile cards with authority");
+            Effect::Reconciled(post.receiver.reconcile(policy, snapshot))
+        }
+    };
+    if post.violation.is_none() {
+        post.violation = properties::check_step(scenario, pre, &post, step, &effect)
+            .or_else(|| properties::check_state(scenario, &post));
+    }
+    (post, effect)
+}

@@ -1,0 +1,146 @@
+//! Receiver policies: the SPEC policy and the deliberately wrong ones the checker must catch.
+//!
+//! The decision function is generic over [`Policy`]. [`Spec`] answers "no mutant" as a
+//! constant, so every mutant branch folds away when the real receiver is compiled: the
+//! mutant catalogue costs the hot path nothing. `Option<Mutant>` is the run-time choice the
+//! checker and `replay --policy` use.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A deliberately wrong receiver, each one a bug seen in real webhook consumers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mutant {
+    /// Applies every valid snapshot to an unpaused known card, whatever its version.
+    LastArrivalWins,
+    /// Orders snapshots by `occurred_at` instead of `object_version` (ties go to the later
+    /// arrival).
+    TimestampOrdering,
+    /// Treats any repeated event id as a duplicate, silently dropping changed payloads.
+    IdOnlyDedupe,
+    /// Replaces the first record of an id with a changed payload instead of appending it.
+    OverwriteFirstRecord,
+    /// Creates a card from an event that names an unknown card.
+    CreateUnknownCard,
+    /// Applies events to paused cards as if nothing were wrong.
+    IgnorePause,
+    /// Applies an equal-version snapshot whose state differs.
+    ApplyEqualVersionConflict,
+    /// Drops a card's waiting holds at reconciliation without evaluating them.
+    ForgetHeldAfterReconcile,
+    /// Acknowledges a delivery before its decision is recorded.
+    AckBeforeRecord,
+}
+
+impl Mutant {
+    /// Every mutant, in catalogue order.
+    pub const ALL: [Mutant; 9] = [
+        Mutant::LastArrivalWins,
+        Mutant::TimestampOrdering,
+        Mutant::IdOnlyDedupe,
+        Mutant::OverwriteFirstRecord,
+        Mutant::CreateUnknownCard,
+        Mutant::IgnorePause,
+        Mutant::ApplyEqualVersionConflict,
+        Mutant::ForgetHeldAfterReconcile,
+        Mutant::AckBeforeRecord,
+    ];
+
+    /// The name used in model files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::LastArrivalWins => "last-arrival-wins",
+            Mutant::TimestampOrdering => "timestamp-ordering",
+            Mutant::IdOnlyDedupe => "id-only-dedupe",
+            Mutant::OverwriteFirstRecord => "overwrite-first-record",
+            Mutant::CreateUnknownCard => "create-unknown-card",
+            Mutant::IgnorePause => "ignore-pause",
+            Mutant::ApplyEqualVersionConflict => "apply-equal-version-conflict",
+            Mutant::ForgetHeldAfterReconcile => "forget-held-after-reconcile",
+            Mutant::AckBeforeRecord => "ack-before-record",
+        }
+    }
+}
+
+/// What the decision function asks of a policy.
+pub trait Policy: Copy {
+    /// The mutant in force, if any.
+    fn mutant(self) -> Option<Mutant>;
+
+    /// Whether this policy is the given mutant.
+    #[inline(always)]
+    fn is(self, mutant: Mutant) -> bool {
+        self.mutant() == Some(mutant)
+    }
+}
+
+/// The policy of SPEC.md.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Spec;
+
+impl Policy for Spec {
+    #[inline(always)]
+    fn mutant(self) -> Option<Mutant> {
+        None
+    }
+}
+
+impl Policy for Option<Mutant> {
+    #[inline(always)]
+    fn mutant(self) -> Option<Mutant> {
+        self
+    }
+}
+
+/// A policy chosen by name: `spec` or a mutant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PolicyName(pub Option<Mutant>);
+
+impl PolicyName {
+    /// Every accepted name, `spec` first.
+    pub fn all_names() -> Vec<&'static str> {
+        std::iter::once("spec")
+            .chain(Mutant::ALL.iter().map(|mutant| mutant.name()))
+            .collect()
+    }
+}
+
+impl FromStr for PolicyName {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PolicyName, String> {
+        if text == "spec" {
+            return Ok(PolicyName(None));
+        }
+        Mutant::ALL
+            .into_iter()
+            .find(|mutant| mutant.name() == text)
+            .map(|mutant| PolicyName(Some(mutant)))
+            .ok_or_else(|| {
+                format!(
+                    "unknown policy `{text}`; expected one of: {}",
+                    PolicyName::all_names().join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.map_or("spec", Mutant::name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in PolicyName::all_names() {
+            let policy: PolicyName = name.parse().unwrap();
+            assert_eq!(policy.to_string(), name);
+        }
+        assert!("latest-wins".parse::<PolicyName>().is_err());
+    }
+}

@@ -1,0 +1,368 @@
+//! The card.snapshot wire protocol, parsed once at the edge into typed, interned events.
+//!
+//! A raw envelope never fails to parse: every protocol anomaly (missing or non-string ids, a
+//! version that is not a non-negative integer, an unsupported type, a state that is not an
+//! object) becomes a typed value that the decision function turns into a held decision.
+//! Strings, whole envelopes and card states are interned in a [`Catalog`], so the decision
+//! function compares small integers and never touches JSON.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+
+/// The only event type the receiver applies.
+pub const SUPPORTED_TYPE: &str = "card.snapshot";
+
+/// An interned name: an event id or a card (object) id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sym(pub u32);
+
+/// An interned envelope: two events have the same `ContentId` exactly when their parsed
+/// JSON values are equal (key order and whitespace never matter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContentId(pub u32);
+
+/// An interned complete card state (always a JSON object).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StateId(pub u32);
+
+/// The `object_version` field as the receiver sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// A non-negative integer that fits in 64 bits.
+    Valid(u64),
+    /// The field is absent.
+    Missing,
+    /// Present but not a non-negative integer (negative, fractional, string, null, too big).
+    Invalid,
+}
+
+impl Version {
+    /// Reads a version field; `None` means the key is absent.
+    pub fn parse(field: Option<&Value>) -> Version {
+        match field {
+            None => Version::Missing,
+            Some(value) => value.as_u64().map_or(Version::Invalid, Version::Valid),
+        }
+    }
+}
+
+/// One event envelope after parsing: everything the decision function reads, as ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Event {
+    /// The whole envelope, for semantic equality.
+    pub content: ContentId,
+    /// `event_id` when it is a string.
+    pub event_id: Option<Sym>,
+    /// `object_id` when it is a string.
+    pub object_id: Option<Sym>,
+    /// `type` is exactly [`SUPPORTED_TYPE`].
+    pub supported: bool,
+    /// `object_version`.
+    pub version: Version,
+    /// `state` when it is an object.
+    pub state: Option<StateId>,
+    /// `occurred_at` in Unix seconds when it parses as RFC 3339. Informational only: the
+    /// real policy never reads it; the `timestamp-ordering` mutant does.
+    pub occurred_at: Option<i64>,
+}
+
+/// An authority snapshot: the truth about one card at one version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    /// The card.
+    pub object_id: Sym,
+    /// The authoritative version.
+    pub version: u64,
+    /// The authoritative complete state.
+    pub state: StateId,
+}
+
+/// Interns JSON values by their canonical text.
+#[derive(Clone, Debug, Default)]
+struct Interner {
+    values: Vec<Value>,
+    index: HashMap<String, u32>,
+}
+
+impl Interner {
+    fn intern(&mut self, value: &Value) -> u32 {
+        // serde_json's default map is ordered by key, so this text is canonical: equal
+        // parsed values give equal text, whatever the key order or whitespace of the input.
+        let key = value.to_string();
+        if let Some(&id) = self.index.get(&key) {
+            return id;
+        }
+        let id = u32::try_from(self.values.len()).expect("fewer than 2^32 interned values");
+        self.values.push(value.clone());
+        self.index.insert(key, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> &Value {
+        &self.values[id as usize]
+    }
+}
+
+/// Everything interned for one scenario: names, envelopes and card states.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    names: Vec<String>,
+    name_index: HashMap<String, u32>,
+    contents: Interner,
+    states: Interner,
+}
+
+impl Catalog {
+    /// An empty catalog.
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    /// Interns a name.
+    pub fn sym(&mut self, name: &str) -> Sym {
+        if let Some(&id) = self.name_index.get(name) {
+            return Sym(id);
+        }
+        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
+        self.names.push(name.to_owned());
+        self.name_index.insert(name.to_owned(), id);
+        Sym(id)
+    }
+
+    /// Looks a name up without interning it.
+    pub fn find(&self, name: &str) -> Option<Sym> {
+        self.name_index.get(name).map(|&id| Sym(id))
+    }
+
+    /// The text of a name.
+    pub fn name(&self, sym: Sym) -> &str {
+        &self.names[sym.0 as usize]
+    }
+
+    /// Interns a card state. The caller has checked it is an object.
+    pub fn state(&mut self, state: &Value) -> StateId {
+        debug_assert!(state.is_object(), "card states are objects");
+        StateId(self.states.intern(state))
+    }
+
+    /// The JSON of a card state.
+    pub fn state_value(&self, id: StateId) -> &Value {
+        self.states.get(id.0)
+    }
+
+    /// The JSON of an envelope.
+    pub fn content_value(&self, id: ContentId) -> &Value {
+        self.contents.get(id.0)
+    }
+
+    /// Parses a raw envelope. Never fails: anomalies become typed values.
+    pub fn event(&mut self, raw: &Value) -> Event {
+        let content = ContentId(self.contents.intern(raw));
+        let field = |key: &str| raw.as_object().and_then(|object| object.get(key));
+        let event_id = field("event_id").and_then(Value::as_str).map(str::to_owned);
+        let object_id = field("object_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let supported = field("type").and_then(Value::as_str) == Some(SUPPORTED_TYPE);
+        let version = Version::parse(field("object_version"));
+        let occurred_at = field("occurred_at")
+            .and_then(Value::as_str)
+            .and_then(parse_rfc3339);
+        let state = field("state").filter(|state| state.is_object()).cloned();
+        Event {
+            content,
+            event_id: event_id.map(|name| self.sym(&name)),
+            object_id: object_id.map(|name| self.sym(&name)),
+            supported,
+            version,
+            state: state.map(|state| self.state(&state)),
+            occurred_at,
+        }
+    }
+}
+
+/// Parses an RFC 3339 UTC or offset time (`2024-01-01T08:00:00Z`, fractions allowed) into
+/// Unix seconds. Returns `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() < 20 {
+        return None;
+    }
+    let digits = |from: usize, to: usize| -> Option<i64> {
+        let part = text.get(from..to)?;
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    let (year, month, day) = (digits(0, 4)?, digits(5, 7)?, digits(8, 10)?);
+    let (hour, minute, second) = (digits(11, 13)?, digits(14, 16)?, digits(17, 19)?);
+    let separators_ok = bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && matches!(bytes[10], b'T' | b't' | b' ')
+        && bytes[13] == b':'
+        && bytes[16] == b':';
+    let in_range = (1..=12).contains(&month)
+        && (1..=days_in_month(year, month)).contains(&day)
+        && hour < 24
+        && minute < 60
+        && second < 61;
+    if !separators_ok || !in_range {
+        return None;
+    }
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits_len = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits_len == 0 {
+            return None;
+        }
+        rest = &fraction[digits_len..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
+                return None;
+            }
+            let hours: i64 = rest[1..3].parse().ok()?;
+            let minutes: i64 = rest[4..6].parse().ok()?;
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            sign * (hours * 3600 + minutes * 60)
+        }
+    };
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let shifted_month = (month + 9) % 12;
+    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Version::Valid(version) => write!(f, "{version}"),
+            Version::Missing => f.write_str("(missing)"),
+            Version::Invalid => f.write_str("(invalid)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions_parse_into_three_cases() {
+        assert_eq!(Version::parse(Some(&json!(12))), Version::Valid(12));
+        assert_eq!(Version::parse(Some(&json!(0))), Version::Valid(0));
+        assert_eq!(Version::parse(None), Version::Missing);
+        for invalid in [
+            json!(-1),
+            json!(12.0),
+            json!(1.5),
+            json!("12"),
+            json!(null),
+            json!(true),
+            json!([12]),
+            json!({"v": 12}),
+            json!(1e30),
+        ] {
+            assert_eq!(
+                Version::parse(Some(&invalid)),
+                Version::Invalid,
+                "{invalid}"
+            );
+        }
+        let huge: Value = serde_json::from_str("18446744073709551616").unwrap();
+        assert_eq!(Version::parse(Some(&huge)), Version::Invalid);
+    }
+
+    #[test]
+    fn key_order_and_whitespace_do_not_change_content() {
+        let mut catalog = Catalog::new();
+        let a: Value = serde_json::from_str(
+            r#"{"event_id":"e","object_id":"c","object_version":1,"type":"card.snapshot","state":{"a":1,"b":[1,2]}}"#,
+        )
+        .unwrap();
+        let b: Value = serde_json::from_str(
+            "{ \"state\" : { \"b\" : [1, 2], \"a\" : 1 },\n \"type\":\"card.snapshot\", \"object_version\": 1, \"object_id\":\"c\", \"event_id\":\"e\" }",
+        )
+        .unwrap();
+        let c: Value = serde_json::from_str(
+            r#"{"event_id":"e","object_id":"c","object_version":1,"type":"card.snapshot","state":{"a":1,"b":[2,1]}}"#,
+        )
+        .unwrap();
+        let (ea, eb, ec) = (catalog.event(&a), catalog.event(&b), catalog.event(&c));
+        assert_eq!(ea.content, eb.content);
+        assert_eq!(ea.state, eb.state);
+        assert_ne!(ea.content, ec.content, "array order is part of the value");
+        assert_ne!(ea.state, ec.state);
+    }
+
+    #[test]
+    fn anomalies_become_typed_values() {
+        let mut catalog = Catalog::new();
+        let event = catalog.event(&json!({
+            "event_id": 7, "object_id": ["x"], "type": "card.deleted", "state": "gone"
+        }));
+        assert_eq!(event.event_id, None);
+        assert_eq!(event.object_id, None);
+        assert!(!event.supported);
+        assert_eq!(event.version, Version::Missing);
+        assert_eq!(event.state, None);
+        let not_object = catalog.event(&json!([1, 2, 3]));
+        assert_eq!(not_object.event_id, None);
+        assert_eq!(not_object.version, Version::Missing);
+    }
+
+    #[test]
+    fn rfc3339_times_parse_to_unix_seconds() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("2024-01-01T08:00:00Z"), Some(1_704_096_000));
+        assert_eq!(
+            parse_rfc3339("2024-01-01T08:00:00.250Z"),
+            Some(1_704_096_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2024-01-01T09:00:00+01:00"),
+            Some(1_704_096_000)
+        );
+        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z"), Some(1_709_164_800));
+        for bad in [
+            "2023-02-29T00:00:00Z",
+            "2024-01-01 08:00",
+            "yesterday",
+            "2024-13-01T00:00:00Z",
+            "2024-01-01T08:00:00",
+            "2024-01-01T08:00:00+0100",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,873 @@
+//! The card.snapshot receiver: the decision function and reconciliation of SPEC.md.
+//!
+//! Pure: no I/O, no clock. A delivery comes in as a typed [`Event`] with its delivery
+//! number and receive time; [`Receiver::deliver`] decides it by the SPEC rules in their
+//! order of precedence and records the decision. [`Receiver::reconcile`] applies an authority
+//! snapshot and settles the card's holds. The state kept here is exactly what future
+//! decisions read (cards, identity records, holds), so it doubles as the model checker's
+//! receiver state; history (the audit trail, replacement counters, the global arrival order
+//! of holds) lives in [`crate::audit`].
+
+use crate::policy::{Mutant, Policy};
+use crate::protocol::{ContentId, Event, Snapshot, StateId, Sym, Version};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Why a delivery is held instead of decided against the card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HoldReason {
+    /// Missing or non-string `event_id` or `object_id`, or a `state` that is not an object.
+    Malformed,
+    /// `type` is not `card.snapshot`.
+    UnsupportedType,
+    /// `object_id` names no known card.
+    UnknownObject,
+    /// The card is paused, waiting for reconciliation.
+    Paused,
+    /// No `object_version`.
+    MissingVersion,
+    /// `object_version` is not a non-negative integer.
+    InvalidVersion,
+}
+
+/// A recorded decision about one delivery's content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Decision {
+    /// A higher version: the card's whole state was replaced.
+    Applied,
+    /// A lower version: nothing changed.
+    Stale,
+    /// The same version and state: nothing changed.
+    Equal,
+    /// A known event id with different content: a variant kept as evidence, cards paused.
+    ConflictChangedPayload,
+    /// The card's version with a different state: held, card paused.
+    ConflictSameVersion,
+    /// Held for reconciliation; the card never changes because of it.
+    Held(HoldReason),
+}
+
+/// What an acknowledgement tells the sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ack {
+    /// The snapshot was applied.
+    Applied,
+    /// Stale or equal: recorded, nothing to do.
+    Ignored,
+    /// The receiver took responsibility for a held input.
+    Held,
+}
+
+/// The answer to one delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// A new decision, recorded.
+    Decided(Decision),
+    /// The content was already recorded with this decision: no new effect.
+    Duplicate(Decision),
+}
+
+/// Where a recorded decision stands with respect to holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Standing {
+    /// A state decision (applied, stale, equal): nothing waits.
+    Settled,
+    /// Waiting for reconciliation.
+    Held,
+    /// A conflict that an authority snapshot resolved; kept as evidence.
+    Resolved,
+    /// An input that can never be evaluated, made moot by an authority snapshot. It stays
+    /// an unresolved input.
+    Superseded,
+}
+
+/// One recorded content under an event id (or under a delivery number, for inputs without
+/// an event id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Record {
+    /// The parsed event.
+    pub event: Event,
+    /// Its current decision (re-evaluation may change it; the audit keeps the history).
+    pub decision: Decision,
+    /// Whether it still waits.
+    pub standing: Standing,
+    /// When it was recorded (the delivery's receive time), for retention.
+    pub recorded_at: Option<i64>,
+}
+
+/// Everything received under one event id: the first record and every changed variant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Identity {
+    /// The first record; never overwritten.
+    pub first: Record,
+    /// Every later content that differed from all earlier ones, in arrival order.
+    pub variants: Vec<Record>,
+}
+
+impl Identity {
+    /// Record `index`: 0 is the first record, `i > 0` is variant `i`.
+    pub fn record(&self, index: u16) -> &Record {
+        match index {
+            0 => &self.first,
+            i => &self.variants[usize::from(i) - 1],
+        }
+    }
+
+    fn record_mut(&mut self, index: u16) -> &mut Record {
+        match index {
+            0 => &mut self.first,
+            i => &mut self.variants[usize::from(i) - 1],
+        }
+    }
+
+    /// Every record, first first.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        std::iter::once(&self.first).chain(self.variants.iter())
+    }
+
+    /// The index of the record with this content.
+    pub fn position(&self, content: ContentId) -> Option<u16> {
+        self.records()
+            .position(|record| record.event.content == content)
+            .map(|index| u16::try_from(index).expect("fewer than 2^16 variants"))
+    }
+}
+
+/// A reference to one waiting input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HoldKey {
+    /// Record `index` of an event id (0 = first record).
+    Record {
+        /// The event id.
+        event: Sym,
+        /// The record within the identity.
+        index: u16,
+    },
+    /// A delivery without an event id, known only by its delivery number.
+    Delivery(u32),
+}
+
+/// An unresolved input as reported: an event id or a delivery without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InputRef {
+    /// An event id.
+    Event(Sym),
+    /// A delivery number (`delivery-N`).
+    Delivery(u32),
+}
+
+impl HoldKey {
+    /// The input this hold belongs to.
+    pub fn input(self) -> InputRef {
+        match self {
+            HoldKey::Record { event, .. } => InputRef::Event(event),
+            HoldKey::Delivery(number) => InputRef::Delivery(number),
+        }
+    }
+}
+
+/// A card as the receiver knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Card {
+    /// The sender's version of the current state.
+    pub version: u64,
+    /// The complete state.
+    pub state: StateId,
+    /// Waiting for reconciliation: events are held, not applied.
+    pub paused: bool,
+    /// `occurred_at` of the last applied event; only the `timestamp-ordering` mutant sets it.
+    pub stamp: Option<i64>,
+}
+
+impl Card {
+    /// A known, unpaused card.
+    pub fn new(version: u64, state: StateId) -> Card {
+        Card {
+            version,
+            state,
+            paused: false,
+            stamp: None,
+        }
+    }
+
+    fn replace(&mut self, version: u64, state: StateId) {
+        self.version = version;
+        self.state = state;
+    }
+}
+
+/// The result of one delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Delivered {
+    /// The decision, or the recorded decision a duplicate matched.
+    pub verdict: Verdict,
+    /// The meaning of the acknowledgement, given once the decision is recorded.
+    pub ack: Ack,
+}
+
+/// What an authority snapshot did to its card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// The card was unknown; the authority established it.
+    Created,
+    /// The authority is behind the card: nothing changed, the card stays paused.
+    RefusedBehind,
+    /// Same version and state: unpaused, nothing replaced.
+    Confirmed,
+    /// Replaced and unpaused.
+    Replaced,
+}
+
+/// How reconciliation settled one hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Settlement {
+    /// Evaluated again by rules 4-6; the record took the new decision.
+    ReEvaluated {
+        /// The held decision it had.
+        from: Decision,
+        /// The decision it has now.
+        to: Decision,
+    },
+    /// A conflict the authority resolved; the evidence stays.
+    Resolved,
+    /// Unevaluable input made moot by the authority; still an unresolved input.
+    Superseded,
+}
+
+/// The result of one reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reconciled {
+    /// What the snapshot did to the card.
+    pub outcome: Outcome,
+    /// Each hold settled, in the order settled.
+    pub settled: Vec<(HoldKey, Settlement)>,
+}
+
+/// The receiver's state: cards, identity records and holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Receiver {
+    cards: BTreeMap<Sym, Card>,
+    identities: BTreeMap<Sym, Identity>,
+    /// Inputs without an event id, by delivery number.
+    anonymous: BTreeMap<u32, Record>,
+    /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
+    holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+}
+
+impl Decision {
+    /// Whether the decision leaves the input waiting.
+    pub fn is_hold(self) -> bool {
+        !matches!(self, Decision::Applied | Decision::Stale | Decision::Equal)
+    }
+
+    /// The acknowledgement this decision gives.
+    pub fn ack(self) -> Ack {
+        match self {
+            Decision::Applied => Ack::Applied,
+            Decision::Stale | Decision::Equal => Ack::Ignored,
+            Decision::ConflictChangedPayload
+            | Decision::ConflictSameVersion
+            | Decision::Held(_) => Ack::Held,
+        }
+    }
+
+    /// The decision's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Applied => "applied",
+            Decision::Stale => "stale",
+            Decision::Equal => "equal",
+            Decision::ConflictChangedPayload => "conflict_changed_payload",
+            Decision::ConflictSameVersion => "conflict_same_version",
+            Decision::Held(HoldReason::Malformed) => "held_malformed",
+            Decision::Held(HoldReason::UnsupportedType) => "held_unsupported_type",
+            Decision::Held(HoldReason::UnknownObject) => "held_unknown_object",
+            Decision::Held(HoldReason::Paused) => "held_paused",
+            Decision::Held(HoldReason::MissingVersion) => "held_missing_version",
+            Decision::Held(HoldReason::InvalidVersion) => "held_invalid_version",
+        }
+    }
+
+    /// Every decision kind, in SPEC order.
+    pub const ALL: [Decision; 11] = [
+        Decision::Applied,
+        Decision::Stale,
+        Decision::Equal,
+        Decision::ConflictChangedPayload,
+        Decision::ConflictSameVersion,
+        Decision::Held(HoldReason::Malformed),
+        Decision::Held(HoldReason::UnsupportedType),
+        Decision::Held(HoldReason::UnknownObject),
+        Decision::Held(HoldReason::Paused),
+        Decision::Held(HoldReason::MissingVersion),
+        Decision::Held(HoldReason::InvalidVersion),
+    ];
+}
+
+impl Ack {
+    /// The acknowledgement's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ack::Applied => "applied",
+            Ack::Ignored => "ignored",
+            Ack::Held => "held",
+        }
+    }
+}
+
+impl Verdict {
+    /// The decision itself, or the one a duplicate matched.
+    pub fn decision(self) -> Decision {
+        match self {
+            Verdict::Decided(decision) | Verdict::Duplicate(decision) => decision,
+        }
+    }
+
+    /// The name in reports: `duplicate` for duplicates.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Decided(decision) => decision.name(),
+            Verdict::Duplicate(_) => "duplicate",
+        }
+    }
+}
+
+impl Outcome {
+    /// The outcome's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Created => "created",
+            Outcome::RefusedBehind => "refused_behind",
+            Outcome::Confirmed => "confirmed",
+            Outcome::Replaced => "replaced",
+        }
+    }
+
+    /// Every outcome.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Created,
+        Outcome::RefusedBehind,
+        Outcome::Confirmed,
+        Outcome::Replaced,
+    ];
+
+    /// Whether the card's state was replaced by the authority.
+    pub fn replaces(self) -> bool {
+        matches!(self, Outcome::Created | Outcome::Replaced)
+    }
+}
+
+fn verdict(verdict: Verdict) -> Delivered {
+    Delivered {
+        verdict,
+        ack: verdict.decision().ack(),
+    }
+}
+
+fn standing(decision: Decision) -> Standing {
+    if decision.is_hold() {
+        Standing::Held
+    } else {
+        Standing::Settled
+    }
+}
+
+impl Receiver {
+    /// A receiver that knows these cards.
+    pub fn new(initial: impl IntoIterator<Item = (Sym, Card)>) -> Receiver {
+        Receiver {
+            cards: initial.into_iter().collect(),
+            ..Receiver::default()
+        }
+    }
+
+    /// The known cards.
+    pub fn cards(&self) -> &BTreeMap<Sym, Card> {
+        &self.cards
+    }
+
+    /// Every event id's records.
+    pub fn identities(&self) -> &BTreeMap<Sym, Identity> {
+        &self.identities
+    }
+
+    /// Records of inputs without an event id, by delivery number.
+    pub fn anonymous(&self) -> &BTreeMap<u32, Record> {
+        &self.anonymous
+    }
+
+    /// Waiting inputs per card, each list in arrival order.
+    pub fn holds(&self) -> &BTreeMap<Option<Sym>, Vec<HoldKey>> {
+        &self.holds
+    }
+
+    /// The paused cards.
+    pub fn paused(&self) -> impl Iterator<Item = Sym> + '_ {
+        self.cards
+            .iter()
+            .filter(|(_, card)| card.paused)
+            .map(|(&id, _)| id)
+    }
+
+    /// The record a hold refers to.
+    pub fn record(&self, key: HoldKey) -> &Record {
+        match key {
+            HoldKey::Record { event, index } => self.identities[&event].record(index),
+            HoldKey::Delivery(number) => &self.anonymous[&number],
+        }
+    }
+
+    fn record_mut(&mut self, key: HoldKey) -> &mut Record {
+        match key {
+            HoldKey::Record { event, index } => self
+                .identities
+                .get_mut(&event)
+                .expect("hold refers to a record")
+                .record_mut(index),
+            HoldKey::Delivery(number) => self
+                .anonymous
+                .get_mut(&number)
+                .expect("hold refers to a record"),
+        }
+    }
+
+    /// The recorded decision for this content, if any: what an acknowledgement of it may
+    /// say.
+    pub fn recorded(&self, event: &Event, delivery: u32) -> Option<Decision> {
+        match event.event_id {
+            Some(id) => {
+                let identity = self.identities.get(&id)?;
+                let index = identity.position(event.content)?;
+                Some(identity.record(index).decision)
+            }
+            None => self.anonymous.get(&delivery).map(|record| record.decision),
+        }
+    }
+
+    /// Unresolved inputs: holds that never received a state decision (still held, or
+    /// superseded).
+    pub fn unresolved(&self) -> BTreeSet<InputRef> {
+        let waiting =
+            |record: &Record| matches!(record.standing, Standing::Held | Standing::Superseded);
+        let by_id = self
+            .identities
+            .iter()
+            .filter(|(_, identity)| identity.records().any(waiting))
+            .map(|(&id, _)| InputRef::Event(id));
+        let anonymous = self
+            .anonymous
+            .iter()
+            .filter(|(_, record)| waiting(record))
+            .map(|(&number, _)| InputRef::Delivery(number));
+        by_id.chain(anonymous).collect()
+    }
+
+    /// Decides one delivery and records the decision (SPEC rules 1-6, in order).
+    pub fn deliver<P: Policy>(
+        &mut self,
+        policy: P,
+        delivery: u32,
+        received_at: Option<i64>,
+        event: &Event,
+    ) -> Delivered {
+        // Rule 1: identity.
+        let Some(id) = event.event_id else {
+            return self.deliver_anonymous(delivery, received_at, event);
+        };
+        if let Some(identity) = self.identities.get(&id) {
+            let known = match policy.mutant() {
+                Some(Mutant::IdOnlyDedupe) => Some(0),
+                _ => identity.position(event.content),
+            };
+            let delivered = match known {
+                Some(index) => verdict(Verdict::Duplicate(identity.record(index).decision)),
+                None => self.record_variant(policy, id, received_at, event),
+            };
+            self.debug_check(policy);
+            return delivered;
+        }
+        // Rules 2-6.
+        let decision = self.judge(policy, event);
+        let first = Record {
+            event: *event,
+            decision,
+            standing: standing(decision),
+            recorded_at: received_at,
+        };
+        self.identities.insert(
+            id,
+            Identity {
+                first,
+                variants: Vec::new(),
+            },
+        );
+        if decision.is_hold() {
+            self.hold(
+                event.object_id,
+                HoldKey::Record {
+                    event: id,
+                    index: 0,
+                },
+            );
+        }
+        self.debug_check(policy);
+        verdict(Verdict::Decided(decision))
+    }
+
+    /// Rule 1, no event id: held by delivery number, without an identity record.
+    fn deliver_anonymous(
+        &mut self,
+        delivery: u32,
+        received_at: Option<i64>,
+        event: &Event,
+    ) -> Delivered {
+        if let Some(record) = self.anonymous.get(&delivery) {
+            // The only identity such an input has is its delivery number.
+            return verdict(Verdict::Duplicate(record.decision));
+        }
+        let decision = Decision::Held(HoldReason::Malformed);
+        self.pause_known(event.object_id);
+        self.anonymous.insert(
+            delivery,
+            Record {
+                event: *event,
+                decision,
+                standing: Standing::Held,
+                recorded_at: received_at,
+            },
+        );
+        self.hold(event.object_id, HoldKey::Delivery(delivery));
+        verdict(Verdict::Decided(decision))
+    }
+
+    /// Rule 1, changed payload: keep the variant as evidence, hold it, pause every known
+    /// card named by the first record or the variant.
+    fn record_variant<P: Policy>(
+        &mut self,
+        policy: P,
+        id: Sym,
+        received_at: Option<i64>,
+        event: &Event,
+    ) -> Delivered {
+        let decision = Decision::ConflictChangedPayload;
+        let record = Record {
+            event: *event,
+            decision,
+            standing: Standing::Held,
+            recorded_at: received_at,
+        };
+        let identity = self.identities.get_mut(&id).expect("caller found the id");
+        let first_card = identity.first.event.object_id;
+        let key = if policy.is(Mutant::OverwriteFirstRecord) {
+            identity.first = record;
+            HoldKey::Record {
+                event: id,
+                index: 0,
+            }
+        } else {
+            identity.variants.push(record);
+            let index = u16::try_from(identity.variants.len()).expect("fewer than 2^16 variants");
+            HoldKey::Record { event: id, index }
+        };
+        self.pause_known(first_card);
+        self.pause_known(event.object_id);
+        self.hold(event.object_id, key);
+        verdict(Verdict::Decided(decision))
+    }
+
+    /// Rules 2-6 for an event whose identity is new (or a held one evaluated again).
+    fn judge<P: Policy>(&mut self, policy: P, event: &Event) -> Decision {
+        // Rule 2: type.
+        if !event.supported {
+            self.pause_known(event.object_id);
+            return Decision::Held(HoldReason::UnsupportedType);
+        }
+        // Rule 3: object.
+        let Some(object) = event.object_id else {
+            return Decision::Held(HoldReason::Malformed);
+        };
+        let Some(card) = self.cards.get_mut(&object) else {
+            return self.unknown_object(policy, object, event);
+        };
+        // Rule 4: pause.
+        if card.paused && !policy.is(Mutant::IgnorePause) {
+            return Decision::Held(HoldReason::Paused);
+        }
+        // Rule 5: version and state.
+        let version = match event.version {
+            Version::Valid(version) => version,
+            Version::Missing => {
+                card.paused = true;
+                return Decision::Held(HoldReason::MissingVersion);
+            }
+            Version::Invalid => {
+                card.paused = true;
+                return Decision::Held(HoldReason::InvalidVersion);
+            }
+        };
+        let Some(state) = event.state else {
+            card.paused = true;
+            return Decision::Held(HoldReason::Malformed);
+        };
+        // Rule 6: compare.
+        compare(policy, card, version, state, event.occurred_at)
+    }
+
+    /// Rule 3, unknown card: never create a card from an event.
+    fn unknown_object<P: Policy>(&mut self, policy: P, object: Sym, event: &Event) -> Decision {
+        if policy.is(Mutant::CreateUnknownCard) {
+            if let (Version::Valid(version), Some(state)) = (event.version, event.state) {
+                self.cards.insert(object, Card::new(version, state));
+                return Decision::Applied;
+            }
+        }
+        Decision::Held(HoldReason::UnknownObject)
+    }
+
+    fn pause_known(&mut self, object: Option<Sym>) {
+        if let Some(card) = object.and_then(|object| self.cards.get_mut(&object)) {
+            card.paused = true;
+        }
+    }
+
+    fn hold(&mut self, bucket: Option<Sym>, key: HoldKey) {
+        let holds = self.holds.entry(bucket).or_default();
+        if !holds.contains(&key) {
+            holds.push(key);
+        }
+    }
+
+    /// Applies an authority snapshot to its card, then settles the card's holds.
+    pub fn reconcile<P: Policy>(&mut self, policy: P, snapshot: &Snapshot) -> Reconciled {
+        let object = snapshot.object_id;
+        let outcome = match self.cards.get_mut(&object) {
+            None => {
+                self.cards
+                    .insert(object, Card::new(snapshot.version, snapshot.state));
+                Outcome::Created
+            }
+            Some(card) if snapshot.version < card.version => {
+                // The authority cannot vouch for anything newer than itself: nothing is
+                // settled, the card stays as it is.
+                return Reconciled {
+                    outcome: Outcome::RefusedBehind,
+                    settled: Vec::new(),
+                };
+            }
+            Some(card) if snapshot.version == card.version && snapshot.state == card.state => {
+                card.paused = false;
+                Outcome::Confirmed
+            }
+            Some(card) => {
+                card.replace(snapshot.version, snapshot.state);
+                card.paused = false;
+                Outcome::Replaced
+            }
+        };
+        let settled = self.settle(policy, object);
+        self.debug_check(policy);
+        Reconciled { outcome, settled }
+    }
+
+    /// Settles a just-reconciled card's holds in arrival order.
+    fn settle<P: Policy>(&mut self, policy: P, object: Sym) -> Vec<(HoldKey, Settlement)> {
+        let mut settled = Vec::new();
+        let mut still_held = Vec::new();
+        for key in self.holds.remove(&Some(object)).unwrap_or_default() {
+            let record = *self.record(key);
+            let settlement = match record.decision {
+                Decision::Held(HoldReason::Paused | HoldReason::UnknownObject) => {
+                    if policy.is(Mutant::ForgetHeldAfterReconcile) {
+                        continue;
+                    }
+                    if self.cards[&object].paused {
+                        // A hold earlier in this pass paused the card again.
+                        still_held.push(key);
+                        continue;
+                    }
+                    let decision = self.judge(policy, &record.event);
+                    let entry = self.record_mut(key);
+                    entry.decision = decision;
+                    entry.standing = standing(decision);
+                    if decision.is_hold() {
+                        still_held.push(key);
+                    }
+                    Settlement::ReEvaluated {
+                        from: record.decision,
+                        to: decision,
+                    }
+                }
+                Decision::ConflictChangedPayload | Decision::ConflictSameVersion => {
+                    self.record_mut(key).standing = Standing::Resolved;
+                    Settlement::Resolved
+                }
+                Decision::Held(
+                    HoldReason::Malformed
+                    | HoldReason::UnsupportedType
+                    | HoldReason::MissingVersion
+                    | HoldReason::InvalidVersion,
+                ) => {
+                    self.record_mut(key).standing = Standing::Superseded;
+                    Settlement::Superseded
+                }
+                Decision::Applied | Decision::Stale | Decision::Equal => {
+                    debug_assert!(false, "a settled record is never held");
+                    continue;
+                }
+            };
+            settled.push((key, settlement));
+        }
+        if !still_held.is_empty() {
+            self.holds.insert(Some(object), still_held);
+        }
+        // A changed payload that named this card in its first record waits under the
+        // variant's card: the authority resolves it too.
+        let mut resolved = Vec::new();
+        for keys in self.holds.values_mut() {
+            keys.retain(|&key| {
+                let HoldKey::Record { event, index } = key else {
+                    return true;
+                };
+                let identity = &self.identities[&event];
+                let names_card = identity.first.event.object_id == Some(object);
+                let conflict = identity.record(index).decision == Decision::ConflictChangedPayload;
+                if names_card && conflict {
+                    resolved.push(key);
+                }
+                !(names_card && conflict)
+            });
+        }
+        self.holds.retain(|_, keys| !keys.is_empty());
+        for key in resolved {
+            self.record_mut(key).standing = Standing::Resolved;
+            settled.push((key, Settlement::Resolved));
+        }
+        settled
+    }
+
+    /// Forgets identity records older than the retention window: every record of the id
+    /// was recorded before `now - retention_seconds` and none of them still waits. Cards,
+    /// holds and unresolved inputs are never forgotten. Returns the forgotten ids.
+    pub fn expire(&mut self, now: i64, retention_seconds: u64) -> Vec<Sym> {
+        let horizon = now.saturating_sub(i64::try_from(retention_seconds).unwrap_or(i64::MAX));
+        let expired = |identity: &Identity| {
+            identity.records().all(|record| {
+                record.recorded_at.is_some_and(|at| at < horizon)
+                    && matches!(record.standing, Standing::Settled | Standing::Resolved)
+            })
+        };
+        let gone: Vec<Sym> = self
+            .identities
+            .iter()
+            .filter(|(_, identity)| expired(identity))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &gone {
+            self.identities.remove(id);
+        }
+        gone
+    }
+
+    /// Checks the receiver's internal invariants (debug builds, SPEC policy only: some
+    /// mutants break them on purpose).
+    fn debug_check<P: Policy>(&self, policy: P) {
+        if cfg!(debug_assertions) && policy.mutant().is_none() {
+            if let Err(broken) = self.invariants() {
+                panic!("receiver invariant broken: {broken}");
+            }
+        }
+    }
+
+    /// The receiver's internal invariants: every hold refers to a waiting record and every
+    /// waiting record is held exactly once, in the bucket of its card; held decisions
+    /// and standings agree.
+    pub fn invariants(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for (bucket, keys) in &self.holds {
+            if keys.is_empty() {
+                return Err(format!("empty hold list for {bucket:?}"));
+            }
+            for &key in keys {
+                let record = self.record(key);
+                if record.standing != Standing::Held || !record.decision.is_hold() {
+                    return Err(format!(
+                        "hold {key:?} refers to a record that does not wait"
+                    ));
+                }
+                if record.event.object_id != *bucket {
+                    return Err(format!("hold {key:?} is filed under the wrong card"));
+                }
+                if !seen.insert(key) {
+                    return Err(format!("hold {key:?} is listed twice"));
+                }
+            }
+        }
+        let identity_keys = self.identities.iter().flat_map(|(&event, identity)| {
+            identity.records().enumerate().map(move |(index, record)| {
+                let index = u16::try_from(index).expect("fewer than 2^16 variants");
+                (HoldKey::Record { event, index }, record)
+            })
+        });
+        let anonymous_keys = self
+            .anonymous
+            .iter()
+            .map(|(&number, record)| (HoldKey::Delivery(number), record));
+        for (key, record) in identity_keys.chain(anonymous_keys) {
+            if record.decision.is_hold() != (record.standing != Standing::Settled) {
+                return Err(format!("record {key:?} has decision and standing at odds"));
+            }
+            if record.standing == Standing::Held && !seen.contains(&key) {
+                return Err(format!("record {key:?} waits but is not held"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rule 6: compare a valid snapshot with an unpaused known card.
+#[inline]
+fn compare<P: Policy>(
+    policy: P,
+    card: &mut Card,
+    version: u64,
+    state: StateId,
+    occurred_at: Option<i64>,
+) -> Decision {
+    match policy.mutant() {
+        Some(Mutant::LastArrivalWins) => {
+            card.replace(version, state);
+            return Decision::Applied;
+        }
+        Some(Mutant::TimestampOrdering) => {
+            if occurred_at >= card.stamp {
+                card.replace(version, state);
+                card.stamp = occurred_at;
+                return Decision::Applied;
+            }
+            return Decision::Stale;
+        }
+        _ => {}
+    }
+    match version.cmp(&card.version) {
+        std::cmp::Ordering::Greater => {
+            card.replace(version, state);
+            Decision::Applied
+        }
+        std::cmp::Ordering::Less => Decision::Stale,
+        std::cmp::Ordering::Equal if state == card.state => Decision::Equal,
+        std::cmp::Ordering::Equal if policy.is(Mutant::ApplyEqualVersionConflict) => {
+            card.replace(version, state);
+            Decision::Applied
+        }
+        std::cmp::Ordering::Equal => {
+            card.paused = true;
+            Decision::ConflictSameVersion
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

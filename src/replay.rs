@@ -1,0 +1,443 @@
+//! Replay: walk a fixture's steps in arrival order through the real receiver and report
+//! every decision, acknowledgement, card state, pause and hold, the reconciliations, the
+//! final state, the replacement counts, the unresolved inputs, any property a step broke,
+//! and whether the fixture's `expect` holds.
+
+use crate::audit::Journal;
+use crate::fixture::{Replacements, Scenario};
+use crate::network::{transition, Budgets, Effect, Fault, Step, World};
+use crate::policy::Policy;
+use crate::properties::{self, Property};
+use crate::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// A card in a report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CardReport {
+    /// Its version.
+    pub version: u64,
+    /// Its complete state.
+    pub state: Value,
+}
+
+/// An event re-evaluated by reconciliation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReEvaluated {
+    /// The event id (or `delivery-N`).
+    pub event_id: String,
+    /// Its decision before.
+    pub from: String,
+    /// Its new decision.
+    pub decision: String,
+}
+
+/// One step of a replay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepReport {
+    /// A delivery.
+    Deliver {
+        /// The delivery number.
+        delivery: u32,
+        /// Its event id, when it has a string one.
+        event_id: Option<String>,
+        /// Its object id, when it has a string one.
+        object_id: Option<String>,
+        /// Its `object_version` as sent (absent when missing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<Value>,
+        /// The decision (`duplicate` for duplicates); `null` when the receiver crashed.
+        decision: Option<String>,
+        /// The acknowledgement's meaning; `null` when none was given.
+        ack: Option<String>,
+        /// The acknowledgement was lost on its way to the sender.
+        ack_lost: bool,
+        /// The fault injected (`ack_lost`, `duplicate`, `crash`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault: Option<String>,
+        /// For duplicates: the recorded decision matched.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        original_decision: Option<String>,
+        /// Every card after the step.
+        cards: BTreeMap<String, CardReport>,
+        /// Paused cards after the step.
+        paused: Vec<String>,
+        /// Waiting inputs after the step, in arrival order.
+        held: Vec<String>,
+    },
+    /// A reconciliation.
+    Reconcile {
+        /// The card.
+        object_id: String,
+        /// created / refused_behind / confirmed / replaced.
+        outcome: String,
+        /// Held events evaluated again, with their new decisions.
+        re_evaluated: Vec<ReEvaluated>,
+        /// Conflicts resolved.
+        resolved: Vec<String>,
+        /// Unevaluable inputs superseded.
+        superseded: Vec<String>,
+        /// Every card after the step.
+        cards: BTreeMap<String, CardReport>,
+        /// Paused cards after the step.
+        paused: Vec<String>,
+        /// Waiting inputs after the step, in arrival order.
+        held: Vec<String>,
+    },
+}
+
+/// Why an input is unresolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnresolvedReport {
+    /// The event id or `delivery-N`.
+    pub input: String,
+    /// Its held decision.
+    pub decision: String,
+    /// `held` (still waiting) or `superseded`.
+    pub standing: String,
+}
+
+/// A property broken by a step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViolationReport {
+    /// The property.
+    pub property: String,
+    /// The 1-based step that broke it.
+    pub step: usize,
+}
+
+/// How the end of the run compares with the fixture's `expect`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExpectCheck {
+    /// Everything matches.
+    pub holds: bool,
+    /// What differs, one line each.
+    pub differences: Vec<String>,
+}
+
+/// The replay report: SPEC's contract plus a few extra keys.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The fixture's name.
+    pub fixture: String,
+    /// The policy replayed.
+    pub policy: String,
+    /// Every step.
+    pub steps: Vec<StepReport>,
+    /// The cards at the end.
+    #[serde(rename = "final")]
+    pub final_cards: BTreeMap<String, CardReport>,
+    /// Paused cards at the end.
+    pub paused: Vec<String>,
+    /// Replacement counts.
+    pub replacements: Replacements,
+    /// Unresolved inputs, sorted.
+    pub unresolved: Vec<String>,
+    /// Why each is unresolved.
+    pub unresolved_detail: Vec<UnresolvedReport>,
+    /// Properties broken on the way, at most one (the first).
+    pub violations: Vec<ViolationReport>,
+    /// The fixture's `expect`, checked; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<ExpectCheck>,
+}
+
+impl Report {
+    /// Whether the run is clean: no property broken and `expect` (if any) holds.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.expect.as_ref().is_none_or(|check| check.holds)
+    }
+}
+
+/// Replays the fixture's steps (its schedule, or the default order) under a policy.
+pub fn replay<P: Policy>(scenario: &Scenario, policy: P, policy_name: &str) -> Report {
+    replay_steps(scenario, policy, policy_name, &scenario.steps())
+}
+
+/// Replays the given steps under a policy.
+pub fn replay_steps<P: Policy>(
+    scenario: &Scenario,
+    policy: P,
+    policy_name: &str,
+    steps: &[Step],
+) -> Report {
+    let mut world = World::initial(scenario, Budgets::UNLIMITED);
+    let mut journal = Journal::new();
+    let mut reports = Vec::with_capacity(steps.len());
+    let mut violations = Vec::new();
+    for (index, &step) in steps.iter().enumerate() {
+        let (next, effect) = transition(scenario, policy, &world, step);
+        journal.observe(index, step, &effect, &next.receiver);
+        if let (None, Some(property)) = (world.violation, next.violation) {
+            violations.push(ViolationReport {
+                property: property.name().into(),
+                step: index + 1,
+            });
+        }
+        world = next;
+        reports.push(step_report(scenario, &world, &journal, step, &effect));
+    }
+    let receiver = &world.receiver;
+    let unresolved_detail: Vec<UnresolvedReport> = unresolved_detail(scenario, &world);
+    let mut report = Report {
+        fixture: scenario.name.clone(),
+        policy: policy_name.into(),
+        steps: reports,
+        final_cards: cards(scenario, &world),
+        paused: receiver
+            .paused()
+            .map(|card| scenario.catalog.name(card).to_owned())
+            .collect(),
+        replacements: journal.replacements,
+        unresolved: receiver
+            .unresolved()
+            .into_iter()
+            .map(|input| scenario.input_name(input))
+            .collect(),
+        unresolved_detail,
+        violations,
+        expect: None,
+    };
+    report.unresolved.sort();
+    report.expect = scenario
+        .expect
+        .as_ref()
+        .map(|_| check_expect(scenario, &world, &report));
+    report
+}
+
+fn check_expect(scenario: &Scenario, world: &World, report: &Report) -> ExpectCheck {
+    let expect = scenario.expect.as_ref().expect("caller checked");
+    let catalog = &scenario.catalog;
+    let mut differences = Vec::new();
+    let expected_cards: BTreeMap<String, CardReport> = expect
+        .final_cards
+        .iter()
+        .map(|(&id, &(version, state))| {
+            let card = CardReport {
+                version,
+                state: catalog.state_value(state).clone(),
+            };
+            (catalog.name(id).to_owned(), card)
+        })
+        .collect();
+    for (name, expected) in &expected_cards {
+        match report.final_cards.get(name) {
+            None => differences.push(format!(
+                "final: {name} expected v{} but it does not exist",
+                expected.version
+            )),
+            Some(actual) if actual != expected => differences.push(format!(
+                "final: {name} expected v{} {} but is v{} {}",
+                expected.version, expected.state, actual.version, actual.state
+            )),
+            Some(_) => {}
+        }
+    }
+    for (name, actual) in &report.final_cards {
+        if !expected_cards.contains_key(name) {
+            differences.push(format!(
+                "final: {name} exists (v{}) but is not expected",
+                actual.version
+            ));
+        }
+    }
+    let expected_paused: Vec<String> = expect
+        .paused
+        .iter()
+        .map(|&card| catalog.name(card).to_owned())
+        .collect();
+    if report.paused != expected_paused {
+        differences.push(format!(
+            "paused: expected {:?} but got {:?}",
+            expected_paused, report.paused
+        ));
+    }
+    if report.unresolved != expect.unresolved {
+        differences.push(format!(
+            "unresolved: expected {:?} but got {:?}",
+            expect.unresolved, report.unresolved
+        ));
+    }
+    if let Some(expected) = expect.replacements {
+        if expected != report.replacements {
+            differences.push(format!(
+                "replacements: expected {} event + {} authority but got {} + {}",
+                expected.event,
+                expected.authority,
+                report.replacements.event,
+                report.replacements.authority
+            ));
+        }
+    }
+    // At a terminal state, the expectation is the convergence property.
+    debug_assert!(
+        !world.is_terminal(scenario)
+            || properties::converged(scenario, &world.receiver)
+                == differences
+                    .iter()
+                    .all(|line| line.starts_with("replacements")),
+        "replay's expect check and the convergence property agree"
+    );
+    ExpectCheck {
+        holds: differences.is_empty(),
+        differences,
+    }
+}
+
+fn cards(scenario: &Scenario, world: &World) -> BTreeMap<String, CardReport> {
+    world
+        .receiver
+        .cards()
+        .iter()
+        .map(|(&id, card)| {
+            let report = CardReport {
+                version: card.version,
+                state: scenario.catalog.state_value(card.state).clone(),
+            };
+            (scenario.catalog.name(id).to_owned(), report)
+        })
+        .collect()
+}
+
+fn hold_name(scenario: &Scenario, key: HoldKey) -> String {
+    scenario.input_name(key.input())
+}
+
+fn step_report(
+    scenario: &Scenario,
+    world: &World,
+    journal: &Journal,
+    step: Step,
+    effect: &Effect,
+) -> StepReport {
+    let catalog = &scenario.catalog;
+    let cards = cards(scenario, world);
+    let paused = world
+        .receiver
+        .paused()
+        .map(|card| catalog.name(card).to_owned())
+        .collect();
+    let held = journal
+        .held(&world.receiver)
+        .into_iter()
+        .map(|key| hold_name(scenario, key))
+        .collect();
+    match (step, effect) {
+        (
+            Step::Deliver { delivery, fault },
+            Effect::Delivered {
+                delivered,
+                acked: _,
+            },
+        ) => {
+            let index = scenario.delivery_index(delivery).expect("known delivery");
+            let arriving = &scenario.deliveries[index];
+            let raw = &scenario.raw.deliveries[index].event;
+            let name =
+                |sym: Option<crate::protocol::Sym>| sym.map(|sym| catalog.name(sym).to_owned());
+            StepReport::Deliver {
+                delivery,
+                event_id: name(arriving.event.event_id),
+                object_id: name(arriving.event.object_id),
+                version: raw.get("object_version").cloned(),
+                decision: delivered.map(|answer| answer.verdict.name().to_owned()),
+                ack: delivered.map(|answer| answer.ack.name().to_owned()),
+                ack_lost: fault == Some(Fault::AckLost),
+                fault: fault.map(|fault| fault_name(fault).to_owned()),
+                original_decision: delivered.and_then(|answer| match answer.verdict {
+                    Verdict::Duplicate(of) => Some(of.name().to_owned()),
+                    Verdict::Decided(_) => None,
+                }),
+                cards,
+                paused,
+                held,
+            }
+        }
+        (Step::Reconcile(card), Effect::Reconciled(reconciled)) => {
+            let named = |wanted: fn(&Settlement) -> bool| {
+                reconciled
+                    .settled
+                    .iter()
+                    .filter(|(_, settlement)| wanted(settlement))
+                    .map(|&(key, _)| hold_name(scenario, key))
+                    .collect()
+            };
+            StepReport::Reconcile {
+                object_id: catalog.name(card).to_owned(),
+                outcome: reconciled.outcome.name().to_owned(),
+                re_evaluated: reconciled
+                    .settled
+                    .iter()
+                    .filter_map(|&(key, settlement)| match settlement {
+                        Settlement::ReEvaluated { from, to } => Some(ReEvaluated {
+                            event_id: hold_name(scenario, key),
+                            from: from.name().to_owned(),
+                            decision: to.name().to_owned(),
+                        }),
+                        _ => None,
+                    })
+                    .collect(),
+                resolved: named(|settlement| *settlement == Settlement::Resolved),
+                superseded: named(|settlement| *settlement == Settlement::Superseded),
+                cards,
+                paused,
+                held,
+            }
+        }
+        _ => unreachable!("effects match their steps"),
+    }
+}
+
+/// The name of a fault in reports and schedules.
+pub fn fault_name(fault: Fault) -> &'static str {
+    match fault {
+        Fault::AckLost => "ack_lost",
+        Fault::Duplicate => "duplicate",
+        Fault::Crash => "crash",
+    }
+}
+
+fn unresolved_detail(scenario: &Scenario, world: &World) -> Vec<UnresolvedReport> {
+    let receiver = &world.receiver;
+    let waiting =
+        |record: &Record| matches!(record.standing, Standing::Held | Standing::Superseded);
+    let describe = |input: String, record: &Record| UnresolvedReport {
+        input,
+        decision: record.decision.name().to_owned(),
+        standing: match record.standing {
+            Standing::Superseded => "superseded",
+            _ => "held",
+        }
+        .to_owned(),
+    };
+    let mut detail: Vec<UnresolvedReport> = receiver
+        .identities()
+        .iter()
+        .flat_map(|(&id, identity)| {
+            identity
+                .records()
+                .filter(|record| waiting(record))
+                .map(move |record| describe(scenario.catalog.name(id).to_owned(), record))
+        })
+        .chain(
+            receiver
+                .anonymous()
+                .iter()
+                .filter(|(_, record)| waiting(record))
+                .map(|(&number, record)| describe(format!("delivery-{number}"), record)),
+        )
+        .collect();
+    detail.sort_by(|a, b| a.input.cmp(&b.input));
+    detail
+}
+
+/// The property a report says was broken first, if any.
+pub fn first_violation(report: &Report) -> Option<Property> {
+    report
+        .violations
+        .first()
+        .and_then(|violation| violation.property.parse().ok())
+}

@@ -1,0 +1,116 @@
+//! Counterexamples: a violating path becomes a step list in domain terms, a step table, and
+//! a fixture whose `schedule` replays it.
+//!
+//! The fixture speaks in delivery numbers and card names, never in the checker's action
+//! indices, so it keeps replaying after the code changes. Its `expect` is what the SPEC
+//! receiver ends with after exactly these steps, so `arrival replay TRACE` passes and
+//! `arrival replay TRACE --policy MUTANT` names the violated property.
+
+use crate::check::{LoadedModel, TraceReport};
+use crate::fixture::{InputError, RawCard, RawExpect, RawFixture, RawStep, TraceOrigin};
+use crate::model::describe_step;
+use crate::network::{Fault, Step};
+use crate::policy::Spec;
+use crate::properties::Property;
+use crate::replay::{replay_steps, Report};
+use crate::table;
+use std::path::Path;
+
+/// A schedule step as written in fixtures.
+pub fn raw_step(scenario: &crate::fixture::Scenario, step: Step) -> RawStep {
+    match step {
+        Step::Deliver { delivery, fault } => RawStep {
+            deliver: Some(delivery),
+            ack_lost: fault == Some(Fault::AckLost),
+            duplicate: fault == Some(Fault::Duplicate),
+            crash: fault == Some(Fault::Crash),
+            reconcile: None,
+        },
+        Step::Reconcile(card) => RawStep {
+            reconcile: Some(scenario.catalog.name(card).to_owned()),
+            ..RawStep::default()
+        },
+    }
+}
+
+/// The fixture that replays `steps`, expecting what the SPEC receiver ends with.
+pub fn fixture(loaded: &LoadedModel, property: Property, steps: &[Step]) -> RawFixture {
+    let scenario = &loaded.scenario;
+    let spec: Report = replay_steps(scenario, Spec, "spec", steps);
+    let mut raw = scenario.raw.clone();
+    raw.name = Some(format!(
+        "{}: {} under {}",
+        scenario.name, property, loaded.policy
+    ));
+    raw.description = Some(format!(
+        "Counterexample found by `arrival check {}`: under policy {} this schedule violates {}. \
+         `expect` is what the SPEC receiver ends with after exactly these steps.",
+        loaded.path.display(),
+        loaded.policy,
+        property
+    ));
+    raw.schedule = Some(steps.iter().map(|&step| raw_step(scenario, step)).collect());
+    raw.trace = Some(TraceOrigin {
+        model: loaded.path.display().to_string(),
+        policy: loaded.policy.to_string(),
+        violates: property.name().to_owned(),
+    });
+    raw.expect = Some(RawExpect {
+        final_cards: spec
+            .final_cards
+            .iter()
+            .map(|(name, card)| {
+                let state = card.state.as_object().cloned().unwrap_or_default();
+                (
+                    name.clone(),
+                    RawCard {
+                        version: card.version,
+                        state,
+                    },
+                )
+            })
+            .collect(),
+        replacements: Some(spec.replacements),
+        unresolved: spec.unresolved.clone(),
+        paused: (!spec.paused.is_empty()).then(|| spec.paused.clone()),
+    });
+    raw
+}
+
+/// Describes, tabulates and (with `out_dir`) writes one counterexample.
+pub fn report(
+    loaded: &LoadedModel,
+    property: Property,
+    steps: &[Step],
+    out_dir: Option<&Path>,
+) -> Result<TraceReport, InputError> {
+    let scenario = &loaded.scenario;
+    let replayed = replay_steps(scenario, loaded.policy.0, &loaded.policy.to_string(), steps);
+    let written = match out_dir {
+        None => None,
+        Some(dir) => {
+            let stem = loaded.path.file_stem().map_or_else(
+                || "model".into(),
+                |stem| stem.to_string_lossy().into_owned(),
+            );
+            let path = dir.join(format!("{stem}.{property}.json"));
+            let io = |source| InputError::Io {
+                file: path.clone(),
+                source,
+            };
+            std::fs::create_dir_all(dir).map_err(io)?;
+            let text = serde_json::to_string_pretty(&fixture(loaded, property, steps))
+                .expect("fixtures serialise");
+            std::fs::write(&path, text + "\n").map_err(io)?;
+            Some(path.display().to_string())
+        }
+    };
+    Ok(TraceReport {
+        steps: steps
+            .iter()
+            .map(|step| describe_step(scenario, step))
+            .collect(),
+        fixture: written,
+        table: table::render(&replayed),
+    })
+}
