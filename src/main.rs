@@ -97,7 +97,11 @@ fn print(text: &str) {
     let _ = stdout.flush();
 }
 
-fn run_replay(fixture: &std::path::Path, json: bool, policy: PolicyName) -> Result<bool, InputError> {
+fn run_replay(
+    fixture: &std::path::Path,
+    json: bool,
+    policy: PolicyName,
+) -> Result<bool, InputError> {
     let scenario = Scenario::load(fixture)?;
     let report = replay::replay(&scenario, policy.0, &policy.to_string());
     if json {

@@ -85,7 +85,16 @@ pub fn report(
     out_dir: Option<&Path>,
 ) -> Result<TraceReport, InputError> {
     let scenario = &loaded.scenario;
-    let replayed = replay_steps(scenario, loaded.policy.0, &loaded.policy.to_string(), steps);
+    let raw = fixture(loaded, property, steps);
+    // Replayed against its own `expect`, the table shows where the checked policy ends up
+    // differing from the SPEC receiver on the same steps.
+    let trace_scenario = crate::fixture::Scenario::from_raw(&scenario.file, raw.clone())?;
+    let replayed = replay_steps(
+        &trace_scenario,
+        loaded.policy.0,
+        &loaded.policy.to_string(),
+        steps,
+    );
     let written = match out_dir {
         None => None,
         Some(dir) => {
@@ -99,8 +108,7 @@ pub fn report(
                 source,
             };
             std::fs::create_dir_all(dir).map_err(io)?;
-            let text = serde_json::to_string_pretty(&fixture(loaded, property, steps))
-                .expect("fixtures serialise");
+            let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise");
             std::fs::write(&path, text + "\n").map_err(io)?;
             Some(path.display().to_string())
         }
