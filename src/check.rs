@@ -125,14 +125,33 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
     let file: ModelFile = toml::from_str(&text).map_err(|error| {
         let place = match error.span() {
             Some(span) => {
-                let before = &text[..span.start.min(text.len())];
+                let start = span.start.min(text.len());
+                let before = &text[..start];
                 let line = before.matches('\n').count() + 1;
                 let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
-                format!("line {line}:{column}")
+                // Name the key when the error sits on one `key = value` line.
+                let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+                let line_text = text[line_start..].lines().next().unwrap_or("");
+                let on_one_line = !text[start..span.end.min(text.len())].contains('\n');
+                match line_text.split_once('=') {
+                    Some((key, _)) if on_one_line && !key.trim().is_empty() => {
+                        format!("line {line}:{column} (key `{}`)", key.trim())
+                    }
+                    // A missing key is reported over the whole table.
+                    _ if start == 0 && !on_one_line => "top level".into(),
+                    _ => format!("line {line}:{column}"),
+                }
             }
             None => "model file".into(),
         };
-        InputError::invalid(path, place, error.message().to_owned())
+        // toml's syntax messages run over two lines ("invalid string\nexpected ...").
+        let message = crate::fixture::plain_types(error.message().trim()).replace('\n', "; ");
+        let message = if text.parse::<toml::Table>().is_err() {
+            format!("not valid TOML: {message}")
+        } else {
+            message
+        };
+        InputError::invalid(path, place, message)
     })?;
     let file_policy: PolicyName = file
         .policy
@@ -148,7 +167,17 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
         return Err(InputError::invalid(path, "threads", "must be at least 1"));
     }
     let fixture_path = path.parent().unwrap_or(Path::new(".")).join(&file.fixture);
-    let scenario = Scenario::load(&fixture_path)?;
+    // Name the model file and its `fixture` key, then what is wrong with the fixture.
+    let scenario = Scenario::load(&fixture_path).map_err(|error| match error {
+        InputError::Io { file, source } => InputError::invalid(
+            path,
+            "fixture",
+            format!("cannot read {}: {source}", file.display()),
+        ),
+        invalid @ InputError::Invalid { .. } => {
+            InputError::invalid(path, "fixture", format!("bad fixture: {invalid}"))
+        }
+    })?;
     Ok(LoadedModel {
         path: path.to_owned(),
         policy: policy.unwrap_or(file_policy),

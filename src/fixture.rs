@@ -251,14 +251,51 @@ impl Scenario {
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, InputError> {
         let deserializer = &mut serde_json::Deserializer::from_str(text);
         let raw: RawFixture = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            // Valid JSON that is not an object: serde would talk about `struct RawFixture`.
+            if let Ok(value) = serde_json::from_str::<Value>(text) {
+                if !value.is_object() {
+                    let kind = match value {
+                        Value::Null => "null",
+                        Value::Bool(_) => "a boolean",
+                        Value::Number(_) => "a number",
+                        Value::String(_) => "a string",
+                        Value::Array(_) => "an array",
+                        Value::Object(_) => unreachable!("checked"),
+                    };
+                    return InputError::invalid(
+                        file,
+                        "top level",
+                        format!(
+                            "a fixture is a JSON object with `initial` and `deliveries`, not {kind}"
+                        ),
+                    );
+                }
+            }
             let inner = error.inner();
+            // serde_path_to_error writes `?` for a map key not read yet: drop it.
             let path = error.path().to_string();
-            let place = if path == "." || path.is_empty() {
+            let path = path.trim_end_matches(".?");
+            let category = inner.classify();
+            let at_root = path == "." || path == "?" || path.is_empty();
+            let place = if at_root && category == serde_json::error::Category::Data {
+                format!("top level (line {}:{})", inner.line(), inner.column())
+            } else if at_root {
                 format!("line {}:{}", inner.line(), inner.column())
             } else {
                 format!("{path} (line {}:{})", inner.line(), inner.column())
             };
-            InputError::invalid(file, place, strip_position(&inner.to_string()))
+            let message = plain_types(&strip_position(&inner.to_string()));
+            let message = match category {
+                serde_json::error::Category::Syntax => format!("not valid JSON: {message}"),
+                serde_json::error::Category::Eof if text.trim().is_empty() => {
+                    "the file is empty (expected a JSON object)".to_owned()
+                }
+                serde_json::error::Category::Eof => {
+                    format!("the JSON ends early (truncated?): {message}")
+                }
+                _ => message,
+            };
+            InputError::invalid(file, place, message)
         })?;
         Scenario::from_raw(file, raw)
     }
@@ -497,6 +534,22 @@ fn typed_expect(
         unresolved_refs,
         paused,
     })
+}
+
+/// Says serde's Rust type names (`u64`, `a map`) in the words of the file formats.
+pub(crate) fn plain_types(message: &str) -> String {
+    message
+        .replace("expected u64", "expected a non-negative integer")
+        .replace("expected usize", "expected a non-negative integer")
+        .replace(
+            "expected u32",
+            "expected a non-negative integer up to 4294967295",
+        )
+        .replace("expected u8", "expected an integer from 0 to 255")
+        .replace("expected a map", "expected a JSON object")
+        .replace("expected a sequence", "expected a JSON array")
+        .replace("invalid type: sequence", "invalid type: array")
+        .replace("invalid type: map", "invalid type: object")
 }
 
 /// serde_json appends " at line L column C"; the place already says it.

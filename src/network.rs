@@ -210,13 +210,19 @@ impl World {
             + holds * size_of::<HoldKey>()
     }
 
-    /// Terminal: every delivery acknowledged and nothing left to reconcile.
+    /// Terminal: every delivery acknowledged and nothing left that an authority snapshot
+    /// could still change (a paused card whose authority is behind it stays paused: the
+    /// snapshot would only be refused again).
     pub fn is_terminal(&self, scenario: &Scenario) -> bool {
-        self.owed.is_empty()
-            && scenario
-                .authority
-                .iter()
-                .all(|snapshot| !self.reconcilable(scenario, snapshot.object_id))
+        let open = |snapshot: &crate::protocol::Snapshot| {
+            let behind = self
+                .receiver
+                .cards()
+                .get(&snapshot.object_id)
+                .is_some_and(|card| snapshot.version < card.version);
+            self.reconcilable(scenario, snapshot.object_id) && !behind
+        };
+        self.owed.is_empty() && !scenario.authority.iter().any(open)
     }
 }
 
