@@ -11,6 +11,7 @@ use crate::policy::{Mutant, Policy};
 use crate::properties::{self, Property};
 use crate::protocol::Sym;
 use crate::receiver::{Ack, Delivered, Receiver, Reconciled};
+use std::sync::Arc;
 
 /// A fault injected into one delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -137,8 +138,9 @@ impl Owed {
 /// step broke.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct World {
-    /// The receiver's state.
-    pub receiver: Receiver,
+    /// The receiver's state, shared between worlds until a step changes it: a duplicate
+    /// or a crash before record copies nothing.
+    pub receiver: Arc<Receiver>,
     /// Delivery indices not yet acknowledged to the sender.
     pub owed: Owed,
     /// Faults left.
@@ -165,7 +167,7 @@ impl World {
     /// The world at the start: initial cards, every delivery owed.
     pub fn initial(scenario: &Scenario, budgets: Budgets) -> World {
         World {
-            receiver: Receiver::new(scenario.initial.iter().copied()),
+            receiver: Arc::new(Receiver::new(scenario.initial.iter().copied())),
             owed: Owed::all(scenario.deliveries.len()),
             budgets,
             violation: None,
@@ -247,7 +249,7 @@ pub fn transition<P: Policy>(
                 // Nothing of the step survives. A receiver that acknowledges first has
                 // already told the sender something it never recorded.
                 let early_ack = policy.is(Mutant::AckBeforeRecord).then(|| {
-                    let mut scratch = pre.receiver.clone();
+                    let mut scratch = Receiver::clone(&pre.receiver);
                     scratch
                         .deliver(
                             policy,
@@ -259,12 +261,16 @@ pub fn transition<P: Policy>(
                 });
                 (None, early_ack)
             } else {
-                let delivered = post.receiver.deliver(
-                    policy,
-                    arriving.number,
-                    arriving.received_at,
-                    &arriving.event,
-                );
+                let (number, event) = (arriving.number, &arriving.event);
+                let delivered = match post.receiver.recognise(policy, number, event) {
+                    Some(duplicate) => duplicate,
+                    None => Arc::make_mut(&mut post.receiver).decide(
+                        policy,
+                        number,
+                        arriving.received_at,
+                        event,
+                    ),
+                };
                 let acked = match fault {
                     None => Some(delivered.ack),
                     Some(_) => None,
@@ -280,12 +286,16 @@ pub fn transition<P: Policy>(
             let snapshot = scenario
                 .authority_for(card)
                 .expect("schedules reconcile cards with authority");
-            Effect::Reconciled(post.receiver.reconcile(policy, snapshot))
+            Effect::Reconciled(Arc::make_mut(&mut post.receiver).reconcile(policy, snapshot))
         }
     };
     if post.violation.is_none() {
-        post.violation = properties::check_step(scenario, pre, &post, step, &effect)
-            .or_else(|| properties::check_state(scenario, &post));
+        post.violation = properties::check_step(scenario, pre, &post, step, &effect);
+    }
+    let unchanged = Arc::ptr_eq(&pre.receiver, &post.receiver) && pre.owed == post.owed;
+    if post.violation.is_none() && !unchanged {
+        // An unchanged world was already checked when it was reached.
+        post.violation = properties::check_state(scenario, &post);
     }
     (post, effect)
 }

@@ -114,6 +114,33 @@ pub fn check_step(
         &scenario.deliveries[index]
     });
 
+    // Whether what arrived is recorded (a crash records nothing, by definition).
+    let arrived_recorded = match (delivery, arriving) {
+        (Some((number, fault, ..)), Some(arriving)) if fault != Some(Fault::Crash) => {
+            after.recorded(&arriving.event, number).is_some()
+        }
+        _ => true,
+    };
+    // Whether the acknowledgement the sender got, if any, is a recorded decision's meaning.
+    let ack_matches = match (delivery, arriving) {
+        (Some((number, _, _, Some(ack))), Some(arriving)) => {
+            after
+                .recorded(&arriving.event, number)
+                .map(|decision| decision.ack())
+                == Some(ack)
+        }
+        _ => true,
+    };
+
+    // A step that left the receiver untouched (a duplicate, a crash before record) can only
+    // be wrong in what arrived and what the sender got.
+    if std::sync::Arc::ptr_eq(before, after) {
+        if !arrived_recorded {
+            return Some(Property::EvidenceRetained);
+        }
+        return (!ack_matches).then_some(Property::AckImpliesRecorded);
+    }
+
     // first-record-immutable
     let first_kept = before.identities().iter().all(|(id, identity)| {
         after.identities().get(id).is_some_and(|now| {
@@ -135,12 +162,6 @@ pub fn check_step(
         .anonymous()
         .keys()
         .all(|number| after.anonymous().contains_key(number));
-    let arrived_recorded = match (delivery, arriving) {
-        (Some((number, fault, ..)), Some(arriving)) if fault != Some(Fault::Crash) => {
-            after.recorded(&arriving.event, number).is_some()
-        }
-        _ => true,
-    };
     if !retained || !arrived_recorded {
         return Some(Property::EvidenceRetained);
     }
@@ -169,8 +190,7 @@ pub fn check_step(
         return Some(Property::VersionMonotonic);
     }
 
-    if let Some((number, _, delivered, acked)) = delivery {
-        let arriving = arriving.expect("a delivery step has its delivery");
+    if let Some((_, _, delivered, _)) = delivery {
         // paused-frozen
         if !frozen(before, after, |card| before.cards()[&card].paused) {
             return Some(Property::PausedFrozen);
@@ -185,11 +205,8 @@ pub fn check_step(
             return Some(Property::HeldChangesNothing);
         }
         // ack-implies-recorded: the meaning the sender got is a recorded decision's.
-        if let Some(ack) = acked {
-            let recorded = after.recorded(&arriving.event, number);
-            if recorded.map(|decision| decision.ack()) != Some(ack) {
-                return Some(Property::AckImpliesRecorded);
-            }
+        if !ack_matches {
+            return Some(Property::AckImpliesRecorded);
         }
         // duplicate-no-effect
         let duplicate =

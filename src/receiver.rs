@@ -83,7 +83,7 @@ pub enum Standing {
 
 /// One recorded content under an event id (or under a delivery number, for inputs without
 /// an event id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Record {
     /// The parsed event.
     pub event: Event,
@@ -93,6 +93,17 @@ pub struct Record {
     pub standing: Standing,
     /// When it was recorded (the delivery's receive time), for retention.
     pub recorded_at: Option<i64>,
+}
+
+impl std::hash::Hash for Record {
+    /// The envelope's content id stands for the whole parsed event (every other event
+    /// field is a function of it), which keeps model-state fingerprints cheap.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.event.content.hash(state);
+        self.decision.hash(state);
+        self.standing.hash(state);
+        self.recorded_at.hash(state);
+    }
 }
 
 /// Everything received under one event id: the first record and every changed variant.
@@ -470,19 +481,52 @@ impl Receiver {
         received_at: Option<i64>,
         event: &Event,
     ) -> Delivered {
+        match self.recognise(policy, delivery, event) {
+            Some(duplicate) => duplicate,
+            None => self.decide(policy, delivery, received_at, event),
+        }
+    }
+
+    /// Rule 1, read only: a delivery whose content is already recorded (under its event id,
+    /// or under its delivery number when it has no event id) is a duplicate with no new
+    /// effect. `None`: the delivery needs [`Receiver::decide`].
+    #[inline]
+    pub fn recognise<P: Policy>(
+        &self,
+        policy: P,
+        delivery: u32,
+        event: &Event,
+    ) -> Option<Delivered> {
+        let recorded = match event.event_id {
+            // The only identity an input without an event id has is its delivery number.
+            None => self.anonymous.get(&delivery)?,
+            Some(id) => {
+                let identity = self.identities.get(&id)?;
+                let index = match policy.mutant() {
+                    Some(Mutant::IdOnlyDedupe) => 0,
+                    _ => identity.position(event.content)?,
+                };
+                identity.record(index)
+            }
+        };
+        Some(verdict(Verdict::Duplicate(recorded.decision)))
+    }
+
+    /// Decides and records a delivery that [`Receiver::recognise`] did not recognise.
+    pub fn decide<P: Policy>(
+        &mut self,
+        policy: P,
+        delivery: u32,
+        received_at: Option<i64>,
+        event: &Event,
+    ) -> Delivered {
+        debug_assert!(self.recognise(policy, delivery, event).is_none());
         // Rule 1: identity.
         let Some(id) = event.event_id else {
-            return self.deliver_anonymous(delivery, received_at, event);
+            return self.deliver_anonymous(policy, delivery, received_at, event);
         };
-        if let Some(identity) = self.identities.get(&id) {
-            let known = match policy.mutant() {
-                Some(Mutant::IdOnlyDedupe) => Some(0),
-                _ => identity.position(event.content),
-            };
-            let delivered = match known {
-                Some(index) => verdict(Verdict::Duplicate(identity.record(index).decision)),
-                None => self.record_variant(policy, id, received_at, event),
-            };
+        if self.identities.contains_key(&id) {
+            let delivered = self.record_variant(policy, id, received_at, event);
             self.debug_check(policy);
             return delivered;
         }
@@ -515,16 +559,13 @@ impl Receiver {
     }
 
     /// Rule 1, no event id: held by delivery number, without an identity record.
-    fn deliver_anonymous(
+    fn deliver_anonymous<P: Policy>(
         &mut self,
+        policy: P,
         delivery: u32,
         received_at: Option<i64>,
         event: &Event,
     ) -> Delivered {
-        if let Some(record) = self.anonymous.get(&delivery) {
-            // The only identity such an input has is its delivery number.
-            return verdict(Verdict::Duplicate(record.decision));
-        }
         let decision = Decision::Held(HoldReason::Malformed);
         self.pause_known(event.object_id);
         self.anonymous.insert(
@@ -537,6 +578,7 @@ impl Receiver {
             },
         );
         self.hold(event.object_id, HoldKey::Delivery(delivery));
+        self.debug_check(policy);
         verdict(Verdict::Decided(decision))
     }
 

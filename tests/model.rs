@@ -101,7 +101,7 @@ fn every_decision_kind_and_outcome_is_reached() {
 fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
     let out = std::env::temp_dir().join(format!("arrival-traces-{}", std::process::id()));
     for mutant in Mutant::ALL {
-        let path = format!("models/mutants/{}.toml", mutant.name());
+        let path = format!("models/mutant-{}.toml", mutant.name());
         let loaded = load(&path);
         assert_eq!(loaded.policy, PolicyName(Some(mutant)), "{path}");
         let Expectation::Violates(property) = loaded.expectation else {
@@ -142,7 +142,7 @@ fn the_spec_policy_passes_every_mutant_model() {
     // The same scenarios with the real receiver: nothing is violated, so each mutant's
     // failure is the mutant's, not the scenario's.
     for mutant in Mutant::ALL {
-        let path = format!("models/mutants/{}.toml", mutant.name());
+        let path = format!("models/mutant-{}.toml", mutant.name());
         let loaded = check::load_model(Path::new(&path), Some(PolicyName(None))).expect("loads");
         let report = run(&loaded, None);
         assert_eq!(report.verdict, "pass", "{}", check::render(&report));

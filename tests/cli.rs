@@ -1,0 +1,678 @@
+//! The `arrival` command line, run as a user runs it: exit statuses (0 holds, 1 does not
+//! hold as expected, 2 bad input) and what the error messages say.
+//!
+//! `tests/malformed/` holds one problem per file. Each must stop the run with exit status 2
+//! and a message naming the file, the place (a JSON path, line:column or TOML key) and what
+//! is wrong, without a panic. `tests/inputs/protocol-anomalies.json` is the opposite: envelopes
+//! that break the protocol are not fixture errors, the receiver holds them.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Fixture files (`arrival replay`): the file and what stderr must say besides its name.
+const FIXTURE_CASES: &[(&str, &[&str])] = &[
+    ("not-json.json", &["line 1:1", "not valid JSON"]),
+    ("trailing-garbage.json", &["line 5", "more content after"]),
+    ("empty.json", &["line 1", "empty"]),
+    (
+        "truncated.json",
+        &["deliveries[1].event", "line 6", "ends early"],
+    ),
+    (
+        "top-level-array.json",
+        &["top level", "JSON object", "not an array"],
+    ),
+    (
+        "unknown-top-level-key.json",
+        &["deliveriez", "line 4:", "unknown field `deliveriez`"],
+    ),
+    (
+        "unknown-delivery-key.json",
+        &[
+            "deliveries[1].recieved_at",
+            "line 5:",
+            "unknown field `recieved_at`",
+        ],
+    ),
+    (
+        "delivery-missing-event.json",
+        &["deliveries[1]", "missing field `event`"],
+    ),
+    (
+        "delivery-number-negative.json",
+        &["deliveries[0].delivery", "-1", "non-negative integer"],
+    ),
+    (
+        "initial-negative-version.json",
+        &["initial.card-7.version", "-1", "non-negative integer"],
+    ),
+    (
+        "initial-fractional-version.json",
+        &["initial.card-7.version", "1.5", "non-negative integer"],
+    ),
+    (
+        "initial-string-version.json",
+        &[
+            "initial.card-7.version",
+            "string \"10\"",
+            "non-negative integer",
+        ],
+    ),
+    (
+        "initial-state-not-object.json",
+        &["initial.card-7.state", "array", "expected a JSON object"],
+    ),
+    (
+        "authority-negative-version.json",
+        &["authority[0].version", "-3", "non-negative integer"],
+    ),
+    (
+        "authority-state-not-object.json",
+        &["authority[0].state", "\"done\"", "expected a JSON object"],
+    ),
+    (
+        "authority-twice.json",
+        &[
+            "authority[1].object_id",
+            "second authority snapshot",
+            "card-7",
+        ],
+    ),
+    (
+        "duplicate-delivery-number.json",
+        &[
+            "deliveries[2].delivery",
+            "delivery number 2 is used twice",
+            "deliveries[1]",
+        ],
+    ),
+    (
+        "missing-deliveries.json",
+        &["top level", "missing field `deliveries`"],
+    ),
+    (
+        "received-at-not-rfc3339.json",
+        &[
+            "deliveries[1].received_at",
+            "yesterday at noon",
+            "not an RFC 3339 time",
+        ],
+    ),
+    (
+        "expect-unresolved-twice.json",
+        &["expect.unresolved", "`e-9` is listed twice"],
+    ),
+    (
+        "schedule-unknown-delivery.json",
+        &["schedule[1]", "delivery 7", "does not have"],
+    ),
+    (
+        "schedule-reconcile-without-authority.json",
+        &["schedule[1]", "card-99", "no authority snapshot"],
+    ),
+    (
+        "schedule-deliver-and-reconcile.json",
+        &["schedule[0]", "not both"],
+    ),
+    (
+        "schedule-empty-step.json",
+        &["schedule[1]", "needs `deliver`", "or `reconcile`"],
+    ),
+    (
+        "schedule-ack-lost-and-crash.json",
+        &["schedule[0]", "at most one of", "`ack_lost`", "`crash`"],
+    ),
+    (
+        "schedule-reconcile-with-fault.json",
+        &["schedule[1]", "go with `deliver`, not `reconcile`"],
+    ),
+];
+
+/// Model files (`arrival check`): the file and what stderr must say besides its name.
+const MODEL_CASES: &[(&str, &[&str])] = &[
+    (
+        "model-invalid-toml.toml",
+        &["line 3:", "key `expect`", "not valid TOML"],
+    ),
+    (
+        "model-unknown-key.toml",
+        &["line 5:1", "key `treads`", "unknown field `treads`"],
+    ),
+    (
+        "model-missing-expect.toml",
+        &["top level", "missing field `expect`"],
+    ),
+    (
+        "model-negative-budget.toml",
+        &["key `duplicates`", "-1", "from 0 to 255"],
+    ),
+    (
+        "model-unknown-reconciliation.toml",
+        &["key `reconciliation`", "unknown variant `whenever`"],
+    ),
+    (
+        "model-unknown-policy.toml",
+        &[
+            "policy",
+            "unknown policy `first-come-first-served`",
+            "ignore-pause",
+        ],
+    ),
+    (
+        "model-unknown-property.toml",
+        &["expect", "unknown property `paused-forever`", "or `pass`"],
+    ),
+    (
+        "model-missing-fixture.toml",
+        &["fixture", "no-such-fixture.json", "cannot read"],
+    ),
+    (
+        "model-malformed-fixture.toml",
+        &[
+            "fixture",
+            "duplicate-delivery-number.json",
+            "deliveries[2].delivery",
+            "used twice",
+        ],
+    ),
+    ("model-zero-threads.toml", &["threads", "at least 1"]),
+];
+
+const MALFORMED: &str = "tests/malformed";
+const B62_15: &str = "fixtures/B62-15-events.json";
+const ANOMALIES: &str = "tests/inputs/protocol-anomalies.json";
+
+/// The ignore-pause mutant's model file.
+const IGNORE_PAUSE: &str = "models/mutant-ignore-pause.toml";
+
+fn arrival(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("arrival runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts the exit status, with both streams in the message when it differs.
+fn assert_status(output: &Output, expected: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(expected),
+        "{what}: expected exit status {expected}\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(output),
+        stderr(output)
+    );
+    assert!(
+        !stderr(output).contains("panicked"),
+        "{what}: panicked\n{}",
+        stderr(output)
+    );
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "stdout is not JSON ({error}):\n{}\n--- stderr\n{}",
+            stdout(output),
+            stderr(output)
+        )
+    })
+}
+
+/// Checks one rejected input; returns what is wrong with the run, if anything.
+fn rejected(args: &[&str], file: &str, expected: &[&str]) -> Vec<String> {
+    let output = arrival(args);
+    let err = stderr(&output);
+    let mut problems = Vec::new();
+    if output.status.code() != Some(2) {
+        problems.push(format!("exit status {:?}, not 2", output.status.code()));
+    }
+    if err.contains("panicked") {
+        problems.push("panicked".into());
+    }
+    if !err.contains(file) {
+        problems.push(format!("does not name the file `{file}`"));
+    }
+    for wanted in expected {
+        if !err.contains(wanted) {
+            problems.push(format!("does not say `{wanted}`"));
+        }
+    }
+    if !output.stdout.is_empty() {
+        problems.push(format!("printed a report: {}", stdout(&output)));
+    }
+    if problems.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{file}: {}\n    stderr: {}",
+            problems.join("; "),
+            err.trim()
+        )]
+    }
+}
+
+#[test]
+fn every_malformed_fixture_exits_2_naming_file_place_and_problem() {
+    let failures: Vec<String> = FIXTURE_CASES
+        .iter()
+        .flat_map(|(name, expected)| {
+            let file = format!("{MALFORMED}/{name}");
+            rejected(&["replay", &file], &file, expected)
+        })
+        .collect();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_malformed_fixture_is_rejected_with_json_output_too() {
+    // `--json` must not turn bad input into a half-written report.
+    let failures: Vec<String> = FIXTURE_CASES
+        .iter()
+        .flat_map(|(name, expected)| {
+            let file = format!("{MALFORMED}/{name}");
+            rejected(&["replay", "--json", &file], &file, expected)
+        })
+        .collect();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_malformed_model_exits_2_naming_file_place_and_problem() {
+    let failures: Vec<String> = MODEL_CASES
+        .iter()
+        .flat_map(|(name, expected)| {
+            let file = format!("{MALFORMED}/{name}");
+            rejected(&["check", "--quiet", &file], &file, expected)
+        })
+        .collect();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_file_in_the_malformed_folder_is_in_a_table() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join(MALFORMED);
+    let listed: Vec<&str> = FIXTURE_CASES
+        .iter()
+        .chain(MODEL_CASES)
+        .map(|(name, _)| *name)
+        .collect();
+    let mut unlisted = Vec::new();
+    for entry in std::fs::read_dir(&folder).expect("tests/malformed exists") {
+        let name = entry.expect("a directory entry").file_name();
+        let name = name.to_string_lossy().into_owned();
+        if !listed.contains(&name.as_str()) {
+            unlisted.push(name);
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "files in {MALFORMED} that no test runs: {unlisted:?}"
+    );
+    for name in &listed {
+        assert!(folder.join(name).is_file(), "{MALFORMED}/{name} is missing");
+    }
+}
+
+#[test]
+fn a_bad_model_file_stops_the_run_before_any_model_is_checked() {
+    // The good model comes first: nothing is explored, nothing printed.
+    let bad = format!("{MALFORMED}/model-zero-threads.toml");
+    let output = arrival(&["check", "--quiet", IGNORE_PAUSE, &bad]);
+    assert_status(&output, 2, "a good and a bad model");
+    assert!(stderr(&output).contains(&bad), "{}", stderr(&output));
+    assert!(output.stdout.is_empty(), "{}", stdout(&output));
+}
+
+#[test]
+fn check_of_a_model_with_a_malformed_fixture_names_both_files() {
+    let model = format!("{MALFORMED}/model-malformed-fixture.toml");
+    let output = arrival(&["check", "--quiet", "--json", &model]);
+    assert_status(&output, 2, "model with a malformed fixture");
+    let err = stderr(&output);
+    assert!(err.contains(&model), "{err}");
+    assert!(
+        err.contains("tests/malformed/duplicate-delivery-number.json"),
+        "{err}"
+    );
+    assert!(err.contains("deliveries[2].delivery"), "{err}");
+    assert!(output.stdout.is_empty(), "{}", stdout(&output));
+}
+
+#[test]
+fn a_missing_fixture_exits_2_naming_it() {
+    let missing = "fixtures/no-such-fixture.json";
+    let output = arrival(&["replay", missing]);
+    assert_status(&output, 2, "missing fixture");
+    let err = stderr(&output);
+    assert!(err.contains(missing), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn an_unknown_policy_exits_2() {
+    let output = arrival(&["replay", "--policy", "no-such-policy", B62_15]);
+    assert_status(&output, 2, "unknown policy");
+    let err = stderr(&output);
+    assert!(err.contains("no-such-policy"), "{err}");
+    assert!(err.contains("ignore-pause"), "lists the policies: {err}");
+    assert!(output.stdout.is_empty(), "{}", stdout(&output));
+}
+
+#[test]
+fn replay_of_b62_15_holds() {
+    let output = arrival(&["replay", B62_15]);
+    assert_status(&output, 0, "replay B62-15");
+    let out = stdout(&output);
+    assert!(out.contains("expect: holds"), "{out}");
+    assert!(
+        out.contains("replacements: 2 event-driven + 2 authoritative"),
+        "{out}"
+    );
+}
+
+#[test]
+fn replay_json_of_b62_15_has_the_spec_keys() {
+    let output = arrival(&["replay", "--json", B62_15]);
+    assert_status(&output, 0, "replay --json B62-15");
+    let report = json(&output);
+    for key in ["steps", "final", "paused", "replacements", "unresolved"] {
+        assert!(report.get(key).is_some(), "no `{key}` in {report:#}");
+    }
+    let steps = report["steps"].as_array().expect("steps is an array");
+    assert_eq!(steps.len(), 12, "ten deliveries and two reconciliations");
+    let first = &steps[0];
+    for key in [
+        "kind",
+        "delivery",
+        "event_id",
+        "object_id",
+        "decision",
+        "ack",
+        "ack_lost",
+        "cards",
+        "paused",
+        "held",
+    ] {
+        assert!(first.get(key).is_some(), "no `{key}` in step 1: {first:#}");
+    }
+    assert_eq!(first["kind"], "deliver");
+    assert_eq!(first["decision"], "applied");
+    assert_eq!(first["ack_lost"], true);
+    assert_eq!(steps[1]["decision"], "duplicate");
+    assert_eq!(steps[1]["original_decision"], "applied");
+    let reconcile = &steps[10];
+    assert_eq!(reconcile["kind"], "reconcile");
+    assert_eq!(reconcile["object_id"], "card-7");
+    assert_eq!(reconcile["outcome"], "replaced");
+    assert_eq!(
+        reconcile["re_evaluated"][0]["event_id"], "e-203",
+        "{reconcile:#}"
+    );
+    assert_eq!(reconcile["re_evaluated"][0]["decision"], "equal");
+    assert_eq!(report["final"]["card-7"]["version"], 14);
+    assert_eq!(report["final"]["card-8"]["version"], 5);
+    assert_eq!(report["paused"], serde_json::json!([]));
+    assert_eq!(
+        report["replacements"],
+        serde_json::json!({"event": 2, "authority": 2})
+    );
+    assert_eq!(report["unresolved"], serde_json::json!(["e-204", "e-300"]));
+}
+
+/// A folder of its own under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!(
+            "arrival-cli-{label}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn replay_with_a_wrong_expect_exits_1_and_names_what_differs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(B62_15)).expect("B62-15");
+    let mut fixture: Value = serde_json::from_str(&text).expect("B62-15 is JSON");
+    fixture["expect"]["final"]["card-7"]["version"] = 13.into();
+    fixture["expect"]["unresolved"] = serde_json::json!(["e-204"]);
+    fixture["expect"]["replacements"]["event"] = 3.into();
+    let dir = TempDir::new("wrong-expect");
+    let file = dir.0.join("B62-15-wrong-expect.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&fixture).unwrap()).expect("written");
+    let file = file.to_str().expect("a UTF-8 temp path");
+
+    let output = arrival(&["replay", file]);
+    assert_status(&output, 1, "wrong expect");
+    let out = stdout(&output);
+    assert!(out.contains("expect: DIFFERS"), "{out}");
+    assert!(out.contains("card-7 expected v13"), "{out}");
+    assert!(out.contains("but is v14"), "{out}");
+    assert!(out.contains("unresolved: expected [\"e-204\"]"), "{out}");
+    assert!(out.contains("replacements: expected 3 event"), "{out}");
+    assert!(
+        !out.contains("card-8 expected"),
+        "card-8 is as expected: {out}"
+    );
+
+    let output = arrival(&["replay", "--json", file]);
+    assert_status(&output, 1, "wrong expect, --json");
+    let report = json(&output);
+    assert_eq!(report["expect"]["holds"], false, "{report:#}");
+    let differences = report["expect"]["differences"]
+        .as_array()
+        .expect("differences");
+    assert_eq!(differences.len(), 3, "{differences:#?}");
+}
+
+#[test]
+fn protocol_anomalies_are_held_not_rejected() {
+    let output = arrival(&["replay", ANOMALIES]);
+    assert_status(&output, 0, "protocol anomalies");
+    assert!(
+        stdout(&output).contains("expect: holds"),
+        "{}",
+        stdout(&output)
+    );
+
+    let output = arrival(&["replay", "--json", ANOMALIES]);
+    assert_status(&output, 0, "protocol anomalies, --json");
+    let report = json(&output);
+    let steps = report["steps"].as_array().expect("steps");
+    // Delivery by delivery: (event id, card, decision, paused after, held after).
+    let expected: [(Value, Value, &str, &[&str]); 10] = [
+        // Rule 5: missing version pauses the card.
+        (
+            "a-1".into(),
+            "card-1".into(),
+            "held_missing_version",
+            &["card-1"],
+        ),
+        // Rule 1: non-string event_id, held by delivery number, pauses the card it names.
+        (
+            Value::Null,
+            "card-2".into(),
+            "held_malformed",
+            &["card-1", "card-2"],
+        ),
+        // Rule 3: non-string object_id; no card to pause.
+        (
+            "a-3".into(),
+            Value::Null,
+            "held_malformed",
+            &["card-1", "card-2"],
+        ),
+        // Rule 2: unsupported type pauses the known card.
+        (
+            "a-4".into(),
+            "card-3".into(),
+            "held_unsupported_type",
+            &["card-1", "card-2", "card-3"],
+        ),
+        // Rule 5: state not an object.
+        (
+            "a-5".into(),
+            "card-4".into(),
+            "held_malformed",
+            &["card-1", "card-2", "card-3", "card-4"],
+        ),
+        // An event that is a string, then one that is an array: no identity, no card.
+        (
+            Value::Null,
+            Value::Null,
+            "held_malformed",
+            &["card-1", "card-2", "card-3", "card-4"],
+        ),
+        (
+            Value::Null,
+            Value::Null,
+            "held_malformed",
+            &["card-1", "card-2", "card-3", "card-4"],
+        ),
+        // Rule 5: a version of 1.5.
+        (
+            "a-8".into(),
+            "card-5".into(),
+            "held_invalid_version",
+            &["card-1", "card-2", "card-3", "card-4", "card-5"],
+        ),
+        // An empty envelope.
+        (
+            Value::Null,
+            Value::Null,
+            "held_malformed",
+            &["card-1", "card-2", "card-3", "card-4", "card-5"],
+        ),
+        // Rule 4: a good event for a paused card waits.
+        (
+            "a-10".into(),
+            "card-1".into(),
+            "held_paused",
+            &["card-1", "card-2", "card-3", "card-4", "card-5"],
+        ),
+    ];
+    for (index, (event_id, object_id, decision, paused)) in expected.iter().enumerate() {
+        let step = &steps[index];
+        let what = format!("delivery {}: {step:#}", index + 1);
+        assert_eq!(step["kind"], "deliver", "{what}");
+        assert_eq!(step["delivery"], index + 1, "{what}");
+        assert_eq!(&step["event_id"], event_id, "{what}");
+        assert_eq!(&step["object_id"], object_id, "{what}");
+        assert_eq!(step["decision"], *decision, "{what}");
+        assert_eq!(step["ack"], "held", "{what}");
+        assert_eq!(step["paused"], serde_json::json!(paused), "{what}");
+        // Nothing held changes a card.
+        assert_eq!(step["cards"], steps[0]["cards"], "{what}");
+    }
+    assert_eq!(
+        steps[9]["held"],
+        serde_json::json!([
+            "a-1",
+            "delivery-2",
+            "a-3",
+            "a-4",
+            "a-5",
+            "delivery-6",
+            "delivery-7",
+            "a-8",
+            "delivery-9",
+            "a-10"
+        ])
+    );
+    // card-1's authority (v6) replaces it; a-10 (v7) is then applied; a-1 (no version) is
+    // superseded, never given an invented version.
+    let card_1 = &steps[10];
+    assert_eq!(card_1["outcome"], "replaced", "{card_1:#}");
+    assert_eq!(
+        card_1["re_evaluated"],
+        serde_json::json!([{"event_id": "a-10", "from": "held_paused", "decision": "applied"}])
+    );
+    assert_eq!(card_1["superseded"], serde_json::json!(["a-1"]));
+    // card-2's authority confirms it; the anonymous delivery that paused it is superseded.
+    let card_2 = &steps[11];
+    assert_eq!(card_2["outcome"], "confirmed", "{card_2:#}");
+    assert_eq!(card_2["superseded"], serde_json::json!(["delivery-2"]));
+    assert_eq!(
+        card_2["paused"],
+        serde_json::json!(["card-3", "card-4", "card-5"])
+    );
+
+    assert_eq!(report["final"]["card-1"]["version"], 7);
+    assert_eq!(report["final"]["card-1"]["state"]["stage"], "archived");
+    assert_eq!(
+        report["paused"],
+        serde_json::json!(["card-3", "card-4", "card-5"])
+    );
+    assert_eq!(
+        report["replacements"],
+        serde_json::json!({"event": 1, "authority": 1})
+    );
+    assert_eq!(
+        report["unresolved"],
+        serde_json::json!([
+            "a-1",
+            "a-3",
+            "a-4",
+            "a-5",
+            "a-8",
+            "delivery-2",
+            "delivery-6",
+            "delivery-7",
+            "delivery-9"
+        ])
+    );
+    assert_eq!(report["expect"]["holds"], true, "{:#}", report["expect"]);
+}
+
+#[test]
+fn check_catches_the_ignore_pause_mutant_as_expected() {
+    let output = arrival(&["check", IGNORE_PAUSE, "--quiet", "--json"]);
+    assert_status(&output, 0, "check ignore-pause");
+    let document = json(&output);
+    let model = &document["models"][0];
+    assert_eq!(model["verdict"], "fail", "{model:#}");
+    assert_eq!(model["expected"], "paused-frozen");
+    assert_eq!(model["as_expected"], true);
+    assert_eq!(model["policy"], "ignore-pause");
+    let violated = model["violated"].as_array().expect("violated");
+    assert!(
+        violated.iter().any(|name| name == "paused-frozen"),
+        "{violated:?}"
+    );
+}
+
+#[test]
+fn check_of_the_ignore_pause_model_under_the_spec_policy_exits_1() {
+    let output = arrival(&["check", IGNORE_PAUSE, "--quiet", "--policy", "spec"]);
+    assert_status(&output, 1, "check ignore-pause --policy spec");
+    let out = stdout(&output);
+    assert!(
+        out.contains("verdict: pass (expected paused-frozen)"),
+        "{out}"
+    );
+    assert!(out.contains("NOT AS EXPECTED"), "{out}");
+}

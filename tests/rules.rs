@@ -1,0 +1,1976 @@
+//! One test per rule and per precedence edge of SPEC.md's decision function, its
+//! reconciliation and the retention of identity records, run against the real public API:
+//! envelopes written as JSON, parsed by `Catalog::event`, decided by `Receiver::deliver`
+//! under the SPEC policy, reconciled by `Receiver::reconcile`.
+//!
+//! Every helper call also checks two things SPEC asks of every delivery: the
+//! acknowledgement is given only once the decision is recorded (the receiver answers
+//! `recorded()` with it), and the receiver's internal invariants hold.
+
+use arrival::policy::Spec;
+use arrival::protocol::{Catalog, Snapshot, Sym};
+use arrival::receiver::{
+    Ack, Card, Decision, Delivered, HoldKey, HoldReason, InputRef, Outcome, Receiver, Reconciled,
+    Record, Settlement, Standing, Verdict,
+};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+// ---------------------------------------------------------------------------------------
+// The bench
+// ---------------------------------------------------------------------------------------
+
+/// T of the B62-15 fixture, 2024-01-01T08:00:00Z, in Unix seconds.
+const T: i64 = 1_704_096_000;
+const T_TEXT: &str = "2024-01-01T08:00:00Z";
+const DAY: u64 = 86_400;
+
+const HELD_MALFORMED: Decision = Decision::Held(HoldReason::Malformed);
+const HELD_UNSUPPORTED_TYPE: Decision = Decision::Held(HoldReason::UnsupportedType);
+const HELD_UNKNOWN_OBJECT: Decision = Decision::Held(HoldReason::UnknownObject);
+const HELD_PAUSED: Decision = Decision::Held(HoldReason::Paused);
+const HELD_MISSING_VERSION: Decision = Decision::Held(HoldReason::MissingVersion);
+const HELD_INVALID_VERSION: Decision = Decision::Held(HoldReason::InvalidVersion);
+
+/// A catalog and a receiver under the SPEC policy, with a delivery counter and a clock.
+struct Bench {
+    catalog: Catalog,
+    receiver: Receiver,
+    /// The number of the last delivery made.
+    last: u32,
+    /// The receive time of the next delivery (one second later each time).
+    now: i64,
+}
+
+impl Bench {
+    /// A receiver that knows these cards, none paused.
+    fn new(cards: &[(&str, u64, Value)]) -> Bench {
+        let mut catalog = Catalog::new();
+        let initial: Vec<(Sym, Card)> = cards
+            .iter()
+            .map(|(name, version, state)| {
+                (catalog.sym(name), Card::new(*version, catalog.state(state)))
+            })
+            .collect();
+        Bench {
+            catalog,
+            receiver: Receiver::new(initial),
+            last: 0,
+            now: T + 1,
+        }
+    }
+
+    /// The B62-15 board: card-7 v10 queued/Map, card-8 v3 ready/Chart.
+    fn board() -> Bench {
+        Bench::new(&[
+            ("card-7", 10, st("queued", "Map")),
+            ("card-8", 3, st("ready", "Chart")),
+        ])
+    }
+
+    /// A new delivery (the next delivery number) of this envelope.
+    fn deliver(&mut self, raw: Value) -> Delivered {
+        self.last += 1;
+        self.deliver_as(self.last, raw)
+    }
+
+    /// The sender delivers delivery `number` again (same number, later receive time).
+    fn redeliver(&mut self, number: u32, raw: Value) -> Delivered {
+        self.deliver_as(number, raw)
+    }
+
+    fn deliver_as(&mut self, number: u32, raw: Value) -> Delivered {
+        let at = self.now;
+        self.now += 1;
+        self.deliver_at(number, Some(at), raw)
+    }
+
+    fn deliver_at(&mut self, number: u32, received_at: Option<i64>, raw: Value) -> Delivered {
+        let event = self.catalog.event(&raw);
+        let delivered = self.receiver.deliver(Spec, number, received_at, &event);
+        assert_eq!(
+            self.receiver.recorded(&event, number),
+            Some(delivered.verdict.decision()),
+            "an acknowledgement is given only once its decision is recorded"
+        );
+        assert_eq!(delivered.ack, delivered.verdict.decision().ack());
+        self.check();
+        delivered
+    }
+
+    /// Applies the authority snapshot `{card, version, state}`.
+    fn reconcile(&mut self, card: &str, version: u64, state: Value) -> Reconciled {
+        let snapshot = Snapshot {
+            object_id: self.catalog.sym(card),
+            version,
+            state: self.catalog.state(&state),
+        };
+        let reconciled = self.receiver.reconcile(Spec, &snapshot);
+        self.check();
+        reconciled
+    }
+
+    fn check(&self) {
+        if let Err(broken) = self.receiver.invariants() {
+            panic!("receiver invariant broken: {broken}");
+        }
+    }
+
+    fn sym(&self, name: &str) -> Sym {
+        self.catalog
+            .find(name)
+            .unwrap_or_else(|| panic!("{name} was never interned"))
+    }
+
+    fn card(&self, name: &str) -> Option<Card> {
+        self.catalog
+            .find(name)
+            .and_then(|sym| self.receiver.cards().get(&sym).copied())
+    }
+
+    fn is_known(&self, name: &str) -> bool {
+        self.card(name).is_some()
+    }
+
+    /// Asserts a card's version, complete state and paused flag.
+    #[track_caller]
+    fn assert_card(&self, name: &str, version: u64, state: Value, paused: bool) {
+        let card = self
+            .card(name)
+            .unwrap_or_else(|| panic!("{name} is not a known card"));
+        assert_eq!(
+            (
+                card.version,
+                self.catalog.state_value(card.state),
+                card.paused
+            ),
+            (version, &state, paused),
+            "{name}: (version, state, paused)"
+        );
+    }
+
+    /// The paused cards, by name.
+    fn paused(&self) -> Vec<&str> {
+        self.receiver
+            .paused()
+            .map(|sym| self.catalog.name(sym))
+            .collect()
+    }
+
+    /// Record `index` of event id `event` (0 is the first record).
+    fn key(&self, event: &str, index: u16) -> HoldKey {
+        HoldKey::Record {
+            event: self.sym(event),
+            index,
+        }
+    }
+
+    fn record(&self, key: HoldKey) -> Record {
+        *self.receiver.record(key)
+    }
+
+    /// The holds filed under a card (`None`: inputs without a usable object id).
+    fn holds(&self, card: Option<&str>) -> Vec<HoldKey> {
+        let bucket = card.map(|name| self.sym(name));
+        self.receiver
+            .holds()
+            .get(&bucket)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn holds_by_card(&self) -> BTreeMap<Option<Sym>, Vec<HoldKey>> {
+        self.receiver.holds().clone()
+    }
+
+    fn unresolved(&self) -> BTreeSet<InputRef> {
+        self.receiver.unresolved()
+    }
+
+    /// Input references: event ids and delivery numbers.
+    fn inputs(&self, events: &[&str], deliveries: &[u32]) -> BTreeSet<InputRef> {
+        events
+            .iter()
+            .map(|name| InputRef::Event(self.sym(name)))
+            .chain(deliveries.iter().map(|&number| InputRef::Delivery(number)))
+            .collect()
+    }
+
+    fn cards(&self) -> BTreeMap<Sym, Card> {
+        self.receiver.cards().clone()
+    }
+}
+
+/// A card state.
+fn st(stage: &str, label: &str) -> Value {
+    json!({"stage": stage, "label": label})
+}
+
+/// A well-formed card.snapshot envelope, occurred at T.
+fn snapshot(event_id: &str, card: &str, version: u64, state: Value) -> Value {
+    json!({
+        "event_id": event_id,
+        "object_id": card,
+        "object_version": version,
+        "occurred_at": T_TEXT,
+        "type": "card.snapshot",
+        "state": state,
+    })
+}
+
+/// The envelope with one field set to `value`.
+fn with(mut envelope: Value, key: &str, value: Value) -> Value {
+    envelope
+        .as_object_mut()
+        .expect("envelopes are objects")
+        .insert(key.to_owned(), value);
+    envelope
+}
+
+/// The envelope without one field.
+fn without(mut envelope: Value, key: &str) -> Value {
+    envelope
+        .as_object_mut()
+        .expect("envelopes are objects")
+        .remove(key);
+    envelope
+}
+
+fn decided(decision: Decision, ack: Ack) -> Delivered {
+    Delivered {
+        verdict: Verdict::Decided(decision),
+        ack,
+    }
+}
+
+fn duplicate(of: Decision, ack: Ack) -> Delivered {
+    Delivered {
+        verdict: Verdict::Duplicate(of),
+        ack,
+    }
+}
+
+fn re_evaluated(from: Decision, to: Decision) -> Settlement {
+    Settlement::ReEvaluated { from, to }
+}
+
+/// Every invalid `object_version`, with a label.
+fn invalid_versions() -> Vec<(&'static str, Value)> {
+    let text = |raw: &str| serde_json::from_str::<Value>(raw).expect("valid JSON");
+    vec![
+        ("negative", json!(-1)),
+        ("float 12.0", json!(12.0)),
+        ("float 12.0 as text", text("12.0")),
+        ("float 1.5", json!(1.5)),
+        ("string", json!("12")),
+        ("null", json!(null)),
+        ("bool", json!(true)),
+        ("array", json!([12])),
+        ("object", json!({"version": 12})),
+        ("above u64::MAX", text("18446744073709551616")),
+        ("far above u64::MAX", json!(1e30)),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 1: identity
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_new_identity_gets_its_first_record_with_the_decision() {
+    let mut b = Bench::board();
+    let at = b.now;
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    let identity = &b.receiver.identities()[&b.sym("e-201")];
+    assert_eq!(identity.first.decision, Decision::Applied);
+    assert_eq!(identity.first.standing, Standing::Settled);
+    assert_eq!(identity.first.recorded_at, Some(at));
+    assert!(identity.variants.is_empty());
+    assert!(b.receiver.anonymous().is_empty());
+}
+
+#[test]
+fn duplicate_of_the_first_record_changes_nothing_and_repeats_its_ack() {
+    let cases = [
+        (
+            snapshot("e-201", "card-7", 12, st("ready", "Map")),
+            Decision::Applied,
+            Ack::Applied,
+        ),
+        (
+            snapshot("e-200", "card-7", 9, st("building", "Map")),
+            Decision::Stale,
+            Ack::Ignored,
+        ),
+        (
+            snapshot("e-207", "card-7", 10, st("queued", "Map")),
+            Decision::Equal,
+            Ack::Ignored,
+        ),
+        (
+            snapshot("e-300", "card-99", 1, st("queued", "New")),
+            HELD_UNKNOWN_OBJECT,
+            Ack::Held,
+        ),
+        (
+            without(
+                snapshot("e-204", "card-8", 4, st("archived", "Chart")),
+                "object_version",
+            ),
+            HELD_MISSING_VERSION,
+            Ack::Held,
+        ),
+    ];
+    for (envelope, decision, ack) in cases {
+        let mut b = Bench::board();
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(decision, ack),
+            "{envelope}"
+        );
+        let before = b.receiver.clone();
+        // Another delivery number and a later receive time: transport facts never count.
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            duplicate(decision, ack),
+            "{envelope}"
+        );
+        assert_eq!(
+            b.receiver, before,
+            "a duplicate changes nothing: {envelope}"
+        );
+        // The sender's own redelivery of the same delivery is a duplicate too.
+        assert_eq!(b.redeliver(1, envelope.clone()), duplicate(decision, ack));
+        assert_eq!(
+            b.receiver, before,
+            "a duplicate changes nothing: {envelope}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_of_a_retained_variant_changes_nothing_and_repeats_its_ack() {
+    let mut b = Bench::board();
+    let first = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
+    let forge = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
+    let anvil = snapshot("e-202", "card-7", 13, st("ready", "Anvil"));
+    assert_eq!(
+        b.deliver(first.clone()),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    assert_eq!(
+        b.deliver(forge.clone()),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(anvil.clone()),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(b.receiver.identities()[&b.sym("e-202")].variants.len(), 2);
+
+    let before = b.receiver.clone();
+    assert_eq!(
+        b.deliver(forge),
+        duplicate(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(anvil),
+        duplicate(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    // Identity precedes pause: the first record's content on the paused card is still a
+    // duplicate of its applied record, acknowledged as applied.
+    assert!(b.card("card-7").unwrap().paused);
+    assert_eq!(b.deliver(first), duplicate(Decision::Applied, Ack::Applied));
+    assert_eq!(b.receiver, before, "duplicates change nothing");
+}
+
+#[test]
+fn duplicate_after_reconciliation_repeats_the_recorded_decisions_meaning() {
+    let mut b = Bench::board();
+    let first = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
+    let variant = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
+    let later = snapshot("e-203", "card-7", 14, st("archived", "Map v2"));
+    b.deliver(first.clone());
+    b.deliver(variant.clone());
+    assert_eq!(b.deliver(later.clone()), decided(HELD_PAUSED, Ack::Held));
+    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert_eq!(b.record(b.key("e-203", 0)).decision, Decision::Equal);
+
+    let before = b.receiver.clone();
+    // The held_paused record was re-evaluated as equal: its duplicate now says ignored.
+    assert_eq!(b.deliver(later), duplicate(Decision::Equal, Ack::Ignored));
+    // The resolved variant still answers held, and does not pause the card again.
+    assert_eq!(
+        b.deliver(variant),
+        duplicate(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(b.deliver(first), duplicate(Decision::Applied, Ack::Applied));
+    assert_eq!(b.receiver, before, "duplicates change nothing");
+    assert_eq!(b.record(b.key("e-202", 1)).standing, Standing::Resolved);
+    assert!(b.paused().is_empty());
+}
+
+#[test]
+fn changed_payload_appends_a_variant_holds_it_and_never_overwrites_the_first_record() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    let first = b.record(b.key("e-202", 0));
+    let card_8 = b.card("card-8");
+
+    let variant = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
+    assert_eq!(
+        b.deliver(variant.clone()),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+
+    let identity = b.receiver.identities()[&b.sym("e-202")].clone();
+    assert_eq!(identity.first, first, "the first record never changes");
+    assert_eq!(identity.variants.len(), 1);
+    let kept = identity.variants[0];
+    assert_eq!(b.catalog.content_value(kept.event.content), &variant);
+    assert_eq!(kept.decision, Decision::ConflictChangedPayload);
+    assert_eq!(kept.standing, Standing::Held);
+    // Held: nothing changes the card but its pause.
+    b.assert_card("card-7", 13, st("ready", "Map v2"), true);
+    assert_eq!(b.card("card-8"), card_8);
+    assert_eq!(b.holds(Some("card-7")), vec![b.key("e-202", 1)]);
+    assert_eq!(b.holds_by_card().len(), 1);
+    assert_eq!(b.unresolved(), b.inputs(&["e-202"], &[]));
+
+    // A second different content is a second variant; the first record still stands.
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Anvil"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    let identity = &b.receiver.identities()[&b.sym("e-202")];
+    assert_eq!(identity.first, first);
+    assert_eq!(identity.variants.len(), 2);
+    assert_eq!(identity.variants[0], kept);
+    assert_eq!(
+        b.holds(Some("card-7")),
+        vec![b.key("e-202", 1), b.key("e-202", 2)]
+    );
+}
+
+#[test]
+fn changed_payload_under_an_id_reused_for_another_card_pauses_both_cards() {
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map"))),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-8", 4, st("building", "Chart"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    b.assert_card("card-7", 11, st("ready", "Map"), true);
+    b.assert_card("card-8", 3, st("ready", "Chart"), true);
+    // The variant waits under the card it names.
+    assert_eq!(b.holds(Some("card-8")), vec![b.key("e-202", 1)]);
+    assert_eq!(b.holds_by_card().len(), 1);
+}
+
+#[test]
+fn changed_payload_naming_an_unknown_card_pauses_only_the_known_one() {
+    // The first record names a known card, the variant an unknown one.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map")));
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-99", 1, st("queued", "New"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(b.paused(), vec!["card-7"]);
+    assert!(!b.is_known("card-99"), "never create a card from an event");
+    assert_eq!(b.holds(Some("card-99")), vec![b.key("e-202", 1)]);
+
+    // The first record names an unknown card, the variant a known one.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
+        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
+    );
+    assert!(b.paused().is_empty());
+    assert_eq!(
+        b.deliver(snapshot("e-300", "card-7", 11, st("ready", "Map"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(b.paused(), vec!["card-7"]);
+    b.assert_card("card-7", 10, st("queued", "Map"), true);
+    assert!(!b.is_known("card-99"));
+    assert_eq!(b.holds(Some("card-99")), vec![b.key("e-300", 0)]);
+    assert_eq!(b.holds(Some("card-7")), vec![b.key("e-300", 1)]);
+}
+
+#[test]
+fn changed_payload_takes_precedence_over_every_later_rule() {
+    let base = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
+    let variants = [
+        with(base.clone(), "type", json!("card.deleted")),
+        without(base.clone(), "object_id"),
+        with(base.clone(), "object_id", json!("card-99")),
+        without(base.clone(), "object_version"),
+        with(base.clone(), "object_version", json!(-13)),
+        with(base.clone(), "state", json!("ready")),
+        with(base.clone(), "object_version", json!(12)),
+        with(base.clone(), "object_version", json!(14)),
+    ];
+    for variant in variants {
+        let mut b = Bench::board();
+        b.deliver(base.clone());
+        assert_eq!(
+            b.deliver(variant.clone()),
+            decided(Decision::ConflictChangedPayload, Ack::Held),
+            "{variant}"
+        );
+        b.assert_card("card-7", 13, st("ready", "Map v2"), true);
+        assert_eq!(b.receiver.identities()[&b.sym("e-202")].variants.len(), 1);
+    }
+}
+
+#[test]
+fn key_order_and_whitespace_do_not_make_a_variant() {
+    let compact = r#"{"event_id":"e-202","object_id":"card-7","object_version":13,"occurred_at":"2024-01-01T08:00:01Z","type":"card.snapshot","state":{"stage":"ready","label":"Map v2","tags":["a","b"]}}"#;
+    let reordered = "{\n  \"state\" : { \"tags\" : [ \"a\", \"b\" ],\n \"label\":\"Map v2\",  \"stage\" : \"ready\" },\n\t\"type\": \"card.snapshot\",\n  \"occurred_at\" : \"2024-01-01T08:00:01Z\",\n  \"object_version\" :13 ,\"object_id\":\"card-7\",\n  \"event_id\" : \"e-202\"\n}\n";
+    let swapped_tags = compact.replace(r#"["a","b"]"#, r#"["b","a"]"#);
+    let parse = |text: &str| serde_json::from_str::<Value>(text).expect("valid JSON");
+
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(parse(compact)),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    let before = b.receiver.clone();
+    assert_eq!(
+        b.deliver(parse(reordered)),
+        duplicate(Decision::Applied, Ack::Applied)
+    );
+    assert_eq!(b.receiver, before);
+    // Array order, unlike key order, is part of the value.
+    assert_eq!(
+        b.deliver(parse(&swapped_tags)),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+}
+
+#[test]
+fn a_redelivery_with_another_occurred_at_is_a_changed_payload() {
+    // occurred_at is never a dedupe key, but it is part of the envelope: semantic equality
+    // is equality of the whole parsed value.
+    let mut b = Bench::board();
+    let envelope = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
+    b.deliver(envelope.clone());
+    assert_eq!(
+        b.deliver(with(envelope, "occurred_at", json!("2024-01-01T08:00:09Z"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert!(b.card("card-7").unwrap().paused);
+}
+
+#[test]
+fn missing_event_id_is_held_malformed_by_delivery_number() {
+    let mut b = Bench::board();
+    let envelope = without(
+        snapshot("e-201", "card-7", 12, st("ready", "Map")),
+        "event_id",
+    );
+    assert_eq!(
+        b.deliver(envelope.clone()),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+    let number = b.last;
+    assert!(b.receiver.identities().is_empty(), "no identity record");
+    let record = b.receiver.anonymous()[&number];
+    assert_eq!(record.decision, HELD_MALFORMED);
+    assert_eq!(record.standing, Standing::Held);
+    b.assert_card("card-7", 10, st("queued", "Map"), true);
+    assert!(!b.card("card-8").unwrap().paused);
+    assert_eq!(b.holds(Some("card-7")), vec![HoldKey::Delivery(number)]);
+    assert_eq!(b.unresolved(), b.inputs(&[], &[number]));
+
+    // The same delivery number again is a duplicate.
+    let before = b.receiver.clone();
+    assert_eq!(
+        b.redeliver(number, envelope.clone()),
+        duplicate(HELD_MALFORMED, Ack::Held)
+    );
+    assert_eq!(b.receiver, before);
+
+    // Without an event id, another delivery number is another input.
+    assert_eq!(b.deliver(envelope), decided(HELD_MALFORMED, Ack::Held));
+    assert_eq!(
+        b.holds(Some("card-7")),
+        vec![HoldKey::Delivery(number), HoldKey::Delivery(b.last)]
+    );
+    assert_eq!(b.unresolved(), b.inputs(&[], &[number, b.last]));
+}
+
+#[test]
+fn non_string_event_id_is_held_malformed_without_an_identity_record() {
+    for id in [
+        json!(201),
+        json!(null),
+        json!(true),
+        json!(["e-201"]),
+        json!({"id": "e-201"}),
+    ] {
+        let mut b = Bench::board();
+        let envelope = with(
+            snapshot("e-201", "card-7", 12, st("ready", "Map")),
+            "event_id",
+            id,
+        );
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(HELD_MALFORMED, Ack::Held),
+            "{envelope}"
+        );
+        assert!(b.receiver.identities().is_empty(), "{envelope}");
+        assert_eq!(b.receiver.anonymous().len(), 1);
+        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        assert_eq!(b.holds(Some("card-7")), vec![HoldKey::Delivery(1)]);
+        assert_eq!(
+            b.redeliver(1, envelope),
+            duplicate(HELD_MALFORMED, Ack::Held)
+        );
+    }
+}
+
+#[test]
+fn missing_event_id_precedes_type_object_and_pause() {
+    let anonymous = |envelope: Value| without(envelope, "event_id");
+
+    // Unsupported type on a known card: malformed (rule 1), still pauses the card.
+    let mut b = Bench::board();
+    let envelope = with(
+        snapshot("x", "card-7", 12, st("ready", "Map")),
+        "type",
+        json!("card.deleted"),
+    );
+    assert_eq!(
+        b.deliver(anonymous(envelope)),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+    assert_eq!(b.paused(), vec!["card-7"]);
+
+    // An unknown card: malformed, nothing paused, nothing created.
+    let mut b = Bench::board();
+    let cards = b.cards();
+    assert_eq!(
+        b.deliver(anonymous(snapshot("x", "card-99", 1, st("queued", "New")))),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+    assert_eq!(b.cards(), cards);
+    assert_eq!(b.holds(Some("card-99")), vec![HoldKey::Delivery(1)]);
+
+    // No object id either: held with no card.
+    let mut b = Bench::board();
+    let cards = b.cards();
+    assert_eq!(
+        b.deliver(anonymous(without(
+            snapshot("x", "card-7", 12, st("ready", "Map")),
+            "object_id"
+        ))),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+    assert_eq!(b.cards(), cards);
+    assert_eq!(b.holds(None), vec![HoldKey::Delivery(1)]);
+
+    // A paused card: malformed, not held_paused.
+    let mut b = Bench::board();
+    b.deliver(without(
+        snapshot("e-204", "card-7", 11, st("ready", "Map")),
+        "object_version",
+    ));
+    assert_eq!(
+        b.deliver(anonymous(snapshot("x", "card-7", 12, st("ready", "Map")))),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 2: type
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn unsupported_type_is_held_and_pauses_a_known_card() {
+    let base = snapshot("e-250", "card-7", 12, st("ready", "Map"));
+    let types = [
+        Some(json!("card.deleted")),
+        Some(json!("Card.Snapshot")),
+        Some(json!("card.snapshot ")),
+        Some(json!(42)),
+        Some(json!(null)),
+        None,
+    ];
+    for kind in types {
+        let envelope = match &kind {
+            Some(kind) => with(base.clone(), "type", kind.clone()),
+            None => without(base.clone(), "type"),
+        };
+        let mut b = Bench::board();
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(HELD_UNSUPPORTED_TYPE, Ack::Held),
+            "{envelope}"
+        );
+        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        assert_eq!(b.paused(), vec!["card-7"]);
+        assert_eq!(b.holds(Some("card-7")), vec![b.key("e-250", 0)]);
+        assert_eq!(b.record(b.key("e-250", 0)).decision, HELD_UNSUPPORTED_TYPE);
+        assert_eq!(b.unresolved(), b.inputs(&["e-250"], &[]));
+    }
+}
+
+#[test]
+fn unsupported_type_precedes_object_pause_and_version_rules() {
+    let unsupported = |envelope: Value| with(envelope, "type", json!("card.deleted"));
+
+    // On an unknown card: still held_unsupported_type, and the card is not created.
+    let mut b = Bench::board();
+    let cards = b.cards();
+    assert_eq!(
+        b.deliver(unsupported(snapshot(
+            "e-301",
+            "card-99",
+            1,
+            st("queued", "New")
+        ))),
+        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+    );
+    assert_eq!(b.cards(), cards, "nothing created, nothing paused");
+    assert_eq!(b.holds(Some("card-99")), vec![b.key("e-301", 0)]);
+
+    // Without an object id.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(unsupported(without(
+            snapshot("e-302", "card-7", 12, st("ready", "Map")),
+            "object_id"
+        ))),
+        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+    );
+    assert!(b.paused().is_empty());
+    assert_eq!(b.holds(None), vec![b.key("e-302", 0)]);
+
+    // On a paused card: not held_paused.
+    let mut b = Bench::board();
+    b.deliver(without(
+        snapshot("e-204", "card-7", 11, st("ready", "Map")),
+        "object_version",
+    ));
+    assert_eq!(
+        b.deliver(unsupported(snapshot(
+            "e-303",
+            "card-7",
+            12,
+            st("ready", "Map")
+        ))),
+        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+    );
+
+    // With a missing version: not held_missing_version.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(unsupported(without(
+            snapshot("e-304", "card-8", 4, st("ready", "Chart")),
+            "object_version"
+        ))),
+        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+    );
+    assert_eq!(b.paused(), vec!["card-8"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 3: object
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn missing_or_non_string_object_id_is_held_malformed() {
+    let base = snapshot("e-260", "card-7", 12, st("ready", "Map"));
+    let ids = [
+        None,
+        Some(json!(7)),
+        Some(json!(null)),
+        Some(json!(["card-7"])),
+        Some(json!({"id": "card-7"})),
+    ];
+    for id in ids {
+        let envelope = match &id {
+            Some(id) => with(base.clone(), "object_id", id.clone()),
+            None => without(base.clone(), "object_id"),
+        };
+        let mut b = Bench::board();
+        let cards = b.cards();
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(HELD_MALFORMED, Ack::Held),
+            "{envelope}"
+        );
+        assert_eq!(b.cards(), cards, "no card named, none paused: {envelope}");
+        let holds: BTreeMap<Option<Sym>, Vec<HoldKey>> =
+            [(None, vec![b.key("e-260", 0)])].into_iter().collect();
+        assert_eq!(b.holds_by_card(), holds);
+        assert_eq!(b.record(b.key("e-260", 0)).decision, HELD_MALFORMED);
+        assert_eq!(b.unresolved(), b.inputs(&["e-260"], &[]));
+    }
+}
+
+#[test]
+fn unknown_card_is_held_and_never_created_from_an_event() {
+    let mut b = Bench::board();
+    let cards = b.cards();
+    assert_eq!(
+        b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
+        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
+    );
+    assert_eq!(b.cards(), cards);
+    assert!(!b.is_known("card-99"));
+    assert_eq!(b.holds(Some("card-99")), vec![b.key("e-300", 0)]);
+    assert_eq!(b.unresolved(), b.inputs(&["e-300"], &[]));
+
+    // Rule 3 precedes rule 5: a broken version or state on an unknown card is still
+    // held_unknown_object; more snapshots of it never create it either.
+    let more = [
+        without(
+            snapshot("e-301", "card-99", 2, st("x", "y")),
+            "object_version",
+        ),
+        snapshot("e-302", "card-99", 2, st("x", "y")),
+        with(
+            snapshot("e-303", "card-99", 3, st("x", "y")),
+            "object_version",
+            json!("3"),
+        ),
+        with(
+            snapshot("e-304", "card-99", 4, st("x", "y")),
+            "state",
+            json!("ready"),
+        ),
+    ];
+    for envelope in more {
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(HELD_UNKNOWN_OBJECT, Ack::Held),
+            "{envelope}"
+        );
+    }
+    assert_eq!(b.cards(), cards);
+    assert_eq!(b.holds(Some("card-99")).len(), 5);
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 4: pause
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn paused_card_holds_new_events_before_any_version_rule() {
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(without(
+            snapshot("e-204", "card-7", 11, st("ready", "Map")),
+            "object_version"
+        )),
+        decided(HELD_MISSING_VERSION, Ack::Held)
+    );
+    let events = [
+        ("higher", snapshot("e-a", "card-7", 14, st("ready", "Map"))),
+        ("lower", snapshot("e-b", "card-7", 9, st("ready", "Map"))),
+        ("equal", snapshot("e-c", "card-7", 10, st("queued", "Map"))),
+        (
+            "same version, other state",
+            snapshot("e-d", "card-7", 10, st("ready", "Forge")),
+        ),
+        (
+            "missing version",
+            without(
+                snapshot("e-e", "card-7", 0, st("ready", "Map")),
+                "object_version",
+            ),
+        ),
+        (
+            "invalid version",
+            with(
+                snapshot("e-f", "card-7", 0, st("ready", "Map")),
+                "object_version",
+                json!(1.5),
+            ),
+        ),
+        (
+            "state not an object",
+            with(
+                snapshot("e-g", "card-7", 15, st("ready", "Map")),
+                "state",
+                json!("ready"),
+            ),
+        ),
+    ];
+    for (what, envelope) in events {
+        assert_eq!(
+            b.deliver(envelope),
+            decided(HELD_PAUSED, Ack::Held),
+            "paused card, {what}"
+        );
+        b.assert_card("card-7", 10, st("queued", "Map"), true);
+    }
+    let expected: Vec<HoldKey> = ["e-204", "e-a", "e-b", "e-c", "e-d", "e-e", "e-f", "e-g"]
+        .iter()
+        .map(|id| b.key(id, 0))
+        .collect();
+    assert_eq!(b.holds(Some("card-7")), expected, "arrival order");
+    assert!(!b.card("card-8").unwrap().paused);
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 5: version and state
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn missing_version_is_held_and_pauses_the_card() {
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(without(
+            snapshot("e-204", "card-8", 4, st("archived", "Chart")),
+            "object_version"
+        )),
+        decided(HELD_MISSING_VERSION, Ack::Held)
+    );
+    b.assert_card("card-8", 3, st("ready", "Chart"), true);
+    b.assert_card("card-7", 10, st("queued", "Map"), false);
+    assert_eq!(b.holds(Some("card-8")), vec![b.key("e-204", 0)]);
+    assert_eq!(b.unresolved(), b.inputs(&["e-204"], &[]));
+}
+
+#[test]
+fn every_invalid_version_form_is_held_invalid_version_and_pauses() {
+    for (what, version) in invalid_versions() {
+        let mut b = Bench::board();
+        let envelope = with(
+            snapshot("e-270", "card-7", 0, st("ready", "Map")),
+            "object_version",
+            version,
+        );
+        assert_eq!(
+            b.deliver(envelope),
+            decided(HELD_INVALID_VERSION, Ack::Held),
+            "{what}"
+        );
+        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        assert_eq!(b.holds(Some("card-7")), vec![b.key("e-270", 0)], "{what}");
+    }
+}
+
+#[test]
+fn zero_and_u64_max_are_valid_versions() {
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(snapshot("e-0", "card-7", 0, st("ready", "Map"))),
+        decided(Decision::Stale, Ack::Ignored)
+    );
+    assert_eq!(
+        b.deliver(snapshot("e-max", "card-7", u64::MAX, st("ready", "Map"))),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", u64::MAX, st("ready", "Map"), false);
+}
+
+#[test]
+fn state_not_an_object_is_held_malformed_and_pauses() {
+    let base = snapshot("e-280", "card-7", 12, st("ready", "Map"));
+    let states = [
+        Some(json!("ready")),
+        Some(json!(["ready", "Map"])),
+        Some(json!(null)),
+        Some(json!(12)),
+        Some(json!(false)),
+        None,
+    ];
+    for state in states {
+        let envelope = match &state {
+            Some(state) => with(base.clone(), "state", state.clone()),
+            None => without(base.clone(), "state"),
+        };
+        let mut b = Bench::board();
+        assert_eq!(
+            b.deliver(envelope.clone()),
+            decided(HELD_MALFORMED, Ack::Held),
+            "{envelope}"
+        );
+        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        assert_eq!(b.holds(Some("card-7")), vec![b.key("e-280", 0)]);
+    }
+}
+
+#[test]
+fn version_is_judged_before_state() {
+    let mut b = Bench::board();
+    let bad_state = |envelope: Value| with(envelope, "state", json!("ready"));
+    assert_eq!(
+        b.deliver(bad_state(without(
+            snapshot("e-1", "card-7", 0, st("x", "y")),
+            "object_version"
+        ))),
+        decided(HELD_MISSING_VERSION, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(bad_state(with(
+            snapshot("e-2", "card-8", 0, st("x", "y")),
+            "object_version",
+            json!(-4)
+        ))),
+        decided(HELD_INVALID_VERSION, Ack::Held)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 6: compare
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn higher_version_is_applied_and_replaces_the_whole_state_gaps_allowed() {
+    let mut b = Bench::board();
+    let holds = b.holds_by_card();
+    // From v10 to v50: a gap is normal for full snapshots.
+    assert_eq!(
+        b.deliver(snapshot("e-1", "card-7", 50, json!({"stage": "ready"}))),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    // The whole state is replaced, not merged: "label" is gone.
+    b.assert_card("card-7", 50, json!({"stage": "ready"}), false);
+    assert_eq!(
+        b.deliver(snapshot(
+            "e-2",
+            "card-7",
+            51,
+            json!({"label": "Map", "owner": "ana"})
+        )),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 51, json!({"label": "Map", "owner": "ana"}), false);
+    b.assert_card("card-8", 3, st("ready", "Chart"), false);
+    assert_eq!(b.holds_by_card(), holds);
+    assert!(b.unresolved().is_empty());
+    assert_eq!(b.record(b.key("e-2", 0)).standing, Standing::Settled);
+}
+
+#[test]
+fn lower_version_is_stale_and_changes_nothing() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    let cards = b.cards();
+    assert_eq!(
+        b.deliver(snapshot("e-200", "card-7", 11, st("building", "Map"))),
+        decided(Decision::Stale, Ack::Ignored)
+    );
+    assert_eq!(b.cards(), cards);
+    assert!(b.holds_by_card().is_empty());
+    assert_eq!(b.record(b.key("e-200", 0)).standing, Standing::Settled);
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn equal_version_and_equal_state_is_equal() {
+    let mut b = Bench::board();
+    let cards = b.cards();
+    let reordered: Value =
+        serde_json::from_str(r#"{ "label" : "Map", "stage": "queued" }"#).unwrap();
+    assert_eq!(
+        b.deliver(snapshot("e-207", "card-7", 10, reordered)),
+        decided(Decision::Equal, Ack::Ignored)
+    );
+    assert_eq!(b.cards(), cards);
+    assert!(b.holds_by_card().is_empty());
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn equal_version_with_a_different_state_is_conflict_same_version() {
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
+        decided(Decision::ConflictSameVersion, Ack::Held)
+    );
+    b.assert_card("card-7", 10, st("queued", "Map"), true);
+    assert_eq!(b.holds(Some("card-7")), vec![b.key("e-210", 0)]);
+    assert_eq!(b.record(b.key("e-210", 0)).standing, Standing::Held);
+    assert_eq!(b.unresolved(), b.inputs(&["e-210"], &[]));
+}
+
+#[test]
+fn occurred_at_never_orders_snapshots() {
+    let mut b = Bench::board();
+    let at = |envelope: Value, time: Value| with(envelope, "occurred_at", time);
+    assert_eq!(
+        b.deliver(at(
+            snapshot("e-1", "card-7", 12, st("ready", "Map")),
+            json!("2024-01-01T09:00:00Z")
+        )),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    // Older occurred_at, higher version: applied.
+    assert_eq!(
+        b.deliver(at(
+            snapshot("e-2", "card-7", 13, st("ready", "Map v2")),
+            json!("2023-01-01T00:00:00Z")
+        )),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    // Newer occurred_at, lower version: stale.
+    assert_eq!(
+        b.deliver(at(
+            snapshot("e-3", "card-7", 11, st("building", "Map")),
+            json!("2030-01-01T00:00:00Z")
+        )),
+        decided(Decision::Stale, Ack::Ignored)
+    );
+    // Unparseable or absent occurred_at does not matter either.
+    assert_eq!(
+        b.deliver(at(
+            snapshot("e-4", "card-7", 14, st("archived", "Map v2")),
+            json!("yesterday")
+        )),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    assert_eq!(
+        b.deliver(without(
+            snapshot("e-5", "card-7", 15, st("done", "Map v2")),
+            "occurred_at"
+        )),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 15, st("done", "Map v2"), false);
+}
+
+#[test]
+fn every_decision_acknowledges_with_its_meaning() {
+    let good = snapshot;
+    let cases: Vec<(Vec<Value>, Decision, Ack)> = vec![
+        (
+            vec![good("e", "card-7", 11, st("a", "b"))],
+            Decision::Applied,
+            Ack::Applied,
+        ),
+        (
+            vec![good("e", "card-7", 9, st("a", "b"))],
+            Decision::Stale,
+            Ack::Ignored,
+        ),
+        (
+            vec![good("e", "card-7", 10, st("queued", "Map"))],
+            Decision::Equal,
+            Ack::Ignored,
+        ),
+        (
+            vec![
+                good("e", "card-7", 11, st("a", "b")),
+                good("e", "card-7", 11, st("a", "c")),
+            ],
+            Decision::ConflictChangedPayload,
+            Ack::Held,
+        ),
+        (
+            vec![good("e", "card-7", 10, st("a", "b"))],
+            Decision::ConflictSameVersion,
+            Ack::Held,
+        ),
+        (
+            vec![without(good("e", "card-7", 11, st("a", "b")), "event_id")],
+            HELD_MALFORMED,
+            Ack::Held,
+        ),
+        (
+            vec![with(
+                good("e", "card-7", 11, st("a", "b")),
+                "type",
+                json!("card.deleted"),
+            )],
+            HELD_UNSUPPORTED_TYPE,
+            Ack::Held,
+        ),
+        (
+            vec![good("e", "card-99", 1, st("a", "b"))],
+            HELD_UNKNOWN_OBJECT,
+            Ack::Held,
+        ),
+        (
+            vec![
+                good("d", "card-7", 10, st("a", "b")),
+                good("e", "card-7", 11, st("a", "b")),
+            ],
+            HELD_PAUSED,
+            Ack::Held,
+        ),
+        (
+            vec![without(
+                good("e", "card-7", 11, st("a", "b")),
+                "object_version",
+            )],
+            HELD_MISSING_VERSION,
+            Ack::Held,
+        ),
+        (
+            vec![with(
+                good("e", "card-7", 11, st("a", "b")),
+                "object_version",
+                json!("11"),
+            )],
+            HELD_INVALID_VERSION,
+            Ack::Held,
+        ),
+    ];
+    let mut covered = BTreeSet::new();
+    for (envelopes, decision, ack) in cases {
+        let mut b = Bench::board();
+        let (last, earlier) = envelopes.split_last().unwrap();
+        for envelope in earlier {
+            b.deliver(envelope.clone());
+        }
+        assert_eq!(
+            b.deliver(last.clone()),
+            decided(decision, ack),
+            "{decision}"
+        );
+        assert_eq!(decision.ack(), ack);
+        // A duplicate of it repeats the same meaning.
+        assert_eq!(b.redeliver(b.last, last.clone()).ack, ack, "{decision}");
+        covered.insert(decision);
+    }
+    assert_eq!(covered, Decision::ALL.into_iter().collect());
+}
+
+// ---------------------------------------------------------------------------------------
+// Reconciliation
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn authority_for_an_unknown_card_creates_it_and_re_evaluates_its_unknown_object_holds() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New")));
+    b.deliver(snapshot("e-301", "card-99", 3, st("building", "New")));
+    b.deliver(snapshot("e-302", "card-99", 2, st("queued", "New v2")));
+    assert!(!b.is_known("card-99"));
+
+    let reconciled = b.reconcile("card-99", 2, st("queued", "New v2"));
+    assert_eq!(reconciled.outcome, Outcome::Created);
+    assert!(
+        reconciled.outcome.replaces(),
+        "one authoritative replacement"
+    );
+    // Arrival order: e-301 (v3) is applied before e-302 (v2) is looked at again.
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (
+                b.key("e-300", 0),
+                re_evaluated(HELD_UNKNOWN_OBJECT, Decision::Stale)
+            ),
+            (
+                b.key("e-301", 0),
+                re_evaluated(HELD_UNKNOWN_OBJECT, Decision::Applied)
+            ),
+            (
+                b.key("e-302", 0),
+                re_evaluated(HELD_UNKNOWN_OBJECT, Decision::Stale)
+            ),
+        ]
+    );
+    b.assert_card("card-99", 3, st("building", "New"), false);
+    for (id, decision) in [
+        ("e-300", Decision::Stale),
+        ("e-301", Decision::Applied),
+        ("e-302", Decision::Stale),
+    ] {
+        let record = b.record(b.key(id, 0));
+        assert_eq!(
+            (record.decision, record.standing),
+            (decision, Standing::Settled)
+        );
+    }
+    assert!(b.holds_by_card().is_empty());
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn an_unknown_card_without_authority_is_never_created() {
+    let mut b = Bench::board();
+    let envelope = snapshot("e-300", "card-99", 1, st("queued", "New"));
+    b.deliver(envelope.clone());
+    b.reconcile("card-7", 10, st("queued", "Map"));
+    b.reconcile("card-8", 3, st("ready", "Chart"));
+    assert!(!b.is_known("card-99"));
+    assert_eq!(b.holds(Some("card-99")), vec![b.key("e-300", 0)]);
+    assert_eq!(b.unresolved(), b.inputs(&["e-300"], &[]));
+    assert_eq!(
+        b.deliver(envelope),
+        duplicate(HELD_UNKNOWN_OBJECT, Ack::Held)
+    );
+    assert!(!b.is_known("card-99"));
+}
+
+#[test]
+fn a_created_card_re_evaluates_unknown_object_holds_by_rules_4_to_6() {
+    let mut b = Bench::board();
+    // Rule 3 came first, so the missing version was never looked at.
+    assert_eq!(
+        b.deliver(without(
+            snapshot("e-300", "card-99", 1, st("queued", "New")),
+            "object_version"
+        )),
+        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
+    );
+    b.deliver(snapshot("e-301", "card-99", 2, st("building", "New")));
+
+    let reconciled = b.reconcile("card-99", 1, st("queued", "New"));
+    assert_eq!(reconciled.outcome, Outcome::Created);
+    // Now rule 5 sees it: held_missing_version, which pauses the new card; the later hold
+    // stays held.
+    assert_eq!(
+        reconciled.settled,
+        vec![(
+            b.key("e-300", 0),
+            re_evaluated(HELD_UNKNOWN_OBJECT, HELD_MISSING_VERSION)
+        )]
+    );
+    b.assert_card("card-99", 1, st("queued", "New"), true);
+    assert_eq!(b.record(b.key("e-300", 0)).decision, HELD_MISSING_VERSION);
+    assert_eq!(b.record(b.key("e-301", 0)).standing, Standing::Held);
+    assert_eq!(
+        b.holds(Some("card-99")),
+        vec![b.key("e-300", 0), b.key("e-301", 0)]
+    );
+    assert_eq!(b.unresolved(), b.inputs(&["e-300", "e-301"], &[]));
+
+    // The next reconciliation supersedes the unevaluable one and evaluates the other.
+    let reconciled = b.reconcile("card-99", 1, st("queued", "New"));
+    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-300", 0), Settlement::Superseded),
+            (
+                b.key("e-301", 0),
+                re_evaluated(HELD_UNKNOWN_OBJECT, Decision::Applied)
+            ),
+        ]
+    );
+    b.assert_card("card-99", 2, st("building", "New"), false);
+    assert_eq!(b.unresolved(), b.inputs(&["e-300"], &[]));
+}
+
+#[test]
+fn authority_behind_the_card_is_refused_and_changes_nothing() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
+    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2")));
+    b.deliver(without(
+        snapshot("x", "card-7", 15, st("x", "y")),
+        "event_id",
+    ));
+    let before = b.receiver.clone();
+
+    let reconciled = b.reconcile("card-7", 12, st("ready", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::RefusedBehind);
+    assert!(!reconciled.outcome.replaces());
+    assert!(reconciled.settled.is_empty(), "holds untouched");
+    assert_eq!(
+        b.receiver, before,
+        "card, pause, holds and records unchanged"
+    );
+    b.assert_card("card-7", 13, st("ready", "Map v2"), true);
+}
+
+#[test]
+fn authority_with_the_same_version_and_state_confirms_without_replacing() {
+    let mut b = Bench::board();
+    b.deliver(without(
+        snapshot("e-204", "card-8", 4, st("archived", "Chart")),
+        "object_version",
+    ));
+    b.deliver(snapshot("e-205", "card-8", 4, st("building", "Chart")));
+
+    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
+    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    assert!(!reconciled.outcome.replaces(), "no replacement");
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-204", 0), Settlement::Superseded),
+            (
+                b.key("e-205", 0),
+                re_evaluated(HELD_PAUSED, Decision::Applied)
+            ),
+        ]
+    );
+    b.assert_card("card-8", 4, st("building", "Chart"), false);
+
+    // Confirming an unpaused card with nothing waiting changes nothing at all.
+    let before = b.receiver.clone();
+    let reconciled = b.reconcile("card-7", 10, st("queued", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    assert!(reconciled.settled.is_empty());
+    assert_eq!(b.receiver, before);
+}
+
+#[test]
+fn any_other_authority_replaces_and_unpauses() {
+    // Ahead of a paused card.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
+    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert!(reconciled.outcome.replaces());
+    b.assert_card("card-7", 11, st("ready", "Map"), false);
+
+    // Same version, another state: the authority wins.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
+    let reconciled = b.reconcile("card-7", 10, st("archived", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    b.assert_card("card-7", 10, st("archived", "Map"), false);
+
+    // Ahead of an unpaused card with nothing waiting.
+    let mut b = Bench::board();
+    let reconciled = b.reconcile("card-8", 9, st("done", "Chart"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert!(reconciled.settled.is_empty());
+    b.assert_card("card-8", 9, st("done", "Chart"), false);
+    b.assert_card("card-7", 10, st("queued", "Map"), false);
+}
+
+#[test]
+fn held_paused_events_are_re_evaluated_in_arrival_order() {
+    let mut b = Bench::board();
+    b.deliver(without(
+        snapshot("e-204", "card-7", 11, st("x", "y")),
+        "object_version",
+    ));
+    b.deliver(snapshot("e-a", "card-7", 15, st("ready", "A")));
+    b.deliver(snapshot("e-b", "card-7", 14, st("ready", "B")));
+    b.deliver(snapshot("e-c", "card-7", 16, st("ready", "C")));
+
+    let reconciled = b.reconcile("card-7", 13, st("ready", "Authority"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    // By version, e-b (v14) would have been applied; by arrival, e-a (v15) came first.
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-204", 0), Settlement::Superseded),
+            (
+                b.key("e-a", 0),
+                re_evaluated(HELD_PAUSED, Decision::Applied)
+            ),
+            (b.key("e-b", 0), re_evaluated(HELD_PAUSED, Decision::Stale)),
+            (
+                b.key("e-c", 0),
+                re_evaluated(HELD_PAUSED, Decision::Applied)
+            ),
+        ]
+    );
+    b.assert_card("card-7", 16, st("ready", "C"), false);
+    for (id, decision) in [
+        ("e-a", Decision::Applied),
+        ("e-b", Decision::Stale),
+        ("e-c", Decision::Applied),
+    ] {
+        let record = b.record(b.key(id, 0));
+        assert_eq!(
+            (record.decision, record.standing),
+            (decision, Standing::Settled),
+            "{id}"
+        );
+    }
+    assert!(b.holds_by_card().is_empty());
+    assert_eq!(b.unresolved(), b.inputs(&["e-204"], &[]));
+}
+
+#[test]
+fn re_evaluation_meeting_a_new_conflict_re_pauses_and_still_settles_the_rest() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Map")));
+    // Holds on card-7, in arrival order:
+    assert_eq!(
+        b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Forge"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(snapshot("e-2", "card-7", 14, st("archived", "Forge"))),
+        decided(HELD_PAUSED, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(snapshot("e-3", "card-7", 15, st("done", "Map"))),
+        decided(HELD_PAUSED, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(with(
+            snapshot("e-4", "card-7", 16, st("x", "y")),
+            "type",
+            json!("card.deleted")
+        )),
+        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+    );
+    assert_eq!(
+        b.deliver(without(
+            snapshot("x", "card-7", 16, st("x", "y")),
+            "event_id"
+        )),
+        decided(HELD_MALFORMED, Ack::Held)
+    );
+    let anonymous = b.last;
+    assert_eq!(
+        b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Anvil"))),
+        decided(Decision::ConflictChangedPayload, Ack::Held)
+    );
+
+    // The authority's v14 differs from the held v14.
+    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-1", 1), Settlement::Resolved),
+            (
+                b.key("e-2", 0),
+                re_evaluated(HELD_PAUSED, Decision::ConflictSameVersion)
+            ),
+            // e-3 stays held: the card is paused again.
+            (b.key("e-4", 0), Settlement::Superseded),
+            (HoldKey::Delivery(anonymous), Settlement::Superseded),
+            (b.key("e-1", 2), Settlement::Resolved),
+        ]
+    );
+    b.assert_card("card-7", 14, st("archived", "Map v2"), true);
+    assert_eq!(
+        b.record(b.key("e-2", 0)).decision,
+        Decision::ConflictSameVersion
+    );
+    assert_eq!(b.record(b.key("e-2", 0)).standing, Standing::Held);
+    assert_eq!(b.record(b.key("e-3", 0)).decision, HELD_PAUSED);
+    assert_eq!(b.record(b.key("e-3", 0)).standing, Standing::Held);
+    assert_eq!(b.record(b.key("e-1", 1)).standing, Standing::Resolved);
+    assert_eq!(b.record(b.key("e-1", 2)).standing, Standing::Resolved);
+    assert_eq!(b.record(b.key("e-4", 0)).standing, Standing::Superseded);
+    assert_eq!(
+        b.holds(Some("card-7")),
+        vec![b.key("e-2", 0), b.key("e-3", 0)]
+    );
+    assert_eq!(
+        b.unresolved(),
+        b.inputs(&["e-2", "e-3", "e-4"], &[anonymous])
+    );
+
+    // A later authority resolves the new conflict and evaluates what stayed held.
+    let reconciled = b.reconcile("card-7", 15, st("done", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-2", 0), Settlement::Resolved),
+            (b.key("e-3", 0), re_evaluated(HELD_PAUSED, Decision::Equal)),
+        ]
+    );
+    b.assert_card("card-7", 15, st("done", "Map"), false);
+    assert!(b.holds_by_card().is_empty());
+    assert_eq!(b.unresolved(), b.inputs(&["e-4"], &[anonymous]));
+}
+
+#[test]
+fn conflicts_are_resolved_by_the_authority_and_kept_as_evidence() {
+    // A changed payload (B62-15, card-7).
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-207", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
+    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2")));
+    let first = b.record(b.key("e-202", 0));
+    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
+    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-202", 1), Settlement::Resolved),
+            (
+                b.key("e-203", 0),
+                re_evaluated(HELD_PAUSED, Decision::Equal)
+            ),
+        ]
+    );
+    let identity = &b.receiver.identities()[&b.sym("e-202")];
+    assert_eq!(identity.first, first, "evidence: the first record is kept");
+    assert_eq!(identity.variants.len(), 1, "evidence: the variant is kept");
+    assert_eq!(
+        identity.variants[0].decision,
+        Decision::ConflictChangedPayload
+    );
+    assert_eq!(identity.variants[0].standing, Standing::Resolved);
+    b.assert_card("card-7", 14, st("archived", "Map v2"), false);
+    assert!(b.unresolved().is_empty(), "resolved is not unresolved");
+
+    // A same-version conflict.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
+    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
+    assert_eq!(
+        reconciled.settled,
+        vec![(b.key("e-210", 0), Settlement::Resolved)]
+    );
+    let record = b.record(b.key("e-210", 0));
+    assert_eq!(
+        (record.decision, record.standing),
+        (Decision::ConflictSameVersion, Standing::Resolved)
+    );
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn a_held_first_record_of_a_conflicted_identity_is_re_evaluated_and_its_variant_resolved() {
+    // Reading of SPEC: the first record is a held_paused event, so rules 4-6 evaluate it
+    // again; its variant is a conflict, so the authority resolves it.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
+    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map")));
+    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Forge")));
+    let reconciled = b.reconcile("card-7", 13, st("ready", "Map"));
+    assert_eq!(
+        reconciled.settled,
+        vec![
+            (b.key("e-210", 0), Settlement::Resolved),
+            (
+                b.key("e-203", 0),
+                re_evaluated(HELD_PAUSED, Decision::Applied)
+            ),
+            (b.key("e-203", 1), Settlement::Resolved),
+        ]
+    );
+    b.assert_card("card-7", 14, st("archived", "Map"), false);
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn unevaluable_holds_are_superseded_and_stay_unresolved() {
+    let base = snapshot("e-204", "card-8", 4, st("archived", "Chart"));
+    let cases = [
+        (
+            without(base.clone(), "object_version"),
+            HELD_MISSING_VERSION,
+        ),
+        (
+            with(base.clone(), "object_version", json!(-4)),
+            HELD_INVALID_VERSION,
+        ),
+        (
+            with(base.clone(), "state", json!("archived")),
+            HELD_MALFORMED,
+        ),
+        (
+            with(base.clone(), "type", json!("card.deleted")),
+            HELD_UNSUPPORTED_TYPE,
+        ),
+        (without(base.clone(), "event_id"), HELD_MALFORMED),
+    ];
+    for (envelope, decision) in cases {
+        let mut b = Bench::board();
+        assert_eq!(b.deliver(envelope.clone()), decided(decision, Ack::Held));
+        let key = match b.catalog.find("e-204") {
+            Some(_) => b.key("e-204", 0),
+            None => HoldKey::Delivery(b.last),
+        };
+        let input = key.input();
+        assert_eq!(b.paused(), vec!["card-8"], "{envelope}");
+
+        let reconciled = b.reconcile("card-8", 5, st("ready", "Chart"));
+        assert_eq!(reconciled.outcome, Outcome::Replaced);
+        assert_eq!(reconciled.settled, vec![(key, Settlement::Superseded)]);
+        let record = b.record(key);
+        // No version is invented for it: it keeps its held decision.
+        assert_eq!(
+            (record.decision, record.standing),
+            (decision, Standing::Superseded),
+            "{envelope}"
+        );
+        b.assert_card("card-8", 5, st("ready", "Chart"), false);
+        assert!(
+            b.holds_by_card().is_empty(),
+            "a superseded input no longer waits"
+        );
+        assert_eq!(b.unresolved(), [input].into_iter().collect(), "{envelope}");
+    }
+}
+
+#[test]
+fn unresolved_inputs_are_exactly_the_holds_without_a_state_decision() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))); // applied
+    b.deliver(snapshot("e-210", "card-7", 12, st("ready", "Forge"))); // conflict, pauses
+    b.deliver(snapshot("e-211", "card-7", 13, st("ready", "Map v2"))); // held_paused
+    b.deliver(without(
+        snapshot("e-204", "card-8", 4, st("a", "b")),
+        "object_version",
+    ));
+    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // unknown
+    b.deliver(without(
+        snapshot("e-5", "card-7", 1, st("a", "b")),
+        "object_id",
+    )); // no card
+    b.deliver(without(
+        snapshot("x", "card-77", 1, st("a", "b")),
+        "event_id",
+    )); // anonymous
+    let anonymous = b.last;
+    assert_eq!(
+        b.unresolved(),
+        b.inputs(&["e-210", "e-211", "e-204", "e-300", "e-5"], &[anonymous])
+    );
+
+    b.reconcile("card-7", 12, st("ready", "Map"));
+    b.reconcile("card-8", 3, st("ready", "Chart"));
+    // Resolved and re-evaluated inputs leave; superseded ones stay; inputs no authority
+    // can reach (unknown card, no object id) stay held.
+    assert_eq!(
+        b.unresolved(),
+        b.inputs(&["e-204", "e-300", "e-5"], &[anonymous])
+    );
+    assert_eq!(b.record(b.key("e-204", 0)).standing, Standing::Superseded);
+    assert_eq!(b.record(b.key("e-300", 0)).standing, Standing::Held);
+    assert_eq!(b.record(b.key("e-5", 0)).standing, Standing::Held);
+    assert_eq!(b.receiver.anonymous()[&anonymous].standing, Standing::Held);
+    assert_eq!(b.holds(None), vec![b.key("e-5", 0)]);
+    assert_eq!(b.holds(Some("card-77")), vec![HoldKey::Delivery(anonymous)]);
+}
+
+#[test]
+fn a_changed_payload_naming_another_card_is_resolved_when_the_first_card_is_reconciled() {
+    let setup = || {
+        let mut b = Bench::board();
+        b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map")));
+        b.deliver(snapshot("e-202", "card-8", 4, st("building", "Chart")));
+        assert_eq!(b.paused(), vec!["card-7", "card-8"]);
+        assert_eq!(b.holds(Some("card-8")), vec![b.key("e-202", 1)]);
+        b
+    };
+
+    // Reconciling card-7, named only by the first record, resolves the variant filed
+    // under card-8; card-8 stays paused until its own reconciliation.
+    let mut b = setup();
+    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
+    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    assert_eq!(
+        reconciled.settled,
+        vec![(b.key("e-202", 1), Settlement::Resolved)]
+    );
+    assert_eq!(b.record(b.key("e-202", 1)).standing, Standing::Resolved);
+    assert!(b.holds_by_card().is_empty());
+    assert!(b.unresolved().is_empty());
+    assert_eq!(b.paused(), vec!["card-8"]);
+    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
+    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    assert!(reconciled.settled.is_empty());
+    assert!(b.paused().is_empty());
+
+    // Reconciling card-8, named by the variant, resolves it too.
+    let mut b = setup();
+    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
+    assert_eq!(
+        reconciled.settled,
+        vec![(b.key("e-202", 1), Settlement::Resolved)]
+    );
+    assert_eq!(b.paused(), vec!["card-7"]);
+    assert!(b.unresolved().is_empty());
+}
+
+#[test]
+fn the_b62_15_fixture_in_article_order() {
+    let mut b = Bench::board();
+    let e201 = snapshot("e-201", "card-7", 12, st("ready", "Map"));
+    let steps = [
+        (e201.clone(), decided(Decision::Applied, Ack::Applied)),
+        (e201, duplicate(Decision::Applied, Ack::Applied)),
+        (
+            snapshot("e-200", "card-7", 11, st("building", "Map")),
+            decided(Decision::Stale, Ack::Ignored),
+        ),
+        (
+            snapshot("e-202", "card-7", 13, st("ready", "Map v2")),
+            decided(Decision::Applied, Ack::Applied),
+        ),
+        (
+            snapshot("e-207", "card-7", 13, st("ready", "Map v2")),
+            decided(Decision::Equal, Ack::Ignored),
+        ),
+        (
+            snapshot("e-202", "card-7", 13, st("ready", "Forge")),
+            decided(Decision::ConflictChangedPayload, Ack::Held),
+        ),
+        (
+            snapshot("e-203", "card-7", 14, st("archived", "Map v2")),
+            decided(HELD_PAUSED, Ack::Held),
+        ),
+        (
+            snapshot("e-300", "card-99", 1, st("queued", "New")),
+            decided(HELD_UNKNOWN_OBJECT, Ack::Held),
+        ),
+        (
+            without(
+                snapshot("e-204", "card-8", 0, st("archived", "Chart")),
+                "object_version",
+            ),
+            decided(HELD_MISSING_VERSION, Ack::Held),
+        ),
+        (
+            snapshot("e-205", "card-8", 4, st("building", "Chart")),
+            decided(HELD_PAUSED, Ack::Held),
+        ),
+    ];
+    for (number, (envelope, expected)) in steps.into_iter().enumerate() {
+        assert_eq!(b.deliver(envelope), expected, "delivery {}", number + 1);
+    }
+    b.assert_card("card-7", 13, st("ready", "Map v2"), true);
+    b.assert_card("card-8", 3, st("ready", "Chart"), true);
+
+    let card_7 = b.reconcile("card-7", 14, st("archived", "Map v2"));
+    assert_eq!(card_7.outcome, Outcome::Replaced);
+    assert_eq!(
+        card_7.settled,
+        vec![
+            (b.key("e-202", 1), Settlement::Resolved),
+            (
+                b.key("e-203", 0),
+                re_evaluated(HELD_PAUSED, Decision::Equal)
+            ),
+        ]
+    );
+    let card_8 = b.reconcile("card-8", 5, st("ready", "Chart"));
+    assert_eq!(card_8.outcome, Outcome::Replaced);
+    assert_eq!(
+        card_8.settled,
+        vec![
+            (b.key("e-204", 0), Settlement::Superseded),
+            (
+                b.key("e-205", 0),
+                re_evaluated(HELD_PAUSED, Decision::Stale)
+            ),
+        ]
+    );
+    b.assert_card("card-7", 14, st("archived", "Map v2"), false);
+    b.assert_card("card-8", 5, st("ready", "Chart"), false);
+    assert!(!b.is_known("card-99"));
+    assert!(b.paused().is_empty());
+    assert_eq!(b.unresolved(), b.inputs(&["e-204", "e-300"], &[]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Retention
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn expiry_forgets_old_records_with_nothing_waiting_and_keeps_the_rest() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))); // settled
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))); // settled
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))); // resolved below
+    b.deliver(without(
+        snapshot("e-204", "card-8", 0, st("a", "b")),
+        "object_version",
+    ));
+    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // held
+    b.deliver(without(
+        snapshot("x", "card-7", 14, st("a", "b")),
+        "event_id",
+    )); // anonymous
+    let anonymous = b.last;
+    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    b.reconcile("card-8", 3, st("ready", "Chart")); // e-204 superseded
+    b.now = T + 1_000;
+    b.deliver(snapshot("e-210", "card-7", 14, st("archived", "Map v2"))); // young
+    let cards = b.cards();
+    let holds = b.holds_by_card();
+    let unresolved = b.unresolved();
+    let anonymous_records = b.receiver.anonymous().clone();
+
+    // e-210 was received exactly one window ago: not older than the window, kept.
+    let now = T + 1_000 + DAY as i64;
+    let gone: BTreeSet<Sym> = b.receiver.expire(now, DAY).into_iter().collect();
+    assert_eq!(gone, [b.sym("e-201"), b.sym("e-202")].into_iter().collect());
+    let kept: BTreeSet<Sym> = b.receiver.identities().keys().copied().collect();
+    assert_eq!(
+        kept,
+        [b.sym("e-204"), b.sym("e-300"), b.sym("e-210")]
+            .into_iter()
+            .collect(),
+        "waiting (held or superseded) and young records are kept"
+    );
+    assert_eq!(b.cards(), cards, "expiry never touches cards");
+    assert_eq!(b.holds_by_card(), holds);
+    assert_eq!(b.unresolved(), unresolved);
+    assert_eq!(b.receiver.anonymous(), &anonymous_records);
+    assert!(b.receiver.anonymous().contains_key(&anonymous));
+    b.check();
+
+    // One second later e-210 is older than the window.
+    assert_eq!(b.receiver.expire(now + 1, DAY), vec![b.sym("e-210")]);
+    assert_eq!(b.unresolved(), unresolved);
+}
+
+#[test]
+fn expiry_keeps_an_identity_while_any_of_its_records_waits_or_is_young() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))); // held variant
+    assert!(b.receiver.expire(T + 10 * DAY as i64, DAY).is_empty());
+
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
+    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    b.now = T + DAY as i64;
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Anvil"))); // young, held
+    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    assert!(
+        b.receiver.expire(T + DAY as i64 + 10, DAY).is_empty(),
+        "the young variant keeps the whole identity"
+    );
+}
+
+#[test]
+fn a_record_without_a_receive_time_never_expires() {
+    let mut b = Bench::board();
+    b.deliver_at(1, None, snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    assert!(b.receiver.expire(i64::MAX, 0).is_empty());
+    assert!(b.receiver.identities().contains_key(&b.sym("e-201")));
+}
+
+#[test]
+fn after_expiry_a_redelivery_is_decided_afresh_and_versions_still_protect_the_card() {
+    let mut b = Bench::board();
+    let e201 = snapshot("e-201", "card-7", 12, st("ready", "Map"));
+    let e202 = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
+    b.deliver(e201.clone());
+    b.deliver(e202.clone());
+    b.now = T + 2 * DAY as i64;
+    assert_eq!(b.receiver.expire(b.now, DAY).len(), 2);
+    assert!(b.receiver.identities().is_empty());
+
+    // Duplicate recognition is lost: not `duplicate`, a new decision. Versions still hold:
+    // the old snapshot is stale, the current one equal.
+    assert_eq!(b.deliver(e201), decided(Decision::Stale, Ack::Ignored));
+    assert_eq!(
+        b.deliver(e202.clone()),
+        decided(Decision::Equal, Ack::Ignored)
+    );
+    b.assert_card("card-7", 13, st("ready", "Map v2"), false);
+    // A changed payload under a forgotten id can no longer be told apart from a new event.
+    let mut b = Bench::board();
+    b.deliver(e202.clone());
+    b.now = T + 2 * DAY as i64;
+    b.receiver.expire(b.now, DAY);
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge"))),
+        decided(Decision::Stale, Ack::Ignored)
+    );
+    b.assert_card("card-7", 13, st("ready", "Map v2"), false);
+    // The new first record is recognised from then on.
+    assert_eq!(
+        b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge"))),
+        duplicate(Decision::Stale, Ack::Ignored)
+    );
+}
