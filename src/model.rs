@@ -127,6 +127,73 @@ impl ReceiverModel {
     }
 }
 
+/// Describes a world in domain terms, for Explorer: cards, pauses, records, holds, what
+/// the sender still owes, budgets left and any violation.
+pub fn describe_world(scenario: &Scenario, world: &World) -> String {
+    use std::fmt::Write;
+    let catalog = &scenario.catalog;
+    let receiver = &world.receiver;
+    let mut out = String::new();
+    if let Some(property) = world.violation {
+        let _ = writeln!(out, "VIOLATED: {property}");
+    }
+    let _ = writeln!(out, "cards:");
+    for (&card, state) in receiver.cards() {
+        let paused = if state.paused { " (paused)" } else { "" };
+        let value = catalog.state_value(state.state);
+        let _ = writeln!(
+            out,
+            "  {} v{} {value}{paused}",
+            catalog.name(card),
+            state.version
+        );
+    }
+    let _ = writeln!(out, "records:");
+    for (&id, identity) in receiver.identities() {
+        let records: Vec<String> = identity
+            .records()
+            .map(|record| format!("{} ({:?})", record.decision, record.standing))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}: {}",
+            catalog.name(id),
+            records.join(", then variant ")
+        );
+    }
+    for (&number, record) in receiver.anonymous() {
+        let _ = writeln!(
+            out,
+            "  delivery-{number}: {} ({:?})",
+            record.decision, record.standing
+        );
+    }
+    let _ = writeln!(out, "holds:");
+    for (card, keys) in receiver.holds() {
+        let names: Vec<String> = keys
+            .iter()
+            .map(|key| scenario.input_name(key.input()))
+            .collect();
+        let card = card.map_or("(no card)", |card| catalog.name(card));
+        let _ = writeln!(out, "  {card}: {}", names.join(", "));
+    }
+    let owed: Vec<String> = scenario
+        .deliveries
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| world.owes(*index))
+        .map(|(_, delivery)| format!("#{}", delivery.number))
+        .collect();
+    let _ = writeln!(out, "sender still owes: {}", owed.join(" "));
+    let budgets = world.budgets;
+    let _ = writeln!(
+        out,
+        "faults left: {} duplicates, {} lost acks, {} crashes",
+        budgets.duplicates, budgets.lost_acks, budgets.crashes
+    );
+    out
+}
+
 /// Describes a step in domain terms.
 pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
     match *step {
@@ -212,6 +279,11 @@ impl stateright::Model for ReceiverModel {
 
     fn format_action(&self, step: &Step) -> String {
         self.describe(step)
+    }
+
+    fn format_step(&self, last: &World, step: Step) -> Option<String> {
+        self.next_state(last, step)
+            .map(|next| describe_world(&self.scenario, &next))
     }
 
     fn properties(&self) -> Vec<stateright::Property<Self>> {
