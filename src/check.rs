@@ -79,6 +79,9 @@ pub struct ModelFile {
     /// Stop after about this many states (the verdict is then `incomplete`).
     #[serde(default)]
     pub state_limit: Option<usize>,
+    /// Check independent parts of the fixture one by one (see `independence`).
+    #[serde(default)]
+    pub split: bool,
     /// `pass`, or the name of the property that must be violated.
     pub expect: String,
 }
@@ -228,6 +231,8 @@ pub struct ModelReport {
     pub as_expected: bool,
     /// The violated properties.
     pub violated: Vec<String>,
+    /// How many independent parts were checked (1 unless the model file says `split`).
+    pub parts: usize,
     /// States generated, repeats included.
     pub states: usize,
     /// Distinct states.
@@ -347,55 +352,92 @@ fn explore(
 
 /// Checks one model file.
 pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, InputError> {
-    let model = build_model(loaded, Property::ALL.to_vec());
-    let coverage = Arc::clone(&model.coverage);
+    let parts: Vec<LoadedModel> = if loaded.file.split {
+        crate::independence::split(&loaded.scenario)?
+            .into_iter()
+            .map(|scenario| LoadedModel {
+                scenario: Arc::new(scenario),
+                ..loaded.clone()
+            })
+            .collect()
+    } else {
+        vec![loaded.clone()]
+    };
     let label = loaded.path.display().to_string();
     let file = &loaded.file;
-    let main = explore(
-        model,
-        file.strategy,
-        file.threads,
-        file.state_limit,
-        &label,
-        options.progress,
-    );
-    let complete = file.state_limit.is_none_or(|limit| main.states < limit);
+    let mut totals = Run {
+        states: 0,
+        unique_states: 0,
+        max_depth: 0,
+        seconds: 0.0,
+        discoveries: BTreeMap::new(),
+    };
+    let mut complete = true;
+    let mut coverage: BTreeMap<String, u64> = BTreeMap::new();
+    // For each violated property, the part where it was found.
+    let mut found_in: BTreeMap<String, usize> = BTreeMap::new();
+    for (index, part) in parts.iter().enumerate() {
+        let model = build_model(part, Property::ALL.to_vec());
+        let counts = Arc::clone(&model.coverage);
+        let main = explore(
+            model,
+            file.strategy,
+            file.threads,
+            file.state_limit,
+            &label,
+            options.progress,
+        );
+        complete &= file.state_limit.is_none_or(|limit| main.states < limit);
+        totals.states += main.states;
+        totals.unique_states += main.unique_states;
+        totals.max_depth = totals.max_depth.max(main.max_depth);
+        totals.seconds += main.seconds;
+        for (name, steps) in main.discoveries {
+            found_in.entry(name.clone()).or_insert(index);
+            totals.discoveries.entry(name).or_insert(steps);
+        }
+        for (name, count) in counts.counts() {
+            *coverage.entry(name.to_owned()).or_default() += count;
+        }
+    }
 
     let mut properties = Vec::new();
     let mut violated = Vec::new();
     for property in Property::ALL {
-        let found = main.discoveries.contains_key(property.name());
+        let found = found_in.get(property.name()).copied();
         let status = match (found, complete) {
-            (true, _) => "violated",
-            (false, true) => "holds",
-            (false, false) => "unknown",
+            (Some(_), _) => "violated",
+            (None, true) => "holds",
+            (None, false) => "unknown",
         };
-        let trace = if found {
-            violated.push(property.name().to_owned());
-            // A second run with this property alone finds a shortest counterexample.
-            let alone = build_model(loaded, vec![property]);
-            let shortest = explore(
-                alone,
-                Strategy::Bfs,
-                1,
-                file.state_limit,
-                &label,
-                options.progress,
-            );
-            let steps = shortest
-                .discoveries
-                .get(property.name())
-                .or_else(|| main.discoveries.get(property.name()))
-                .cloned()
-                .expect("the property was violated");
-            Some(trace::report(
-                loaded,
-                property,
-                &steps,
-                options.trace_out.as_deref(),
-            )?)
-        } else {
-            None
+        let trace = match found {
+            None => None,
+            Some(index) => {
+                violated.push(property.name().to_owned());
+                // A second run with this property alone finds a shortest counterexample.
+                let part = &parts[index];
+                let alone = build_model(part, vec![property]);
+                let shortest = explore(
+                    alone,
+                    Strategy::Bfs,
+                    1,
+                    file.state_limit,
+                    &label,
+                    options.progress,
+                );
+                let steps = shortest
+                    .discoveries
+                    .get(property.name())
+                    .or_else(|| totals.discoveries.get(property.name()))
+                    .cloned()
+                    .expect("the property was violated");
+                Some(trace::report(
+                    part,
+                    property,
+                    &steps,
+                    options.trace_out.as_deref(),
+                )?)
+            }
         };
         properties.push(PropertyReport {
             name: property.name().into(),
@@ -404,11 +446,6 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
             trace,
         });
     }
-    let coverage: BTreeMap<String, u64> = coverage
-        .counts()
-        .into_iter()
-        .map(|(name, count)| (name.to_owned(), count))
-        .collect();
     for (name, count) in &coverage {
         properties.push(PropertyReport {
             name: format!("reached-{name}"),
@@ -436,11 +473,12 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
         expected: loaded.expectation.name(),
         as_expected,
         violated,
-        states: main.states,
-        unique_states: main.unique_states,
-        max_depth: main.max_depth,
-        seconds: main.seconds,
-        states_per_second: main.states as f64 / main.seconds.max(1e-9),
+        parts: parts.len(),
+        states: totals.states,
+        unique_states: totals.unique_states,
+        max_depth: totals.max_depth,
+        seconds: totals.seconds,
+        states_per_second: totals.states as f64 / totals.seconds.max(1e-9),
         bytes_per_state: full_state_bytes(&loaded.scenario),
         peak_rss_mib: peak_rss_mib(),
         properties,
@@ -483,7 +521,8 @@ pub fn render(report: &ModelReport) -> String {
     );
     let _ = writeln!(
         out,
-        "  {} states, {} unique, max depth {}, {:.2} s, {:.0} states/s, ~{} bytes/state, peak RSS {}",
+        "  {}{} states, {} unique, max depth {}, {:.2} s, {:.0} states/s, ~{} bytes/state, peak RSS {}",
+        if report.parts > 1 { format!("{} parts: ", report.parts) } else { String::new() },
         report.states,
         report.unique_states,
         report.max_depth,

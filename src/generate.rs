@@ -2,7 +2,7 @@
 //!
 //! A seeded generator writes SPEC fixtures with a realistic mix (newer snapshots, stale and
 //! equal ones, exact redeliveries, a few changed payloads, a few missing versions), one
-//! authority snapshot per card at least as new as everything delivered, and an `expect`
+//! authority snapshot per card equal to its newest delivered snapshot, and an `expect`
 //! computed by replaying the fixture through the real receiver.
 
 use crate::fixture::{
@@ -119,6 +119,21 @@ pub fn events(options: &GenOptions) -> Vec<Value> {
     sent
 }
 
+/// The initial cards of a generated fixture: `card-0` .. `card-{cards - 1}`, each at version 1
+/// with the state the generator's version-1 snapshots carry. With [`events`], this is what a
+/// benchmark needs to build the receiver the stream was generated for, without a fixture.
+pub fn initial_cards(cards: usize) -> BTreeMap<String, RawCard> {
+    (0..cards.max(1))
+        .map(|card| {
+            let raw = RawCard {
+                version: 1,
+                state: card_state(1, card),
+            };
+            (format!("card-{card}"), raw)
+        })
+        .collect()
+}
+
 /// Generates a whole fixture with an `expect` computed by the real receiver.
 pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
     let cards = options.cards.max(1);
@@ -133,15 +148,7 @@ pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
             newest[card] = newest[card].max(version);
         }
     }
-    let initial: BTreeMap<String, RawCard> = (0..cards)
-        .map(|card| {
-            let raw = RawCard {
-                version: 1,
-                state: card_state(1, card),
-            };
-            (format!("card-{card}"), raw)
-        })
-        .collect();
+    let initial = initial_cards(cards);
     let deliveries = events
         .into_iter()
         .enumerate()
@@ -155,8 +162,11 @@ pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
     let authority = (0..cards)
         .map(|card| RawAuthority {
             object_id: format!("card-{card}"),
-            version: newest[card] + 1,
-            state: card_state(newest[card] + 1, card),
+            // The newest delivered snapshot itself: the model reconciles only paused
+            // cards, so an authority newer than every event would make the final state
+            // depend on whether the card happened to be paused.
+            version: newest[card],
+            state: card_state(newest[card], card),
             as_of: None,
         })
         .collect();

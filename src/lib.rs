@@ -23,6 +23,7 @@
 //! | [`model`] | the stateright model around [`network::transition`], with decision coverage |
 //! | [`check`] | model files, checker runs, verdicts, Explorer |
 //! | [`trace`] | counterexamples as step tables and replayable fixtures |
+//! | [`independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`generate`] | synthetic fixtures for benchmarks and scaling |
 //!
 //! The binary (`src/main.rs`) is a thin command line over [`replay`] and [`check`].
@@ -33,6 +34,7 @@ pub mod audit;
 pub mod check;
 pub mod fixture;
 pub mod generate;
+pub mod independence;
 pub mod model;
 pub mod network;
 pub mod policy;

@@ -187,3 +187,70 @@ fn regression_fixtures_replay() {
         "one regression per mutant at least"
     );
 }
+
+/// A generated fixture as a model, whole or split into independent parts.
+fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
+    use arrival::check::{ModelFile, Strategy};
+    use arrival::generate::GenOptions;
+    use arrival::model::Reconciliation;
+    let options = GenOptions {
+        cards: 3,
+        deliveries: 7,
+        dup_rate: 0.15,
+        conflict_rate: 0.15,
+        seed,
+        out: None,
+    };
+    let raw = arrival::generate::fixture(&options).expect("generates");
+    let scenario = Scenario::from_raw(Path::new("(generated)"), raw).expect("valid");
+    LoadedModel {
+        path: PathBuf::from(format!("generated-{seed}")),
+        file: ModelFile {
+            description: None,
+            fixture: "(generated)".into(),
+            duplicates: 1,
+            lost_acks: 1,
+            crashes: 1,
+            reconciliation: Reconciliation::Interleaved,
+            policy: policy.to_string(),
+            strategy: Strategy::Dfs,
+            threads: 1,
+            state_limit: None,
+            split,
+            expect: "pass".into(),
+        },
+        scenario: std::sync::Arc::new(scenario),
+        policy,
+        expectation: Expectation::Pass,
+    }
+}
+
+#[test]
+fn split_checks_give_the_verdicts_of_whole_checks() {
+    let policies =
+        std::iter::once(PolicyName(None)).chain(Mutant::ALL.map(|mutant| PolicyName(Some(mutant))));
+    let mut reduced = 0;
+    for policy in policies {
+        for seed in 1..=3 {
+            let whole = run(&generated_model(seed, policy, false), None);
+            let split = run(&generated_model(seed, policy, true), None);
+            assert_eq!(
+                (whole.verdict.as_str(), &whole.violated),
+                (split.verdict.as_str(), &split.violated),
+                "seed {seed}, policy {policy}"
+            );
+            assert!(
+                split.unique_states <= whole.unique_states,
+                "seed {seed}, policy {policy}"
+            );
+            if policy == PolicyName(None) {
+                // The generator's `expect`, computed by replay, holds in every order.
+                assert_eq!(whole.verdict, "pass", "{}", check::render(&whole));
+            }
+            if split.parts > 1 {
+                reduced += 1;
+            }
+        }
+    }
+    assert!(reduced > 0, "some generated fixture splits");
+}
