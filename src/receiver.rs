@@ -144,6 +144,105 @@ impl Identity {
     }
 }
 
+/// Identity records by event id, in a slot per interned name: a lookup is an index, not a
+/// search, and iteration is in id order, so the table is as canonical (and hashable) as a
+/// sorted map. Trailing empty slots are trimmed, so equal contents compare equal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IdentityTable {
+    slots: Vec<Option<(Sym, Identity)>>,
+    len: usize,
+}
+
+impl IdentityTable {
+    /// The records of an event id.
+    #[inline]
+    pub fn get(&self, id: &Sym) -> Option<&Identity> {
+        match self.slots.get(id.0 as usize) {
+            Some(Some((_, identity))) => Some(identity),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: &Sym) -> Option<&mut Identity> {
+        match self.slots.get_mut(id.0 as usize) {
+            Some(Some((_, identity))) => Some(identity),
+            _ => None,
+        }
+    }
+
+    /// Whether the id has records.
+    #[inline]
+    pub fn contains_key(&self, id: &Sym) -> bool {
+        self.get(id).is_some()
+    }
+
+    fn insert(&mut self, id: Sym, identity: Identity) {
+        let index = id.0 as usize;
+        if index >= self.slots.len() {
+            self.slots.resize_with(index + 1, || None);
+        }
+        if self.slots[index].replace((id, identity)).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &Sym) {
+        if let Some(slot) = self.slots.get_mut(id.0 as usize) {
+            if slot.take().is_some() {
+                self.len -= 1;
+            }
+        }
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+    }
+
+    /// How many ids have records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no id has records.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every id with its records, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &Identity)> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.as_ref().map(|(id, identity)| (id, identity)))
+    }
+
+    /// Every id with records, in id order.
+    pub fn keys(&self) -> impl Iterator<Item = &Sym> {
+        self.iter().map(|(id, _)| id)
+    }
+
+    /// Every record set, in id order.
+    pub fn values(&self) -> impl Iterator<Item = &Identity> {
+        self.iter().map(|(_, identity)| identity)
+    }
+}
+
+impl<'a> IntoIterator for &'a IdentityTable {
+    type Item = (&'a Sym, &'a Identity);
+    type IntoIter = Box<dyn Iterator<Item = (&'a Sym, &'a Identity)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl std::ops::Index<&Sym> for IdentityTable {
+    type Output = Identity;
+
+    fn index(&self, id: &Sym) -> &Identity {
+        self.get(id).expect("the event id has records")
+    }
+}
+
 /// A reference to one waiting input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HoldKey {
@@ -258,7 +357,7 @@ pub struct Reconciled {
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Receiver {
     cards: BTreeMap<Sym, Card>,
-    identities: BTreeMap<Sym, Identity>,
+    identities: IdentityTable,
     /// Inputs without an event id, by delivery number.
     anonymous: BTreeMap<u32, Record>,
     /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
@@ -398,7 +497,7 @@ impl Receiver {
     }
 
     /// Every event id's records.
-    pub fn identities(&self) -> &BTreeMap<Sym, Identity> {
+    pub fn identities(&self) -> &IdentityTable {
         &self.identities
     }
 
