@@ -122,18 +122,4 @@ impl Journal {
         held.sort_by_key(|key| self.arrival.get(key).copied().unwrap_or(usize::MAX));
         held
     }
-
-    /// Every decision a hold ever had, oldest first.
-    pub fn history(&self, key: HoldKey) -> Vec<Decision> {
-        self.entries
-            .iter()
-            .filter_map(|(_, entry)| match *entry {
-                Entry::Settled {
-                    key: settled,
-                    settlement: Settlement::ReEvaluated { to, .. },
-                } if settled == key => Some(to),
-                _ => None,
-            })
-            .collect()
-    }
 }

@@ -99,6 +99,23 @@ pub struct UnresolvedReport {
     pub standing: String,
 }
 
+/// One entry of the audit trail.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditReport {
+    /// The 1-based step that wrote it.
+    pub step: usize,
+    /// `decided`, `duplicate`, `crashed`, `reconciled`, `re_evaluated`, `resolved` or
+    /// `superseded`.
+    pub entry: String,
+    /// The input (event id or `delivery-N`), or the card for `reconciled`.
+    pub subject: String,
+    /// The decision (or outcome) it records; for `re_evaluated`, the new decision.
+    pub decision: Option<String>,
+    /// For `re_evaluated`: the held decision it replaced; for `duplicate`, the one matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+}
+
 /// A property broken by a step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ViolationReport {
@@ -139,6 +156,8 @@ pub struct Report {
     pub unresolved_detail: Vec<UnresolvedReport>,
     /// Properties broken on the way, at most one (the first).
     pub violations: Vec<ViolationReport>,
+    /// The audit trail: every decision, including the ones re-evaluation changed.
+    pub audit: Vec<AuditReport>,
     /// The fixture's `expect`, checked; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<ExpectCheck>,
@@ -198,6 +217,7 @@ pub fn replay_steps<P: Policy>(
             .collect(),
         unresolved_detail,
         violations,
+        audit: audit(scenario, &journal),
         expect: None,
     };
     report.unresolved.sort();
@@ -389,6 +409,76 @@ fn step_report(
         }
         _ => unreachable!("effects match their steps"),
     }
+}
+
+fn audit(scenario: &Scenario, journal: &Journal) -> Vec<AuditReport> {
+    use crate::audit::Entry;
+    let delivery_input = |number: u32| {
+        let index = scenario.delivery_index(number).expect("known delivery");
+        let event = &scenario.deliveries[index].event;
+        event.event_id.map_or_else(
+            || format!("delivery-{number}"),
+            |id| scenario.catalog.name(id).to_owned(),
+        )
+    };
+    let line = |step: usize,
+                entry: &str,
+                subject: String,
+                decision: Option<String>,
+                previous: Option<String>| {
+        AuditReport {
+            step: step + 1,
+            entry: entry.into(),
+            subject,
+            decision,
+            previous,
+        }
+    };
+    journal
+        .entries
+        .iter()
+        .map(|&(step, entry)| match entry {
+            Entry::Decided { delivery, decision } => line(
+                step,
+                "decided",
+                delivery_input(delivery),
+                Some(decision.name().into()),
+                None,
+            ),
+            Entry::Duplicate { delivery, of } => line(
+                step,
+                "duplicate",
+                delivery_input(delivery),
+                Some("duplicate".into()),
+                Some(of.name().into()),
+            ),
+            Entry::Crashed { delivery } => {
+                line(step, "crashed", delivery_input(delivery), None, None)
+            }
+            Entry::Reconciled { card, outcome } => line(
+                step,
+                "reconciled",
+                scenario.catalog.name(card).into(),
+                Some(outcome.name().into()),
+                None,
+            ),
+            Entry::Settled { key, settlement } => match settlement {
+                Settlement::ReEvaluated { from, to } => line(
+                    step,
+                    "re_evaluated",
+                    hold_name(scenario, key),
+                    Some(to.name().into()),
+                    Some(from.name().into()),
+                ),
+                Settlement::Resolved => {
+                    line(step, "resolved", hold_name(scenario, key), None, None)
+                }
+                Settlement::Superseded => {
+                    line(step, "superseded", hold_name(scenario, key), None, None)
+                }
+            },
+        })
+        .collect()
 }
 
 /// The name of a fault in reports and schedules.

@@ -360,3 +360,44 @@ fn json_report_follows_the_contract() {
     let back: Report = serde_json::from_value(value).expect("reads back");
     assert_eq!(back, report);
 }
+
+#[test]
+fn the_audit_keeps_every_decision_including_the_ones_re_evaluation_changed() {
+    let report = b62_15();
+    let trail: Vec<(usize, &str, &str, Option<&str>, Option<&str>)> = report
+        .audit
+        .iter()
+        .map(|line| {
+            (
+                line.step,
+                line.entry.as_str(),
+                line.subject.as_str(),
+                line.decision.as_deref(),
+                line.previous.as_deref(),
+            )
+        })
+        .collect();
+    assert!(trail.contains(&(7, "decided", "e-203", Some("held_paused"), None)));
+    assert!(trail.contains(&(
+        11,
+        "re_evaluated",
+        "e-203",
+        Some("equal"),
+        Some("held_paused")
+    )));
+    assert!(trail.contains(&(
+        6,
+        "decided",
+        "e-202",
+        Some("conflict_changed_payload"),
+        None
+    )));
+    assert!(trail.contains(&(11, "resolved", "e-202", None, None)));
+    assert!(trail.contains(&(12, "superseded", "e-204", None, None)));
+    assert!(trail.contains(&(2, "duplicate", "e-201", Some("duplicate"), Some("applied"))));
+    assert_eq!(
+        trail.len(),
+        16,
+        "ten deliveries, two reconciliations, four settlements"
+    );
+}
