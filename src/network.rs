@@ -180,15 +180,16 @@ impl World {
     }
 
     /// Whether `card` can be reconciled now: it has an authority snapshot and is paused,
-    /// or it is unknown and inputs wait for it.
+    /// or it is not known yet (its authority establishes it, whether or not inputs wait for
+    /// it: otherwise whether the card exists at the end would depend on arrival order).
     pub fn reconcilable(&self, scenario: &Scenario, card: Sym) -> bool {
         if scenario.authority_for(card).is_none() {
             return false;
         }
-        match self.receiver.cards().get(&card) {
-            Some(known) => known.paused,
-            None => self.receiver.holds().contains_key(&Some(card)),
-        }
+        self.receiver
+            .cards()
+            .get(&card)
+            .is_none_or(|known| known.paused)
     }
 
     /// Estimated bytes of this state: inline size plus the heap its collections hold
