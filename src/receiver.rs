@@ -95,6 +95,17 @@ pub struct Record {
     pub recorded_at: Option<i64>,
 }
 
+impl Event {
+    /// Whether rules 2-6 can never decide this event on a card: unsupported type, no usable
+    /// object id, a missing or invalid version, or a state that is not an object.
+    pub fn is_unevaluable(&self) -> bool {
+        !self.supported
+            || self.object_id.is_none()
+            || !matches!(self.version, Version::Valid(_))
+            || self.state.is_none()
+    }
+}
+
 impl std::hash::Hash for Record {
     /// The envelope's content id stands for the whole parsed event (every other event
     /// field is a function of it), which keeps model-state fingerprints cheap.
@@ -555,10 +566,9 @@ impl Receiver {
     }
 
     /// Unresolved inputs: holds that never received a state decision (still held, or
-    /// superseded).
+    /// superseded), see [`Record::is_unresolved`].
     pub fn unresolved(&self) -> BTreeSet<InputRef> {
-        let waiting =
-            |record: &Record| matches!(record.standing, Standing::Held | Standing::Superseded);
+        let waiting = |record: &Record| self.is_unresolved(record);
         let by_id = self
             .identities
             .iter()
@@ -570,6 +580,26 @@ impl Receiver {
             .filter(|(_, record)| waiting(record))
             .map(|(&number, _)| InputRef::Delivery(number));
         by_id.chain(anonymous).collect()
+    }
+
+    /// Whether a record is an unresolved input: it waits, or was superseded, or it is a
+    /// changed payload that could never be decided itself (unevaluable, or naming a card
+    /// that does not exist). Resolving a conflict settles the conflict, not such an input:
+    /// the authority never gave it a decision. This keeps the unresolved inputs independent
+    /// of which envelope of an event id arrived first (the first record is judged by rules
+    /// 2-6 and may stay held or be superseded; a later one is a variant and gets resolved).
+    pub fn is_unresolved(&self, record: &Record) -> bool {
+        match record.standing {
+            Standing::Held | Standing::Superseded => true,
+            Standing::Resolved => {
+                record.event.is_unevaluable()
+                    || record
+                        .event
+                        .object_id
+                        .is_none_or(|card| !self.cards.contains_key(&card))
+            }
+            Standing::Settled => false,
+        }
     }
 
     /// Decides one delivery and records the decision (SPEC rules 1-6, in order).

@@ -22,6 +22,11 @@ pub struct CardReport {
     pub state: Value,
 }
 
+/// A field that is present is `Some`, even when it is `null`.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
 /// An event re-evaluated by reconciliation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReEvaluated {
@@ -45,8 +50,12 @@ pub enum StepReport {
         event_id: Option<String>,
         /// Its object id, when it has a string one.
         object_id: Option<String>,
-        /// Its `object_version` as sent (absent when missing).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Its `object_version` as sent (absent when missing; a `null` sent stays `null`).
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "present"
+        )]
         version: Option<Value>,
         /// The decision (`duplicate` for duplicates); `null` when the receiver crashed.
         decision: Option<String>,
@@ -95,7 +104,8 @@ pub struct UnresolvedReport {
     pub input: String,
     /// Its held decision.
     pub decision: String,
-    /// `held` (still waiting) or `superseded`.
+    /// `held` (still waiting), `superseded`, or `resolved` (a changed payload that could
+    /// never be decided itself, whose conflict the authority resolved).
     pub standing: String,
 }
 
@@ -492,14 +502,14 @@ pub fn fault_name(fault: Fault) -> &'static str {
 
 fn unresolved_detail(scenario: &Scenario, world: &World) -> Vec<UnresolvedReport> {
     let receiver = &world.receiver;
-    let waiting =
-        |record: &Record| matches!(record.standing, Standing::Held | Standing::Superseded);
+    let waiting = |record: &Record| receiver.is_unresolved(record);
     let describe = |input: String, record: &Record| UnresolvedReport {
         input,
         decision: record.decision.name().to_owned(),
         standing: match record.standing {
             Standing::Superseded => "superseded",
-            _ => "held",
+            Standing::Resolved => "resolved",
+            Standing::Held | Standing::Settled => "held",
         }
         .to_owned(),
     };

@@ -361,10 +361,13 @@ fn json_report_follows_the_contract() {
     assert_eq!(back, report);
 }
 
+/// step, entry, subject, decision, previous decision.
+type AuditLine<'a> = (usize, &'a str, &'a str, Option<&'a str>, Option<&'a str>);
+
 #[test]
 fn the_audit_keeps_every_decision_including_the_ones_re_evaluation_changed() {
     let report = b62_15();
-    let trail: Vec<(usize, &str, &str, Option<&str>, Option<&str>)> = report
+    let trail: Vec<AuditLine> = report
         .audit
         .iter()
         .map(|line| {
