@@ -155,45 +155,66 @@ impl Identity {
     }
 }
 
-/// Identity records by event id, in a slot per interned name: a lookup is an index, not a
-/// search, and iteration is in id order, so the table is as canonical (and hashable) as a
-/// sorted map. Trailing empty slots are trimmed, so equal contents compare equal.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IdentityTable {
-    slots: Vec<Option<(Sym, Identity)>>,
+/// A map keyed by interned names, in a slot per name: a lookup is an index, not a search,
+/// and iteration is in id order, so the table is as canonical (and hashable) as a sorted
+/// map. Trailing empty slots are trimmed, so equal contents compare equal.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SymTable<V> {
+    slots: Vec<Option<(Sym, V)>>,
     len: usize,
 }
 
-impl IdentityTable {
-    /// The records of an event id.
+/// Identity records by event id.
+pub type IdentityTable = SymTable<Identity>;
+
+/// Cards by card id.
+pub type CardTable = SymTable<Card>;
+
+impl<V> Default for SymTable<V> {
+    fn default() -> Self {
+        SymTable {
+            slots: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<V> SymTable<V> {
+    /// The value of a name.
     #[inline]
-    pub fn get(&self, id: &Sym) -> Option<&Identity> {
+    pub fn get(&self, id: &Sym) -> Option<&V> {
         match self.slots.get(id.0 as usize) {
-            Some(Some((_, identity))) => Some(identity),
+            Some(Some((_, value))) => Some(value),
             _ => None,
         }
     }
 
     #[inline]
-    fn get_mut(&mut self, id: &Sym) -> Option<&mut Identity> {
+    fn get_mut(&mut self, id: &Sym) -> Option<&mut V> {
         match self.slots.get_mut(id.0 as usize) {
-            Some(Some((_, identity))) => Some(identity),
+            Some(Some((_, value))) => Some(value),
             _ => None,
         }
     }
 
-    /// Whether the id has records.
+    /// Whether the name has a value.
     #[inline]
     pub fn contains_key(&self, id: &Sym) -> bool {
         self.get(id).is_some()
     }
 
-    fn insert(&mut self, id: Sym, identity: Identity) {
+    fn insert(&mut self, id: Sym, value: V) {
         let index = id.0 as usize;
-        if index >= self.slots.len() {
+        if index == self.slots.len() {
+            // Names are interned in arrival order: most inserts append.
+            self.slots.push(Some((id, value)));
+            self.len += 1;
+            return;
+        }
+        if index > self.slots.len() {
             self.slots.resize_with(index + 1, || None);
         }
-        if self.slots[index].replace((id, identity)).is_none() {
+        if self.slots[index].replace((id, value)).is_none() {
             self.len += 1;
         }
     }
@@ -209,48 +230,58 @@ impl IdentityTable {
         }
     }
 
-    /// How many ids have records.
+    /// How many names have values.
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether no id has records.
+    /// Whether no name has a value.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Every id with its records, in id order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &Identity)> {
+    /// Every name with its value, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &V)> {
         self.slots
             .iter()
-            .filter_map(|slot| slot.as_ref().map(|(id, identity)| (id, identity)))
+            .filter_map(|slot| slot.as_ref().map(|(id, value)| (id, value)))
     }
 
-    /// Every id with records, in id order.
+    /// Every name with a value, in id order.
     pub fn keys(&self) -> impl Iterator<Item = &Sym> {
         self.iter().map(|(id, _)| id)
     }
 
-    /// Every record set, in id order.
-    pub fn values(&self) -> impl Iterator<Item = &Identity> {
-        self.iter().map(|(_, identity)| identity)
+    /// Every value, in id order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.iter().map(|(_, value)| value)
     }
 }
 
-impl<'a> IntoIterator for &'a IdentityTable {
-    type Item = (&'a Sym, &'a Identity);
-    type IntoIter = Box<dyn Iterator<Item = (&'a Sym, &'a Identity)> + 'a>;
+impl<V> FromIterator<(Sym, V)> for SymTable<V> {
+    fn from_iter<I: IntoIterator<Item = (Sym, V)>>(entries: I) -> Self {
+        let mut table = SymTable::default();
+        for (id, value) in entries {
+            table.insert(id, value);
+        }
+        table
+    }
+}
+
+impl<'a, V> IntoIterator for &'a SymTable<V> {
+    type Item = (&'a Sym, &'a V);
+    type IntoIter = Box<dyn Iterator<Item = (&'a Sym, &'a V)> + 'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
     }
 }
 
-impl std::ops::Index<&Sym> for IdentityTable {
-    type Output = Identity;
+impl<V> std::ops::Index<&Sym> for SymTable<V> {
+    type Output = V;
 
-    fn index(&self, id: &Sym) -> &Identity {
-        self.get(id).expect("the event id has records")
+    fn index(&self, id: &Sym) -> &V {
+        self.get(id).expect("the name has a value")
     }
 }
 
@@ -367,7 +398,7 @@ pub struct Reconciled {
 /// The receiver's state: cards, identity records and holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Receiver {
-    cards: BTreeMap<Sym, Card>,
+    cards: CardTable,
     identities: IdentityTable,
     /// Inputs without an event id, by delivery number.
     anonymous: BTreeMap<u32, Record>,
@@ -503,7 +534,7 @@ impl Receiver {
     }
 
     /// The known cards.
-    pub fn cards(&self) -> &BTreeMap<Sym, Card> {
+    pub fn cards(&self) -> &CardTable {
         &self.cards
     }
 
@@ -676,6 +707,7 @@ impl Receiver {
         );
         if decision.is_hold() {
             self.hold(
+                policy,
                 event.object_id,
                 HoldKey::Record {
                     event: id,
@@ -706,7 +738,7 @@ impl Receiver {
                 recorded_at: received_at,
             },
         );
-        self.hold(event.object_id, HoldKey::Delivery(delivery));
+        self.hold(policy, event.object_id, HoldKey::Delivery(delivery));
         self.debug_check(policy);
         verdict(Verdict::Decided(decision))
     }
@@ -742,7 +774,7 @@ impl Receiver {
         };
         self.pause_known(first_card);
         self.pause_known(event.object_id);
-        self.hold(event.object_id, key);
+        self.hold(policy, event.object_id, key);
         verdict(Verdict::Decided(decision))
     }
 
@@ -801,11 +833,14 @@ impl Receiver {
         }
     }
 
-    fn hold(&mut self, bucket: Option<Sym>, key: HoldKey) {
+    fn hold<P: Policy>(&mut self, policy: P, bucket: Option<Sym>, key: HoldKey) {
         let holds = self.holds.entry(bucket).or_default();
-        if !holds.contains(&key) {
-            holds.push(key);
+        // Keys are new by construction, except when the overwrite mutant reuses index 0.
+        if policy.is(Mutant::OverwriteFirstRecord) && holds.contains(&key) {
+            return;
         }
+        debug_assert!(!holds.contains(&key), "hold {key:?} is new");
+        holds.push(key);
     }
 
     /// Applies an authority snapshot to its card, then settles the card's holds.

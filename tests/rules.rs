@@ -197,7 +197,11 @@ impl Bench {
     }
 
     fn cards(&self) -> BTreeMap<Sym, Card> {
-        self.receiver.cards().clone()
+        self.receiver
+            .cards()
+            .iter()
+            .map(|(&id, &card)| (id, card))
+            .collect()
     }
 }
 
