@@ -9,6 +9,7 @@
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// The only event type the receiver applies.
 pub const SUPPORTED_TYPE: &str = "card.snapshot";
@@ -78,18 +79,23 @@ pub struct Snapshot {
     pub state: StateId,
 }
 
-/// Interns JSON values by their canonical text.
+/// Interns JSON values by their canonical text, keeping the parsed values (card states,
+/// which reports show).
 #[derive(Clone, Debug, Default)]
 struct Interner {
     values: Vec<Value>,
     index: HashMap<String, u32>,
 }
 
+/// The canonical text of a value: serde_json's default map is ordered by key, so equal
+/// parsed values give equal text, whatever the key order or whitespace of the input.
+fn canonical(value: &Value) -> String {
+    value.to_string()
+}
+
 impl Interner {
     fn intern(&mut self, value: &Value) -> u32 {
-        // serde_json's default map is ordered by key, so this text is canonical: equal
-        // parsed values give equal text, whatever the key order or whitespace of the input.
-        let key = value.to_string();
+        let key = canonical(value);
         if let Some(&id) = self.index.get(&key) {
             return id;
         }
@@ -104,12 +110,38 @@ impl Interner {
     }
 }
 
+/// Interns JSON values by their canonical text only (whole envelopes: only their identity
+/// matters to the receiver), sharing one copy of each text between lookup and listing.
+#[derive(Clone, Debug, Default)]
+struct TextInterner {
+    texts: Vec<Arc<str>>,
+    index: HashMap<Arc<str>, u32>,
+}
+
+impl TextInterner {
+    fn intern(&mut self, value: &Value) -> u32 {
+        let key = canonical(value);
+        if let Some(&id) = self.index.get(key.as_str()) {
+            return id;
+        }
+        let id = u32::try_from(self.texts.len()).expect("fewer than 2^32 interned values");
+        let text: Arc<str> = key.into();
+        self.texts.push(Arc::clone(&text));
+        self.index.insert(text, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> &str {
+        &self.texts[id as usize]
+    }
+}
+
 /// Everything interned for one scenario: names, envelopes and card states.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     names: Vec<String>,
     name_index: HashMap<String, u32>,
-    contents: Interner,
+    contents: TextInterner,
     states: Interner,
 }
 
@@ -151,33 +183,39 @@ impl Catalog {
         self.states.get(id.0)
     }
 
-    /// The JSON of an envelope.
-    pub fn content_value(&self, id: ContentId) -> &Value {
+    /// The canonical JSON text of an envelope.
+    pub fn content_text(&self, id: ContentId) -> &str {
         self.contents.get(id.0)
+    }
+
+    /// The JSON of an envelope.
+    pub fn content_value(&self, id: ContentId) -> Value {
+        serde_json::from_str(self.content_text(id)).expect("canonical text is JSON")
     }
 
     /// Parses a raw envelope. Never fails: anomalies become typed values.
     pub fn event(&mut self, raw: &Value) -> Event {
         let content = ContentId(self.contents.intern(raw));
         let field = |key: &str| raw.as_object().and_then(|object| object.get(key));
-        let event_id = field("event_id").and_then(Value::as_str).map(str::to_owned);
+        let event_id = field("event_id")
+            .and_then(Value::as_str)
+            .map(|name| self.sym(name));
         let object_id = field("object_id")
             .and_then(Value::as_str)
-            .map(str::to_owned);
-        let supported = field("type").and_then(Value::as_str) == Some(SUPPORTED_TYPE);
-        let version = Version::parse(field("object_version"));
-        let occurred_at = field("occurred_at")
-            .and_then(Value::as_str)
-            .and_then(parse_rfc3339);
-        let state = field("state").filter(|state| state.is_object()).cloned();
+            .map(|name| self.sym(name));
+        let state = field("state")
+            .filter(|state| state.is_object())
+            .map(|state| self.state(state));
         Event {
             content,
-            event_id: event_id.map(|name| self.sym(&name)),
-            object_id: object_id.map(|name| self.sym(&name)),
-            supported,
-            version,
-            state: state.map(|state| self.state(&state)),
-            occurred_at,
+            event_id,
+            object_id,
+            supported: field("type").and_then(Value::as_str) == Some(SUPPORTED_TYPE),
+            version: Version::parse(field("object_version")),
+            state,
+            occurred_at: field("occurred_at")
+                .and_then(Value::as_str)
+                .and_then(parse_rfc3339),
         }
     }
 }

@@ -432,7 +432,7 @@ fn changed_payload_appends_a_variant_holds_it_and_never_overwrites_the_first_rec
     assert_eq!(identity.first, first, "the first record never changes");
     assert_eq!(identity.variants.len(), 1);
     let kept = identity.variants[0];
-    assert_eq!(b.catalog.content_value(kept.event.content), &variant);
+    assert_eq!(b.catalog.content_value(kept.event.content), variant);
     assert_eq!(kept.decision, Decision::ConflictChangedPayload);
     assert_eq!(kept.standing, Standing::Held);
     // Held: nothing changes the card but its pause.
