@@ -5,9 +5,7 @@
 //! authority snapshot per card equal to its newest delivered snapshot, and an `expect`
 //! computed by replaying the fixture through the real receiver.
 
-use crate::fixture::{
-    InputError, RawAuthority, RawCard, RawDelivery, RawExpect, RawFixture, Scenario,
-};
+use crate::fixture::{InputError, RawAuthority, RawCard, RawDelivery, RawFixture, Scenario};
 use crate::policy::Spec;
 use crate::replay::replay;
 use serde_json::{json, Map, Value};
@@ -189,25 +187,7 @@ pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
     };
     let scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;
     let report = replay(&scenario, Spec, "spec");
-    raw.expect = Some(RawExpect {
-        final_cards: report
-            .final_cards
-            .iter()
-            .map(|(name, card)| {
-                let state = card.state.as_object().cloned().unwrap_or_default();
-                (
-                    name.clone(),
-                    RawCard {
-                        version: card.version,
-                        state,
-                    },
-                )
-            })
-            .collect(),
-        replacements: Some(report.replacements),
-        unresolved: report.unresolved,
-        paused: (!report.paused.is_empty()).then_some(report.paused),
-    });
+    raw.expect = Some(report.as_expect());
     Ok(raw)
 }
 

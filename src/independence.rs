@@ -71,6 +71,26 @@ fn input_name(delivery: u32, event: &Value) -> String {
     string_field(event, "event_id").map_or_else(|| format!("delivery-{delivery}"), str::to_owned)
 }
 
+/// Every card a part names: initial, with authority, or named by a delivery.
+fn cards_of(piece: &RawFixture) -> BTreeSet<String> {
+    let delivered = piece
+        .deliveries
+        .iter()
+        .filter_map(|delivery| string_field(&delivery.event, "object_id").map(str::to_owned));
+    piece
+        .initial
+        .keys()
+        .cloned()
+        .chain(
+            piece
+                .authority
+                .iter()
+                .map(|snapshot| snapshot.object_id.clone()),
+        )
+        .chain(delivered)
+        .collect()
+}
+
 /// The part of component `root`, created empty on first use.
 fn part<'a>(
     parts: &'a mut BTreeMap<usize, RawFixture>,
@@ -139,26 +159,7 @@ pub fn split(scenario: &Scenario) -> Result<Vec<Scenario>, InputError> {
     }
     // An expectation that names a card or input no part has stays with the first part, so
     // it fails there as it fails in the whole.
-    let placed_cards: BTreeSet<String> = parts
-        .values()
-        .flat_map(|piece| {
-            let delivered = piece.deliveries.iter().filter_map(|delivery| {
-                string_field(&delivery.event, "object_id").map(str::to_owned)
-            });
-            piece
-                .initial
-                .keys()
-                .cloned()
-                .chain(
-                    piece
-                        .authority
-                        .iter()
-                        .map(|snapshot| snapshot.object_id.clone()),
-                )
-                .chain(delivered)
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let placed_cards: BTreeSet<String> = parts.values().flat_map(cards_of).collect();
     let placed_inputs: BTreeSet<String> = raw
         .deliveries
         .iter()
@@ -169,20 +170,7 @@ pub fn split(scenario: &Scenario) -> Result<Vec<Scenario>, InputError> {
     for (position, root) in order.into_iter().enumerate() {
         let mut piece = parts.remove(&root).expect("every root has a part");
         let first = position == 0;
-        let cards: BTreeSet<String> = piece
-            .initial
-            .keys()
-            .cloned()
-            .chain(
-                piece
-                    .authority
-                    .iter()
-                    .map(|snapshot| snapshot.object_id.clone()),
-            )
-            .chain(piece.deliveries.iter().filter_map(|delivery| {
-                string_field(&delivery.event, "object_id").map(str::to_owned)
-            }))
-            .collect();
+        let cards = cards_of(&piece);
         let inputs: BTreeSet<String> = piece
             .deliveries
             .iter()

@@ -174,6 +174,27 @@ pub struct Report {
 }
 
 impl Report {
+    /// The end of this run as a fixture's `expect`.
+    pub fn as_expect(&self) -> crate::fixture::RawExpect {
+        crate::fixture::RawExpect {
+            final_cards: self
+                .final_cards
+                .iter()
+                .map(|(name, card)| {
+                    let state = card.state.as_object().cloned().unwrap_or_default();
+                    let card = crate::fixture::RawCard {
+                        version: card.version,
+                        state,
+                    };
+                    (name.clone(), card)
+                })
+                .collect(),
+            replacements: Some(self.replacements),
+            unresolved: self.unresolved.clone(),
+            paused: (!self.paused.is_empty()).then(|| self.paused.clone()),
+        }
+    }
+
     /// Whether the run is clean: no property broken and `expect` (if any) holds.
     pub fn passed(&self) -> bool {
         self.violations.is_empty() && self.expect.as_ref().is_none_or(|check| check.holds)

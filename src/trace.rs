@@ -7,7 +7,7 @@
 //! `arrival replay TRACE --policy MUTANT` names the violated property.
 
 use crate::check::{LoadedModel, TraceReport};
-use crate::fixture::{InputError, RawCard, RawExpect, RawFixture, RawStep, TraceOrigin};
+use crate::fixture::{InputError, RawFixture, RawStep, TraceOrigin};
 use crate::model::describe_step;
 use crate::network::{Fault, Step};
 use crate::policy::Spec;
@@ -55,25 +55,7 @@ pub fn fixture(loaded: &LoadedModel, property: Property, steps: &[Step]) -> RawF
         policy: loaded.policy.to_string(),
         violates: property.name().to_owned(),
     });
-    raw.expect = Some(RawExpect {
-        final_cards: spec
-            .final_cards
-            .iter()
-            .map(|(name, card)| {
-                let state = card.state.as_object().cloned().unwrap_or_default();
-                (
-                    name.clone(),
-                    RawCard {
-                        version: card.version,
-                        state,
-                    },
-                )
-            })
-            .collect(),
-        replacements: Some(spec.replacements),
-        unresolved: spec.unresolved.clone(),
-        paused: (!spec.paused.is_empty()).then(|| spec.paused.clone()),
-    });
+    raw.expect = Some(spec.as_expect());
     raw
 }
 
