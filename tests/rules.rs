@@ -1978,3 +1978,331 @@ fn after_expiry_a_redelivery_is_decided_afresh_and_versions_still_protect_the_ca
         duplicate(Decision::Stale, Ack::Ignored)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Mutation-testing gaps: behaviour only the slow targets (`model`, `cli`) exercised
+// ---------------------------------------------------------------------------------------
+
+use arrival::policy::Mutant;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+impl Bench {
+    /// A new delivery decided under a seeded mutant policy instead of SPEC. No invariant
+    /// check: some mutants break the invariants on purpose.
+    fn deliver_under(&mut self, mutant: Mutant, raw: Value) -> Delivered {
+        self.last += 1;
+        let event = self.catalog.event(&raw);
+        let at = self.now;
+        self.now += 1;
+        self.receiver
+            .deliver(Some(mutant), self.last, Some(at), &event)
+    }
+
+    /// Applies an authority snapshot under a seeded mutant policy.
+    fn reconcile_under(
+        &mut self,
+        mutant: Mutant,
+        card: &str,
+        version: u64,
+        state: Value,
+    ) -> Reconciled {
+        let snapshot = Snapshot {
+            object_id: self.catalog.sym(card),
+            version,
+            state: self.catalog.state(&state),
+        };
+        self.receiver.reconcile(Some(mutant), &snapshot)
+    }
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+#[test]
+fn each_seeded_ordering_mutant_misbehaves_as_its_catalogue_entry_says() {
+    // last-arrival-wins: a lower version replaces the card.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver_under(
+            Mutant::LastArrivalWins,
+            snapshot("e-200", "card-7", 9, st("building", "Map"))
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 9, st("building", "Map"), false);
+
+    // timestamp-ordering: the later occurrence wins whatever the version; a tie goes to the
+    // later arrival.
+    let mut b = Bench::board();
+    let at = |envelope: Value, time: &str| with(envelope, "occurred_at", json!(time));
+    assert_eq!(
+        b.deliver_under(
+            Mutant::TimestampOrdering,
+            at(
+                snapshot("e-1", "card-7", 12, st("ready", "Map")),
+                "2024-01-01T08:00:05Z"
+            )
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    assert_eq!(
+        b.deliver_under(
+            Mutant::TimestampOrdering,
+            at(
+                snapshot("e-2", "card-7", 13, st("ready", "Map v2")),
+                "2024-01-01T08:00:01Z"
+            )
+        ),
+        decided(Decision::Stale, Ack::Ignored)
+    );
+    assert_eq!(
+        b.deliver_under(
+            Mutant::TimestampOrdering,
+            at(
+                snapshot("e-3", "card-7", 11, st("building", "Map")),
+                "2024-01-01T08:00:05Z"
+            )
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 11, st("building", "Map"), false);
+
+    // apply-equal-version-conflict: the card's version with another state replaces it.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver_under(
+            Mutant::ApplyEqualVersionConflict,
+            snapshot("e-1", "card-7", 10, st("ready", "Forge"))
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 10, st("ready", "Forge"), false);
+
+    // ignore-pause: a paused card takes a higher version.
+    let mut b = Bench::board();
+    b.deliver(without(
+        snapshot("e-1", "card-7", 0, st("a", "b")),
+        "object_version",
+    ));
+    assert_eq!(
+        b.deliver_under(
+            Mutant::IgnorePause,
+            snapshot("e-2", "card-7", 12, st("ready", "Map"))
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-7", 12, st("ready", "Map"), true);
+
+    // create-unknown-card: an event creates the card it names.
+    let mut b = Bench::board();
+    assert_eq!(
+        b.deliver_under(
+            Mutant::CreateUnknownCard,
+            snapshot("e-300", "card-99", 1, st("queued", "New"))
+        ),
+        decided(Decision::Applied, Ack::Applied)
+    );
+    b.assert_card("card-99", 1, st("queued", "New"), false);
+}
+
+#[test]
+fn each_seeded_identity_mutant_misbehaves_as_its_catalogue_entry_says() {
+    // id-only-dedupe: a changed payload is taken for a duplicate of the first record.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    assert_eq!(
+        b.deliver_under(
+            Mutant::IdOnlyDedupe,
+            snapshot("e-202", "card-7", 13, st("ready", "Forge"))
+        ),
+        duplicate(Decision::Applied, Ack::Applied)
+    );
+    assert!(b.paused().is_empty());
+
+    // overwrite-first-record: the variant replaces the first record; its hold is filed
+    // once under index 0, even when a third content overwrites it again.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    for label in ["Forge", "Anvil"] {
+        assert_eq!(
+            b.deliver_under(
+                Mutant::OverwriteFirstRecord,
+                snapshot("e-202", "card-7", 13, st("ready", label))
+            ),
+            decided(Decision::ConflictChangedPayload, Ack::Held)
+        );
+        let identity = &b.receiver.identities()[&b.sym("e-202")];
+        assert_eq!(identity.first.decision, Decision::ConflictChangedPayload);
+        assert!(identity.variants.is_empty());
+        assert_eq!(b.holds(Some("card-7")), vec![b.key("e-202", 0)]);
+    }
+}
+
+#[test]
+fn forgetting_held_events_at_reconciliation_breaks_the_invariants() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Forge"))); // pauses card-7
+    b.deliver(snapshot("e-211", "card-7", 12, st("ready", "Map"))); // held_paused
+    let reconciled = b.reconcile_under(
+        Mutant::ForgetHeldAfterReconcile,
+        "card-7",
+        10,
+        st("queued", "Map"),
+    );
+    assert_eq!(
+        reconciled.settled,
+        vec![(b.key("e-210", 0), Settlement::Resolved)],
+        "the held_paused event is dropped, not re-evaluated"
+    );
+    assert_eq!(b.record(b.key("e-211", 0)).standing, Standing::Held);
+    assert!(b.holds_by_card().is_empty());
+    let broken = b
+        .receiver
+        .invariants()
+        .expect_err("a waiting record is not held");
+    assert!(broken.contains("waits but is not held"), "{broken}");
+}
+
+#[test]
+fn a_resolved_variant_stays_unresolved_input_only_if_it_could_never_be_decided() {
+    let mut b = Bench::board();
+    let variant = |id: &str| snapshot(id, "card-7", 12, st("ready", "Forge"));
+    for id in [
+        "e-ok",
+        "e-type",
+        "e-object",
+        "e-version",
+        "e-state",
+        "e-unknown",
+    ] {
+        b.deliver(snapshot(id, "card-7", 11, st("ready", "Map")));
+    }
+    b.deliver(variant("e-ok"));
+    b.deliver(with(variant("e-type"), "type", json!("card.deleted")));
+    b.deliver(without(variant("e-object"), "object_id"));
+    b.deliver(without(variant("e-version"), "object_version"));
+    b.deliver(with(variant("e-state"), "state", json!("ready")));
+    b.deliver(snapshot("e-unknown", "card-99", 12, st("ready", "Forge")));
+    b.reconcile("card-7", 12, st("ready", "Map"));
+    for id in [
+        "e-ok",
+        "e-type",
+        "e-object",
+        "e-version",
+        "e-state",
+        "e-unknown",
+    ] {
+        assert_eq!(b.record(b.key(id, 1)).standing, Standing::Resolved, "{id}");
+    }
+    assert!(b.holds_by_card().is_empty());
+    assert_eq!(
+        b.unresolved(),
+        b.inputs(
+            &["e-type", "e-object", "e-version", "e-state", "e-unknown"],
+            &[]
+        ),
+        "a resolved, decidable variant naming a known card is settled"
+    );
+}
+
+#[test]
+fn record_hashes_tell_apart_every_field_that_matters() {
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Map")));
+    let record = b.record(b.key("e-201", 0));
+    let other_content = b.record(b.key("e-202", 0));
+    let variants = [
+        record,
+        other_content,
+        Record {
+            decision: Decision::Stale,
+            ..record
+        },
+        Record {
+            standing: Standing::Resolved,
+            ..record
+        },
+        Record {
+            recorded_at: None,
+            ..record
+        },
+    ];
+    let hashes: BTreeSet<u64> = variants.iter().map(hash_of).collect();
+    assert_eq!(hashes.len(), variants.len(), "{variants:?}");
+    assert_eq!(hash_of(&record), hash_of(&b.record(b.key("e-201", 0))));
+}
+
+#[test]
+fn card_and_identity_tables_count_and_list_their_entries() {
+    let mut b = Bench::board();
+    assert_eq!(b.receiver.cards().len(), 2);
+    assert!(!b.receiver.cards().is_empty());
+    assert_eq!(
+        b.receiver.cards().keys().copied().collect::<Vec<_>>(),
+        vec![b.sym("card-7"), b.sym("card-8")]
+    );
+    assert_eq!(
+        b.receiver
+            .cards()
+            .values()
+            .map(|card| card.version)
+            .collect::<Vec<_>>(),
+        vec![10, 3]
+    );
+    assert!(b.receiver.identities().is_empty());
+    assert_eq!(b.receiver.identities().len(), 0);
+
+    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    assert_eq!(b.receiver.identities().len(), 3);
+    assert!(!b.receiver.identities().is_empty());
+    b.reconcile("card-99", 1, st("queued", "New"));
+    assert_eq!(b.receiver.cards().len(), 3);
+    assert_eq!(
+        b.receiver.cards().into_iter().count(),
+        3,
+        "by-reference iteration"
+    );
+
+    b.now = T + 2 * DAY as i64;
+    assert_eq!(b.receiver.expire(b.now, DAY).len(), 3);
+    assert_eq!(b.receiver.identities().len(), 0);
+    assert!(b.receiver.identities().is_empty());
+    assert_eq!(b.receiver.identities(), &Default::default());
+}
+
+#[test]
+fn report_names_are_the_spec_names() {
+    let names: Vec<String> = Decision::ALL.iter().map(Decision::to_string).collect();
+    assert_eq!(
+        names,
+        [
+            "applied",
+            "stale",
+            "equal",
+            "conflict_changed_payload",
+            "conflict_same_version",
+            "held_malformed",
+            "held_unsupported_type",
+            "held_unknown_object",
+            "held_paused",
+            "held_missing_version",
+            "held_invalid_version",
+        ]
+    );
+    assert_eq!(
+        [Ack::Applied, Ack::Ignored, Ack::Held].map(Ack::name),
+        ["applied", "ignored", "held"]
+    );
+    assert_eq!(
+        Outcome::ALL.map(Outcome::name),
+        ["created", "refused_behind", "confirmed", "replaced"]
+    );
+    assert_eq!(Verdict::Decided(Decision::Stale).name(), "stale");
+    assert_eq!(Verdict::Duplicate(Decision::Stale).name(), "duplicate");
+}
