@@ -46,6 +46,11 @@ pub enum Entry {
         /// How.
         settlement: Settlement,
     },
+    /// The retention window passed and this event id was forgotten.
+    Forgotten {
+        /// The event id.
+        event: Sym,
+    },
 }
 
 /// The audit trail and counters of one run.
@@ -107,6 +112,12 @@ impl Journal {
                     self.entries
                         .push((index, Entry::Settled { key, settlement }));
                 }
+            }
+            (Step::Expire, Effect::Expired(gone)) => {
+                self.entries.extend(
+                    gone.iter()
+                        .map(|&event| (index, Entry::Forgotten { event })),
+                );
             }
             _ => unreachable!("effects match their steps"),
         }

@@ -13,7 +13,7 @@ use crate::fixture::{InputError, Scenario};
 use crate::model::{ReceiverModel, Reconciliation};
 use crate::network::{Budgets, Step, World};
 use crate::policy::PolicyName;
-use crate::properties::Property;
+use crate::properties::{Properties, Property};
 use crate::trace;
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, Model};
@@ -64,6 +64,10 @@ pub struct ModelFile {
     /// Crashes before record, in all (C).
     #[serde(default)]
     pub crashes: u8,
+    /// Times the retention window may pass, in all (E): each time, every event id whose
+    /// records are all settled is forgotten.
+    #[serde(default)]
+    pub expiries: u8,
     /// `interleaved` or `end`.
     #[serde(default = "default_reconciliation")]
     pub reconciliation: Reconciliation,
@@ -82,6 +86,10 @@ pub struct ModelFile {
     /// Check independent parts of the fixture one by one (see `independence`).
     #[serde(default)]
     pub split: bool,
+    /// The properties to check; SPEC's nine when absent. `redelivery-recognised` is only
+    /// checked when listed.
+    #[serde(default)]
+    pub properties: Option<Vec<String>>,
     /// `pass`, or the name of the property that must be violated.
     pub expect: String,
 }
@@ -117,6 +125,8 @@ pub struct LoadedModel {
     pub policy: PolicyName,
     /// The expected verdict.
     pub expectation: Expectation,
+    /// The properties checked.
+    pub checked: Properties,
 }
 
 /// Reads a model file and its fixture; `policy` overrides the file's policy.
@@ -166,6 +176,30 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
             InputError::invalid(path, "expect", format!("{message}, or `pass`"))
         })?),
     };
+    let checked = match &file.properties {
+        None => Properties::SPEC,
+        Some(names) if names.is_empty() => {
+            return Err(InputError::invalid(
+                path,
+                "properties",
+                "lists no property; leave it out to check SPEC's nine",
+            ))
+        }
+        Some(names) => names
+            .iter()
+            .map(|name| name.parse::<Property>())
+            .collect::<Result<Properties, String>>()
+            .map_err(|message| InputError::invalid(path, "properties", message))?,
+    };
+    if let Expectation::Violates(property) = expectation {
+        if !checked.contains(property) {
+            return Err(InputError::invalid(
+                path,
+                "expect",
+                format!("`{property}` is not among the checked `properties`"),
+            ));
+        }
+    }
     if file.threads == 0 {
         return Err(InputError::invalid(path, "threads", "must be at least 1"));
     }
@@ -185,6 +219,7 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
         path: path.to_owned(),
         policy: policy.unwrap_or(file_policy),
         expectation,
+        checked,
         scenario: Arc::new(scenario),
         file,
     })
@@ -197,7 +232,8 @@ pub struct PropertyReport {
     pub name: String,
     /// `always` for safety and convergence, `sometimes` for decision coverage.
     pub kind: String,
-    /// `holds`, `violated`, `unknown` (state limit hit) / `reached`, `unreached`.
+    /// `holds`, `violated`, `unknown` (state limit hit), `not checked` / `reached`,
+    /// `unreached`.
     pub status: String,
     /// For a violation: the shortest counterexample found.
     pub trace: Option<TraceReport>,
@@ -263,11 +299,12 @@ pub struct CheckOptions {
 }
 
 /// The model a loaded model file describes, checking the given properties.
-pub fn build_model(loaded: &LoadedModel, checked: Vec<Property>) -> ReceiverModel {
+pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
     let budgets = Budgets {
         duplicates: loaded.file.duplicates,
         lost_acks: loaded.file.lost_acks,
         crashes: loaded.file.crashes,
+        expiries: loaded.file.expiries,
     };
     let mut model = ReceiverModel::new(
         Arc::clone(&loaded.scenario),
@@ -377,7 +414,7 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
     // For each violated property, the part where it was found.
     let mut found_in: BTreeMap<String, usize> = BTreeMap::new();
     for (index, part) in parts.iter().enumerate() {
-        let model = build_model(part, Property::ALL.to_vec());
+        let model = build_model(part, loaded.checked);
         let counts = Arc::clone(&model.coverage);
         let main = explore(
             model,
@@ -406,6 +443,7 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
     for property in Property::ALL {
         let found = found_in.get(property.name()).copied();
         let status = match (found, complete) {
+            _ if !loaded.checked.contains(property) => "not checked",
             (Some(_), _) => "violated",
             (None, true) => "holds",
             (None, false) => "unknown",
@@ -416,7 +454,7 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
                 violated.push(property.name().to_owned());
                 // A second run with this property alone finds a shortest counterexample.
                 let part = &parts[index];
-                let alone = build_model(part, vec![property]);
+                let alone = build_model(part, Properties::only(property));
                 let shortest = explore(
                     alone,
                     Strategy::Bfs,
@@ -491,7 +529,14 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
 fn full_state_bytes(scenario: &Scenario) -> usize {
     let start = World::initial(scenario, Budgets::UNLIMITED);
     let end = scenario.steps().into_iter().fold(start, |world, step| {
-        crate::network::transition(scenario, crate::policy::Spec, &world, step).0
+        crate::network::transition(
+            scenario,
+            crate::policy::Spec,
+            Properties::SPEC,
+            &world,
+            step,
+        )
+        .0
     });
     end.approx_bytes()
 }
@@ -506,7 +551,7 @@ pub fn peak_rss_mib() -> Option<f64> {
 
 /// Serves stateright's Explorer for a model on `address` (blocks).
 pub fn serve(loaded: &LoadedModel, address: &str) {
-    let model = build_model(loaded, Property::ALL.to_vec());
+    let model = build_model(loaded, loaded.checked);
     model.checker().threads(loaded.file.threads).serve(address);
 }
 

@@ -136,6 +136,10 @@ pub struct RawStep {
     /// Apply this card's authority snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconcile: Option<String>,
+    /// The retention window passes here: every event id whose records are all settled is
+    /// forgotten (`{"expire": true}`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expire: bool,
 }
 
 /// Where a counterexample fixture came from.
@@ -453,6 +457,15 @@ fn parse_step(
     if faults.iter().filter(|&&set| set).count() > 1 {
         return Err("at most one of `ack_lost`, `duplicate` and `crash` may be set".into());
     }
+    if step.expire {
+        return if step.deliver.is_some() || step.reconcile.is_some() {
+            Err("`expire` is a step of its own, not part of `deliver` or `reconcile`".into())
+        } else if faults.iter().any(|&set| set) {
+            Err("`ack_lost`, `duplicate` and `crash` go with `deliver`, not `expire`".into())
+        } else {
+            Ok(Step::Expire)
+        };
+    }
     match (step.deliver, &step.reconcile) {
         (Some(number), None) => {
             if !numbers.contains_key(&number) {
@@ -490,9 +503,10 @@ fn parse_step(
             ))
         }
         (Some(_), Some(_)) => Err("a step is either `deliver` or `reconcile`, not both".into()),
-        (None, None) => {
-            Err("a step needs `deliver` (a delivery number) or `reconcile` (a card)".into())
-        }
+        (None, None) => Err(
+            "a step needs `deliver` (a delivery number), `reconcile` (a card) or `expire` (true)"
+                .into(),
+        ),
     }
 }
 

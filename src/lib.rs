@@ -3,7 +3,7 @@
 //!
 //! It holds one pure decision function for the card.snapshot protocol (SPEC.md), replays
 //! fixtures through it, and model-checks it with stateright under every reordering,
-//! duplicate, lost acknowledgement and crash.
+//! duplicate, lost acknowledgement, crash and (if asked) passing of the retention window.
 //!
 //! # Architecture
 //!
@@ -12,12 +12,12 @@
 //! | module | job |
 //! |---|---|
 //! | [`protocol`] | wire envelopes parsed once into typed, interned [`protocol::Event`]s; never fails on a protocol anomaly |
-//! | [`receiver`] | the decision function and reconciliation (pure: no I/O, no clock) and the receiver state they read |
+//! | [`receiver`] | the decision function, reconciliation and retention expiry (pure: no I/O, no clock) and the receiver state they read |
 //! | [`policy`] | the SPEC policy and the mutant catalogue, as a zero-cost generic parameter of the receiver |
 //! | [`audit`] | the audit trail, replacement counters and global arrival order of holds, kept beside the receiver |
 //! | [`fixture`] | fixture files (SPEC format) validated into a typed [`fixture::Scenario`]; typed input errors |
-//! | [`network`] | the receiver in its world (sender, network, faults): one [`network::Step`] at a time, shared by replay and the model |
-//! | [`properties`] | SPEC's safety and convergence properties as checks on steps and states |
+//! | [`network`] | the receiver in its world (sender, network, faults, expiry): one [`network::Step`] at a time, shared by replay and the model |
+//! | [`properties`] | SPEC's safety and convergence properties (and the opt-in `redelivery-recognised`) as checks on steps and states |
 //! | [`replay`] | walks a fixture's schedule and builds the report (the `--json` contract) |
 //! | [`table`] | renders reports as text tables for people |
 //! | [`model`] | the stateright model around [`network::transition`], with decision coverage |

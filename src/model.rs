@@ -1,5 +1,6 @@
 //! The stateright model: every reordering, duplicate, lost acknowledgement and crash of a
-//! fixture's deliveries, with reconciliation interleaved, through the real decision function.
+//! fixture's deliveries, with reconciliation interleaved and (if asked) the retention window
+//! passing, through the real decision function.
 //!
 //! State: [`World`] (receiver state, what the sender still owes, fault budgets, violation
 //! marker). Actions: [`Step`]s. `next_state` is [`transition`], the same function replay
@@ -11,7 +12,7 @@
 use crate::fixture::Scenario;
 use crate::network::{transition, Budgets, Effect, Fault, Step, World};
 use crate::policy::{Mutant, Spec};
-use crate::properties::Property;
+use crate::properties::{Properties, Property};
 use crate::receiver::{Decision, Outcome, Verdict};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -52,7 +53,8 @@ impl Coverage {
             },
             Effect::Delivered {
                 delivered: None, ..
-            } => {}
+            }
+            | Effect::Expired(_) => {}
             Effect::Reconciled(reconciled) => {
                 let index = Outcome::ALL
                     .iter()
@@ -98,13 +100,13 @@ pub struct ReceiverModel {
     /// When reconciliation may happen.
     pub reconciliation: Reconciliation,
     /// The properties this run checks.
-    pub checked: Vec<Property>,
+    pub checked: Properties,
     /// Decision coverage, shared by the checker's threads.
     pub coverage: Arc<Coverage>,
 }
 
 impl ReceiverModel {
-    /// A model checking every property.
+    /// A model checking SPEC's properties.
     pub fn new(
         scenario: Arc<Scenario>,
         policy: Option<Mutant>,
@@ -116,7 +118,7 @@ impl ReceiverModel {
             policy,
             budgets,
             reconciliation,
-            checked: Property::ALL.to_vec(),
+            checked: Properties::SPEC,
             coverage: Arc::default(),
         }
     }
@@ -188,8 +190,8 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
     let budgets = world.budgets;
     let _ = writeln!(
         out,
-        "faults left: {} duplicates, {} lost acks, {} crashes",
-        budgets.duplicates, budgets.lost_acks, budgets.crashes
+        "faults left: {} duplicates, {} lost acks, {} crashes, {} expiries",
+        budgets.duplicates, budgets.lost_acks, budgets.crashes, budgets.expiries
     );
     out
 }
@@ -198,6 +200,7 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
 pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
     match *step {
         Step::Reconcile(card) => format!("reconcile {}", scenario.catalog.name(card)),
+        Step::Expire => "retention window passes (settled event ids are forgotten)".into(),
         Step::Deliver { delivery, fault } => {
             let index = scenario.delivery_index(delivery).expect("known delivery");
             let event = &scenario.deliveries[index].event;
@@ -265,12 +268,15 @@ impl stateright::Model for ReceiverModel {
                 }
             }
         }
+        if budgets.expiries > 0 && world.receiver.has_expirable() {
+            actions.push(Step::Expire);
+        }
     }
 
     fn next_state(&self, last: &World, step: Step) -> Option<World> {
         let (next, effect) = match self.policy {
-            None => transition(&self.scenario, Spec, last, step),
-            Some(mutant) => transition(&self.scenario, Some(mutant), last, step),
+            None => transition(&self.scenario, Spec, self.checked, last, step),
+            Some(mutant) => transition(&self.scenario, Some(mutant), self.checked, last, step),
         };
         self.coverage.note(&effect);
         let changed = next.receiver != last.receiver || next.owed != last.owed;
@@ -287,10 +293,7 @@ impl stateright::Model for ReceiverModel {
     }
 
     fn properties(&self) -> Vec<stateright::Property<Self>> {
-        self.checked
-            .iter()
-            .map(|&property| always(property))
-            .collect()
+        self.checked.iter().map(always).collect()
     }
 }
 
@@ -308,6 +311,9 @@ fn always(property: Property) -> stateright::Property<ReceiverModel> {
         Property::HeldChangesNothing => |_, w| w.violation != Some(Property::HeldChangesNothing),
         Property::AckImpliesRecorded => |_, w| w.violation != Some(Property::AckImpliesRecorded),
         Property::DuplicateNoEffect => |_, w| w.violation != Some(Property::DuplicateNoEffect),
+        Property::RedeliveryRecognised => {
+            |_, w| w.violation != Some(Property::RedeliveryRecognised)
+        }
         Property::Convergence => |_, w| w.violation != Some(Property::Convergence),
     };
     stateright::Property::always(property.name(), condition)

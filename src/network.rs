@@ -1,5 +1,6 @@
 //! The receiver inside its world: a sender that retries until acknowledged, a network that
-//! reorders and copies, acknowledgements that get lost, and a receiver that can crash.
+//! reorders and copies, acknowledgements that get lost, a receiver that can crash, and a
+//! retention window that can pass.
 //!
 //! One [`Step`] at a time, [`transition`] moves a [`World`] forward with the real decision
 //! function and checks the step against the safety properties. `replay` walks a fixture's
@@ -8,7 +9,7 @@
 
 use crate::fixture::Scenario;
 use crate::policy::{Mutant, Policy};
-use crate::properties::{self, Property};
+use crate::properties::{self, Properties, Property};
 use crate::protocol::Sym;
 use crate::receiver::{Ack, Delivered, Receiver, Reconciled};
 use std::sync::Arc;
@@ -39,6 +40,9 @@ pub enum Step {
     },
     /// The card's authority snapshot is applied.
     Reconcile(Sym),
+    /// The retention window passes over everything recorded so far: every event id that
+    /// may be forgotten is ([`Receiver::expire_all`]).
+    Expire,
 }
 
 /// Fault budgets left, totals over a run.
@@ -50,6 +54,8 @@ pub struct Budgets {
     pub lost_acks: u8,
     /// Crashes the receiver may still have.
     pub crashes: u8,
+    /// Times the retention window may still pass.
+    pub expiries: u8,
 }
 
 impl Budgets {
@@ -58,6 +64,7 @@ impl Budgets {
         duplicates: u8::MAX,
         lost_acks: u8::MAX,
         crashes: u8::MAX,
+        expiries: u8::MAX,
     };
 
     fn spend(&mut self, fault: Option<Fault>) {
@@ -81,16 +88,17 @@ impl Budgets {
 }
 
 /// A set of delivery indices: inline for the first 64, so model states of small fixtures
-/// carry no extra allocation.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Owed {
+/// carry no extra allocation. Equal sets are equal values (no trailing empty words beyond
+/// what [`DeliverySet::all`] starts with).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeliverySet {
     low: u64,
     high: Vec<u64>,
 }
 
-impl Owed {
+impl DeliverySet {
     /// Indices `0..count`.
-    pub fn all(count: usize) -> Owed {
+    pub fn all(count: usize) -> DeliverySet {
         let word = |bits: usize| {
             if bits >= 64 {
                 u64::MAX
@@ -102,7 +110,7 @@ impl Owed {
             .step_by(64)
             .map(|start| word(count - start))
             .collect();
-        Owed {
+        DeliverySet {
             low: word(count),
             high,
         }
@@ -128,7 +136,20 @@ impl Owed {
         *word &= !(1 << (index % 64));
     }
 
-    /// Whether nothing is owed.
+    /// Puts `index` in.
+    pub fn insert(&mut self, index: usize) {
+        if index < 64 {
+            self.low |= 1 << index;
+        } else {
+            let word = index / 64 - 1;
+            if self.high.len() <= word {
+                self.high.resize(word + 1, 0);
+            }
+            self.high[word] |= 1 << (index % 64);
+        }
+    }
+
+    /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
         self.low == 0 && self.high.iter().all(|&word| word == 0)
     }
@@ -142,7 +163,10 @@ pub struct World {
     /// or a crash before record copies nothing.
     pub receiver: Arc<Receiver>,
     /// Delivery indices not yet acknowledged to the sender.
-    pub owed: Owed,
+    pub owed: DeliverySet,
+    /// Delivery indices whose records expiry forgot: the receiver may no longer know them
+    /// (empty unless the retention window passed).
+    pub forgotten: DeliverySet,
     /// Faults left.
     pub budgets: Budgets,
     /// The first property broken on the way here.
@@ -161,6 +185,8 @@ pub enum Effect {
     },
     /// An authority snapshot was applied.
     Reconciled(Reconciled),
+    /// The retention window passed: these event ids were forgotten, in id order.
+    Expired(Vec<Sym>),
 }
 
 impl World {
@@ -168,7 +194,8 @@ impl World {
     pub fn initial(scenario: &Scenario, budgets: Budgets) -> World {
         World {
             receiver: Arc::new(Receiver::new(scenario.initial.iter().copied())),
-            owed: Owed::all(scenario.deliveries.len()),
+            owed: DeliverySet::all(scenario.deliveries.len()),
+            forgotten: DeliverySet::default(),
             budgets,
             violation: None,
         }
@@ -229,12 +256,13 @@ impl World {
     }
 }
 
-/// Applies one step to a copy of `pre`, checks it against the safety properties, and
+/// Applies one step to a copy of `pre`, checks it against the `checked` properties, and
 /// returns the new world and what happened. A broken property is recorded in
 /// `World::violation` (the first one stays).
 pub fn transition<P: Policy>(
     scenario: &Scenario,
     policy: P,
+    checked: Properties,
     pre: &World,
     step: Step,
 ) -> (World, Effect) {
@@ -289,14 +317,28 @@ pub fn transition<P: Policy>(
                 .expect("schedules reconcile cards with authority");
             Effect::Reconciled(Arc::make_mut(&mut post.receiver).reconcile(policy, snapshot))
         }
+        Step::Expire => {
+            post.budgets.expiries = post.budgets.expiries.saturating_sub(1);
+            let gone = Arc::make_mut(&mut post.receiver).expire_all();
+            for (index, delivery) in scenario.deliveries.iter().enumerate() {
+                if delivery
+                    .event
+                    .event_id
+                    .is_some_and(|id| gone.binary_search(&id).is_ok())
+                {
+                    post.forgotten.insert(index);
+                }
+            }
+            Effect::Expired(gone)
+        }
     };
     if post.violation.is_none() {
-        post.violation = properties::check_step(scenario, pre, &post, step, &effect);
+        post.violation = properties::check_step(scenario, checked, pre, &post, step, &effect);
     }
     let unchanged = Arc::ptr_eq(&pre.receiver, &post.receiver) && pre.owed == post.owed;
     if post.violation.is_none() && !unchanged {
         // An unchanged world was already checked when it was reached.
-        post.violation = properties::check_state(scenario, &post);
+        post.violation = properties::check_state(scenario, checked, &post);
     }
     (post, effect)
 }

@@ -33,6 +33,11 @@ pub enum Property {
     AckImpliesRecorded,
     /// A duplicate changes nothing at all.
     DuplicateNoEffect,
+    /// Not one of SPEC's: a delivery the receiver has seen before (a copy of an
+    /// acknowledged delivery, or any delivery whose records expiry forgot) is recognised
+    /// as a duplicate. It holds without expiry and is lost with it, as SPEC's retention
+    /// section says; opt in (`properties` in a model file) to see how.
+    RedeliveryRecognised,
     /// Every terminal state has the expected final cards, nothing paused, and exactly the
     /// expected unresolved inputs.
     Convergence,
@@ -40,7 +45,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order checks run (and violations are reported).
-    pub const ALL: [Property; 9] = [
+    pub const ALL: [Property; 10] = [
         Property::FirstRecordImmutable,
         Property::EvidenceRetained,
         Property::NoUnknownCard,
@@ -49,6 +54,7 @@ impl Property {
         Property::HeldChangesNothing,
         Property::AckImpliesRecorded,
         Property::DuplicateNoEffect,
+        Property::RedeliveryRecognised,
         Property::Convergence,
     ];
 
@@ -63,8 +69,48 @@ impl Property {
             Property::HeldChangesNothing => "held-changes-nothing",
             Property::AckImpliesRecorded => "ack-implies-recorded",
             Property::DuplicateNoEffect => "duplicate-no-effect",
+            Property::RedeliveryRecognised => "redelivery-recognised",
             Property::Convergence => "convergence",
         }
+    }
+}
+
+/// A set of properties: the ones a run checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Properties(u16);
+
+impl Properties {
+    /// SPEC's nine: what replay and model files check unless told otherwise.
+    pub const SPEC: Properties =
+        Properties((1 << Property::ALL.len()) - 1 - (1 << Property::RedeliveryRecognised as u16));
+
+    /// Just one.
+    pub fn only(property: Property) -> Properties {
+        Properties(1 << property as u16)
+    }
+
+    /// Whether `property` is in the set.
+    pub fn contains(self, property: Property) -> bool {
+        self.0 & (1 << property as u16) != 0
+    }
+
+    /// The set with `property` added.
+    pub fn with(self, property: Property) -> Properties {
+        Properties(self.0 | Properties::only(property).0)
+    }
+
+    /// The members, in [`Property::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = Property> {
+        Property::ALL
+            .into_iter()
+            .filter(move |&property| self.contains(property))
+    }
+}
+
+impl FromIterator<Property> for Properties {
+    fn from_iter<I: IntoIterator<Item = Property>>(iter: I) -> Properties {
+        iter.into_iter()
+            .fold(Properties(0), |set, property| set.with(property))
     }
 }
 
@@ -92,9 +138,10 @@ impl FromStr for Property {
 }
 
 /// Checks one step: `pre` went to `post` by `step` with `effect`. Returns the first broken
-/// property, in [`Property::ALL`] order.
+/// property among `checked`, in [`Property::ALL`] order.
 pub fn check_step(
     scenario: &Scenario,
+    checked: Properties,
     pre: &World,
     post: &World,
     step: Step,
@@ -111,19 +158,22 @@ pub fn check_step(
         let index = scenario
             .delivery_index(number)
             .expect("step names a delivery");
-        &scenario.deliveries[index]
+        (index, &scenario.deliveries[index])
     });
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked.contains(property) && !holds()).then_some(property)
+    };
 
     // Whether what arrived is recorded (a crash records nothing, by definition).
-    let arrived_recorded = match (delivery, arriving) {
-        (Some((number, fault, ..)), Some(arriving)) if fault != Some(Fault::Crash) => {
+    let arrived_recorded = || match (delivery, arriving) {
+        (Some((number, fault, ..)), Some((_, arriving))) if fault != Some(Fault::Crash) => {
             after.recorded(&arriving.event, number).is_some()
         }
         _ => true,
     };
     // Whether the acknowledgement the sender got, if any, is a recorded decision's meaning.
-    let ack_matches = match (delivery, arriving) {
-        (Some((number, _, _, Some(ack))), Some(arriving)) => {
+    let ack_matches = || match (delivery, arriving) {
+        (Some((number, _, _, Some(ack))), Some((_, arriving))) => {
             after
                 .recorded(&arriving.event, number)
                 .map(|decision| decision.ack())
@@ -131,91 +181,111 @@ pub fn check_step(
         }
         _ => true,
     };
+    // redelivery-recognised: what the receiver saw before (an acknowledged delivery, or one
+    // whose records were forgotten) comes back as a duplicate.
+    let recognised = || match (delivery, arriving) {
+        (Some((_, _, Some(answer), _)), Some((index, _)))
+            if !pre.owes(index) || pre.forgotten.contains(index) =>
+        {
+            matches!(answer.verdict, Verdict::Duplicate(_))
+        }
+        _ => true,
+    };
 
     // A step that left the receiver untouched (a duplicate, a crash before record) can only
     // be wrong in what arrived and what the sender got.
     if std::sync::Arc::ptr_eq(before, after) {
-        if !arrived_recorded {
-            return Some(Property::EvidenceRetained);
-        }
-        return (!ack_matches).then_some(Property::AckImpliesRecorded);
+        return broken(Property::EvidenceRetained, &arrived_recorded)
+            .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
+            .or_else(|| broken(Property::RedeliveryRecognised, &recognised));
     }
 
-    // first-record-immutable
-    let first_kept = before.identities().iter().all(|(id, identity)| {
-        after.identities().get(id).is_some_and(|now| {
-            now.first.event == identity.first.event
-                && now.first.recorded_at == identity.first.recorded_at
+    // Only expiry may forget an event id, and only one whose records are all settled (no
+    // unresolved input among them); it is judged by evidence-retained.
+    let forgettable = |id: &crate::protocol::Sym| {
+        step == Step::Expire
+            && !after.identities().contains_key(id)
+            && before.identities()[id]
+                .records()
+                .all(|record| !before.is_unresolved(record))
+    };
+    let first_kept = || {
+        before.identities().iter().all(|(id, identity)| {
+            after
+                .identities()
+                .get(id)
+                .map_or(step == Step::Expire, |now| {
+                    now.first.event == identity.first.event
+                        && now.first.recorded_at == identity.first.recorded_at
+                })
         })
-    });
-    if !first_kept {
-        return Some(Property::FirstRecordImmutable);
-    }
-
-    // evidence-retained: nothing recorded disappears, and what arrived is recorded.
-    let retained = before.identities().iter().all(|(id, identity)| {
-        let now = &after.identities()[id];
-        identity
-            .records()
-            .all(|record| now.position(record.event.content).is_some())
-    }) && before
-        .anonymous()
-        .keys()
-        .all(|number| after.anonymous().contains_key(number));
-    if !retained || !arrived_recorded {
-        return Some(Property::EvidenceRetained);
-    }
-
+    };
+    // evidence-retained: nothing recorded disappears (but what expiry may forget), and
+    // what arrived is recorded.
+    let retained = || {
+        before.identities().iter().all(|(id, identity)| {
+            forgettable(id)
+                || after.identities().get(id).is_some_and(|now| {
+                    identity
+                        .records()
+                        .all(|record| now.position(record.event.content).is_some())
+                })
+        }) && before
+            .anonymous()
+            .keys()
+            .all(|number| after.anonymous().contains_key(number))
+            && arrived_recorded()
+    };
     // no-unknown-card: only reconciliation creates, and only its own card.
-    let created_ok = after
-        .cards()
-        .keys()
-        .all(|card| before.cards().contains_key(card) || step == Step::Reconcile(*card));
-    if !created_ok {
-        return Some(Property::NoUnknownCard);
-    }
-
-    // version-monotonic
-    let monotonic = before.cards().iter().all(|(id, card)| {
-        after.cards().get(id).is_some_and(|now| {
-            let moved_forward = now.version > card.version;
-            let unchanged = now.version == card.version && now.state == card.state;
-            match step {
-                Step::Deliver { .. } => moved_forward || unchanged,
-                Step::Reconcile(_) => now.version >= card.version,
-            }
+    let created_ok = || {
+        after
+            .cards()
+            .keys()
+            .all(|card| before.cards().contains_key(card) || step == Step::Reconcile(*card))
+    };
+    // version-monotonic: an event moves a card forward or leaves it alone, reconciliation
+    // never moves it back, and expiry leaves it alone.
+    let monotonic = || {
+        before.cards().iter().all(|(id, card)| {
+            after.cards().get(id).is_some_and(|now| {
+                let moved_forward = now.version > card.version;
+                let unchanged = now.version == card.version && now.state == card.state;
+                match step {
+                    Step::Deliver { .. } => moved_forward || unchanged,
+                    Step::Reconcile(_) => now.version >= card.version,
+                    Step::Expire => unchanged && now.paused == card.paused,
+                }
+            })
         })
-    });
-    if !monotonic {
-        return Some(Property::VersionMonotonic);
+    };
+    let found = broken(Property::FirstRecordImmutable, &first_kept)
+        .or_else(|| broken(Property::EvidenceRetained, &retained))
+        .or_else(|| broken(Property::NoUnknownCard, &created_ok))
+        .or_else(|| broken(Property::VersionMonotonic, &monotonic));
+    if found.is_some() {
+        return found;
     }
 
-    if let Some((_, _, delivered, _)) = delivery {
-        // paused-frozen
-        if !frozen(before, after, |card| before.cards()[&card].paused) {
-            return Some(Property::PausedFrozen);
-        }
-        // held-changes-nothing
+    // The rest speaks about deliveries only.
+    let (_, _, delivered, _) = delivery?;
+    let paused_frozen = || frozen(before, after, |card| before.cards()[&card].paused);
+    let held_changes_nothing = || {
         let held = delivered.is_some_and(|answer| match answer.verdict {
             Verdict::Decided(decision) => decision.is_hold(),
             Verdict::Duplicate(_) => false,
         });
-        if held && (!frozen(before, after, |_| true) || before.cards().len() != after.cards().len())
-        {
-            return Some(Property::HeldChangesNothing);
-        }
-        // ack-implies-recorded: the meaning the sender got is a recorded decision's.
-        if !ack_matches {
-            return Some(Property::AckImpliesRecorded);
-        }
-        // duplicate-no-effect
+        !held || (frozen(before, after, |_| true) && before.cards().len() == after.cards().len())
+    };
+    let duplicate_no_effect = || {
         let duplicate =
             delivered.is_some_and(|answer| matches!(answer.verdict, Verdict::Duplicate(_)));
-        if duplicate && before != after {
-            return Some(Property::DuplicateNoEffect);
-        }
-    }
-    None
+        !duplicate || before == after
+    };
+    broken(Property::PausedFrozen, &paused_frozen)
+        .or_else(|| broken(Property::HeldChangesNothing, &held_changes_nothing))
+        .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
+        .or_else(|| broken(Property::DuplicateNoEffect, &duplicate_no_effect))
+        .or_else(|| broken(Property::RedeliveryRecognised, &recognised))
 }
 
 /// Cards selected by `which` kept their version and state.
@@ -233,33 +303,37 @@ fn frozen(
     })
 }
 
-/// Checks one state: cards have a known origin, every acknowledged delivery is recorded,
-/// and a terminal state has converged.
-pub fn check_state(scenario: &Scenario, world: &World) -> Option<Property> {
+/// Checks one state against the `checked` properties: cards have a known origin, every
+/// acknowledged delivery is recorded (unless expiry forgot it), and a terminal state has
+/// converged.
+pub fn check_state(scenario: &Scenario, checked: Properties, world: &World) -> Option<Property> {
     let receiver = &world.receiver;
-    let origin_known = receiver.cards().keys().all(|card| {
-        scenario.initial.iter().any(|(id, _)| id == card) || scenario.authority_for(*card).is_some()
-    });
-    if !origin_known {
-        return Some(Property::NoUnknownCard);
-    }
-    let acked_recorded = scenario
-        .deliveries
-        .iter()
-        .enumerate()
-        .all(|(index, delivery)| {
-            world.owes(index)
-                || receiver
-                    .recorded(&delivery.event, delivery.number)
-                    .is_some()
-        });
-    if !acked_recorded {
-        return Some(Property::AckImpliesRecorded);
-    }
-    if world.is_terminal(scenario) && !converged(scenario, receiver) {
-        return Some(Property::Convergence);
-    }
-    None
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked.contains(property) && !holds()).then_some(property)
+    };
+    let origin_known = || {
+        receiver.cards().keys().all(|card| {
+            scenario.initial.iter().any(|(id, _)| id == card)
+                || scenario.authority_for(*card).is_some()
+        })
+    };
+    let acked_recorded = || {
+        scenario
+            .deliveries
+            .iter()
+            .enumerate()
+            .all(|(index, delivery)| {
+                world.owes(index)
+                    || world.forgotten.contains(index)
+                    || receiver
+                        .recorded(&delivery.event, delivery.number)
+                        .is_some()
+            })
+    };
+    let converges = || !world.is_terminal(scenario) || converged(scenario, receiver);
+    broken(Property::NoUnknownCard, &origin_known)
+        .or_else(|| broken(Property::AckImpliesRecorded, &acked_recorded))
+        .or_else(|| broken(Property::Convergence, &converges))
 }
 
 /// Whether the receiver holds exactly the fixture's expected final cards, nothing paused,

@@ -952,20 +952,41 @@ impl Receiver {
     }
 
     /// Forgets identity records older than the retention window: every record of the id
-    /// was recorded before `now - retention_seconds` and none of them still waits. Cards,
-    /// holds and unresolved inputs are never forgotten. Returns the forgotten ids.
+    /// was recorded before `now - retention_seconds` and the id may be forgotten at all
+    /// (see [`Receiver::expirable`]). A record without a receive time never expires by the
+    /// clock. Returns the forgotten ids, in id order.
     pub fn expire(&mut self, now: i64, retention_seconds: u64) -> Vec<Sym> {
         let horizon = now.saturating_sub(i64::try_from(retention_seconds).unwrap_or(i64::MAX));
-        let expired = |identity: &Identity| {
-            identity.records().all(|record| {
-                record.recorded_at.is_some_and(|at| at < horizon)
-                    && matches!(record.standing, Standing::Settled | Standing::Resolved)
-            })
-        };
+        self.forget(|record| record.recorded_at.is_some_and(|at| at < horizon))
+    }
+
+    /// The retention window passes over everything recorded so far (a sender that comes
+    /// back after a long outage, a queue replayed from an old offset): every id that may be
+    /// forgotten is forgotten, whatever its receive times. The model checker's expiry step.
+    pub fn expire_all(&mut self) -> Vec<Sym> {
+        self.forget(|_| true)
+    }
+
+    /// Whether an event id may be forgotten once its records are old: none of them is an
+    /// unresolved input (waiting, superseded, or a resolved payload that never got a
+    /// decision). Cards, holds, unresolved inputs and inputs without an event id are never
+    /// forgotten, so expiry changes no card and no unresolved input.
+    pub fn expirable(&self, identity: &Identity) -> bool {
+        identity.records().all(|record| !self.is_unresolved(record))
+    }
+
+    /// Whether some event id may be forgotten now.
+    pub fn has_expirable(&self) -> bool {
+        self.identities
+            .values()
+            .any(|identity| self.expirable(identity))
+    }
+
+    fn forget(&mut self, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
         let gone: Vec<Sym> = self
             .identities
             .iter()
-            .filter(|(_, identity)| expired(identity))
+            .filter(|(_, identity)| identity.records().all(&old) && self.expirable(identity))
             .map(|(&id, _)| id)
             .collect();
         for id in &gone {

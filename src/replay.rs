@@ -7,7 +7,7 @@ use crate::audit::Journal;
 use crate::fixture::{Replacements, Scenario};
 use crate::network::{transition, Budgets, Effect, Fault, Step, World};
 use crate::policy::Policy;
-use crate::properties::{self, Property};
+use crate::properties::{self, Properties, Property};
 use crate::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,6 +95,17 @@ pub enum StepReport {
         /// Waiting inputs after the step, in arrival order.
         held: Vec<String>,
     },
+    /// The retention window passed.
+    Expire {
+        /// The event ids forgotten, sorted.
+        forgotten: Vec<String>,
+        /// Every card after the step.
+        cards: BTreeMap<String, CardReport>,
+        /// Paused cards after the step.
+        paused: Vec<String>,
+        /// Waiting inputs after the step, in arrival order.
+        held: Vec<String>,
+    },
 }
 
 /// Why an input is unresolved.
@@ -114,8 +125,8 @@ pub struct UnresolvedReport {
 pub struct AuditReport {
     /// The 1-based step that wrote it.
     pub step: usize,
-    /// `decided`, `duplicate`, `crashed`, `reconciled`, `re_evaluated`, `resolved` or
-    /// `superseded`.
+    /// `decided`, `duplicate`, `crashed`, `reconciled`, `re_evaluated`, `resolved`,
+    /// `superseded` or `forgotten`.
     pub entry: String,
     /// The input (event id or `delivery-N`), or the card for `reconciled`.
     pub subject: String,
@@ -217,8 +228,15 @@ pub fn replay_steps<P: Policy>(
     let mut journal = Journal::new();
     let mut reports = Vec::with_capacity(steps.len());
     let mut violations = Vec::new();
+    // SPEC's properties, and the one a counterexample fixture was written to show.
+    let checked = scenario
+        .raw
+        .trace
+        .as_ref()
+        .and_then(|origin| origin.violates.parse::<Property>().ok())
+        .map_or(Properties::SPEC, |shown| Properties::SPEC.with(shown));
     for (index, &step) in steps.iter().enumerate() {
-        let (next, effect) = transition(scenario, policy, &world, step);
+        let (next, effect) = transition(scenario, policy, checked, &world, step);
         journal.observe(index, step, &effect, &next.receiver);
         if let (None, Some(property)) = (world.violation, next.violation) {
             violations.push(ViolationReport {
@@ -438,6 +456,17 @@ fn step_report(
                 held,
             }
         }
+        (Step::Expire, Effect::Expired(gone)) => {
+            let mut forgotten: Vec<String> =
+                gone.iter().map(|&id| catalog.name(id).to_owned()).collect();
+            forgotten.sort();
+            StepReport::Expire {
+                forgotten,
+                cards,
+                paused,
+                held,
+            }
+        }
         _ => unreachable!("effects match their steps"),
     }
 }
@@ -508,6 +537,13 @@ fn audit(scenario: &Scenario, journal: &Journal) -> Vec<AuditReport> {
                     line(step, "superseded", hold_name(scenario, key), None, None)
                 }
             },
+            Entry::Forgotten { event } => line(
+                step,
+                "forgotten",
+                scenario.catalog.name(event).into(),
+                None,
+                None,
+            ),
         })
         .collect()
 }

@@ -163,6 +163,23 @@ pub fn render(report: &Report) -> String {
                     cards_text(cards),
                 ]
             }
+            StepReport::Expire {
+                forgotten,
+                cards,
+                paused,
+                held,
+            } => vec![
+                (index + 1).to_string(),
+                "expire".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("retention passed; forgot {}", list(forgotten)),
+                "-".into(),
+                list(paused),
+                list(held),
+                cards_text(cards),
+            ],
         };
         rows.push(row);
     }

@@ -24,10 +24,14 @@ pub fn raw_step(scenario: &crate::fixture::Scenario, step: Step) -> RawStep {
             ack_lost: fault == Some(Fault::AckLost),
             duplicate: fault == Some(Fault::Duplicate),
             crash: fault == Some(Fault::Crash),
-            reconcile: None,
+            ..RawStep::default()
         },
         Step::Reconcile(card) => RawStep {
             reconcile: Some(scenario.catalog.name(card).to_owned()),
+            ..RawStep::default()
+        },
+        Step::Expire => RawStep {
+            expire: true,
             ..RawStep::default()
         },
     }

@@ -117,7 +117,20 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
     ),
     (
         "schedule-empty-step.json",
-        &["schedule[1]", "needs `deliver`", "or `reconcile`"],
+        &[
+            "schedule[1]",
+            "needs `deliver`",
+            "`reconcile` (a card)",
+            "`expire`",
+        ],
+    ),
+    (
+        "schedule-expire-with-deliver.json",
+        &["schedule[1]", "`expire` is a step of its own"],
+    ),
+    (
+        "schedule-expire-not-bool.json",
+        &["schedule[1].expire", "expected a boolean"],
     ),
     (
         "schedule-ack-lost-and-crash.json",
@@ -177,6 +190,21 @@ const MODEL_CASES: &[(&str, &[&str])] = &[
         ],
     ),
     ("model-zero-threads.toml", &["threads", "at least 1"]),
+    (
+        "model-unknown-checked-property.toml",
+        &["properties", "unknown property `eventual-consistency`"],
+    ),
+    (
+        "model-expect-not-checked.toml",
+        &[
+            "expect",
+            "`paused-frozen` is not among the checked `properties`",
+        ],
+    ),
+    (
+        "model-no-properties.toml",
+        &["properties", "lists no property"],
+    ),
 ];
 
 const MALFORMED: &str = "tests/malformed";

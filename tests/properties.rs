@@ -28,6 +28,7 @@ use arrival::fixture::{
 use arrival::model::describe_step;
 use arrival::network::{transition, Budgets, Effect, Fault, Step, World};
 use arrival::policy::{Mutant, PolicyName, Spec};
+use arrival::properties::{Properties, Property};
 use arrival::protocol::Catalog;
 use arrival::receiver::{Decision, Receiver, Verdict};
 use arrival::replay::{replay_steps, Report, StepReport};
@@ -92,8 +93,8 @@ fn config(cases: u32) -> ProptestConfig {
 /// `Spec` exactly as the checker does).
 fn advance(scenario: &Scenario, world: &World, step: Step) -> (World, Effect) {
     match policy() {
-        None => transition(scenario, Spec, world, step),
-        Some(mutant) => transition(scenario, Some(mutant), world, step),
+        None => transition(scenario, Spec, Properties::SPEC, world, step),
+        Some(mutant) => transition(scenario, Some(mutant), Properties::SPEC, world, step),
     }
 }
 
@@ -1386,10 +1387,15 @@ struct Run {
 /// (paused, or not created yet, and the authority not behind). The open card
 /// with the lowest key (`reconcile_keys`, by authority index) is reconciled first.
 fn converge(scenario: &Scenario, arriving: &[Arriving], reconcile_keys: &[u8]) -> Run {
-    let mut steps: Vec<Step> = arriving
+    let steps: Vec<Step> = arriving
         .iter()
         .map(|&(delivery, fault)| Step::Deliver { delivery, fault })
         .collect();
+    converge_steps(scenario, steps, reconcile_keys)
+}
+
+/// [`converge`] for any steps (expiry included), then reconciliation until terminal.
+fn converge_steps(scenario: &Scenario, mut steps: Vec<Step>, reconcile_keys: &[u8]) -> Run {
     let mut world = World::initial(scenario, Budgets::UNLIMITED);
     for &step in &steps {
         world = advance(scenario, &world, step).0;
@@ -1583,7 +1589,7 @@ proptest! {
                 .chain(&reference.steps)
                 .filter_map(|step| match step {
                     Step::Reconcile(card) => Some(small.catalog.name(*card)),
-                    Step::Deliver { .. } => None,
+                    Step::Deliver { .. } | Step::Expire => None,
                 })
                 .chain(paused.map(String::as_str))
                 .collect();
@@ -1607,6 +1613,68 @@ proptest! {
             }
             .write();
             prop_assert!(false, "{problem}\n  regression fixture: {}", path.display());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// SPEC's retention section: once the window passes, duplicate recognition is lost but
+    /// versions still protect the cards. With the window passing at any points of a free
+    /// schedule (every identity with nothing unresolved forgotten each time), no step
+    /// breaks a SPEC safety property (the transition checks them, expiry steps included),
+    /// and an expiry step itself changes no card, no hold and no unresolved input.
+    /// Convergence is not claimed: a changed payload that arrives after its id expired is
+    /// a new event, not a conflict (`models/retention-reused-id.toml` shows it).
+    #[test]
+    fn expiry_keeps_cards_safe(case in case(), expiries in vec(0usize..32, 1..=3)) {
+        let safety: Properties = Properties::SPEC
+            .iter()
+            .filter(|&property| property != Property::Convergence)
+            .collect();
+        let scenario = scenario(case.fixture());
+        let mut steps = case.steps(&scenario);
+        for &at in &expiries {
+            steps.insert(at.min(steps.len()), Step::Expire);
+        }
+        let mut world = World::initial(&scenario, Budgets::UNLIMITED);
+        for (index, &step) in steps.iter().enumerate() {
+            let (post, _) = match policy() {
+                None => transition(&scenario, Spec, safety, &world, step),
+                Some(mutant) => transition(&scenario, Some(mutant), safety, &world, step),
+            };
+            let (before, after) = (&world.receiver, &post.receiver);
+            let mut problem = post.violation.map(|property| format!("breaks {property}"));
+            if step == Step::Expire && problem.is_none() {
+                if before.cards() != after.cards() {
+                    problem = Some("expiry changed a card".into());
+                } else if before.holds() != after.holds() {
+                    problem = Some("expiry changed the holds".into());
+                } else if before.unresolved() != after.unresolved() {
+                    problem = Some("expiry lost an unresolved input".into());
+                }
+            }
+            if let Some(problem) = problem {
+                let (small, taken) = pruned(&scenario, &steps[..=index]);
+                let path = Regression {
+                    property: "expiry",
+                    violates: post.violation.map_or("expiry", |property| property.name()),
+                    scenario: &small,
+                    steps: &taken,
+                    expect: spec_expect(&small, &taken),
+                    description: format!(
+                        "Found by proptest (tests/properties.rs, `expiry`): under policy {}, \
+                         with the retention window passing, step {} {problem}. `expect` is \
+                         what the SPEC receiver ends with after exactly these steps.",
+                        policy_name(),
+                        index + 1
+                    ),
+                }
+                .write();
+                prop_assert!(false, "{problem}\n  regression fixture: {}", path.display());
+            }
+            world = post;
         }
     }
 }
@@ -1653,6 +1721,7 @@ fn generators_reach_every_decision_and_outcome() {
                         seen.insert("superseded".into());
                     }
                 }
+                StepReport::Expire { .. } => {}
             }
         }
     }
@@ -1699,6 +1768,7 @@ fn generators_reach_every_decision_and_outcome() {
                             .map(|re| format!("re-evaluated {}", re.decision)),
                     );
                 }
+                StepReport::Expire { .. } => {}
             }
         }
     }

@@ -1979,6 +1979,60 @@ fn after_expiry_a_redelivery_is_decided_afresh_and_versions_still_protect_the_ca
     );
 }
 
+#[test]
+fn expiry_keeps_a_resolved_variant_that_never_got_a_decision() {
+    // e-202's variant has no version: its conflict is resolved by the authority, but the
+    // input itself is still unresolved, so the whole id must outlive the window.
+    let mut b = Bench::board();
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(without(
+        snapshot("e-202", "card-7", 13, st("ready", "Forge")),
+        "object_version",
+    ));
+    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    let unresolved = b.unresolved();
+    assert_eq!(unresolved, b.inputs(&["e-202"], &[]));
+    let identity = &b.receiver.identities()[&b.sym("e-202")];
+    assert!(!b.receiver.expirable(identity));
+    assert!(!b.receiver.has_expirable());
+    assert!(b.receiver.expire(T + 10 * DAY as i64, DAY).is_empty());
+    assert!(b.receiver.expire_all().is_empty());
+    assert_eq!(
+        b.unresolved(),
+        unresolved,
+        "expiry never loses an unresolved input"
+    );
+}
+
+#[test]
+fn the_window_passing_forgets_every_settled_id_whatever_its_receive_time() {
+    let mut b = Bench::board();
+    b.deliver_at(1, None, snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // held
+    assert!(b.receiver.has_expirable());
+    let cards = b.cards();
+    let holds = b.holds_by_card();
+    let unresolved = b.unresolved();
+    // By the clock, only the record with a receive time can expire.
+    assert_eq!(
+        b.receiver.clone().expire(T + 2 * DAY as i64, DAY),
+        vec![b.sym("e-202")]
+    );
+    let mut gone = b.receiver.expire_all();
+    gone.sort();
+    let mut wanted = vec![b.sym("e-201"), b.sym("e-202")];
+    wanted.sort();
+    assert_eq!(gone, wanted);
+    assert!(b.receiver.identities().contains_key(&b.sym("e-300")));
+    assert!(!b.receiver.has_expirable(), "only the held e-300 is left");
+    assert_eq!(b.cards(), cards);
+    assert_eq!(b.holds_by_card(), holds);
+    assert_eq!(b.unresolved(), unresolved);
+    b.check();
+    assert!(b.receiver.expire_all().is_empty(), "nothing more to forget");
+}
+
 // ---------------------------------------------------------------------------------------
 // Mutation-testing gaps: behaviour only the slow targets (`model`, `cli`) exercised
 // ---------------------------------------------------------------------------------------
