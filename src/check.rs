@@ -11,7 +11,7 @@
 
 use crate::fixture::{InputError, Scenario};
 use crate::model::{ReceiverModel, Reconciliation};
-use crate::network::{Budgets, Step, World};
+use crate::network::{Budgets, DeliveryBudgets, Step, World};
 use crate::policy::PolicyName;
 use crate::properties::{Properties, Property};
 use crate::trace;
@@ -86,12 +86,32 @@ pub struct ModelFile {
     /// Check independent parts of the fixture one by one (see `independence`).
     #[serde(default)]
     pub split: bool,
+    /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
+    /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
+    /// within its own budget; the totals above still apply.
+    #[serde(default)]
+    pub per_delivery: Option<BTreeMap<String, DeliveryBudget>>,
     /// The properties to check; SPEC's nine when absent. `redelivery-recognised` is only
     /// checked when listed.
     #[serde(default)]
     pub properties: Option<Vec<String>>,
     /// `pass`, or the name of the property that must be violated.
     pub expect: String,
+}
+
+/// One delivery's fault budget in a model file.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryBudget {
+    /// Network copies of this delivery.
+    #[serde(default)]
+    pub duplicates: u8,
+    /// Lost acknowledgements of this delivery.
+    #[serde(default)]
+    pub lost_acks: u8,
+    /// Crashes while this delivery is being decided.
+    #[serde(default)]
+    pub crashes: u8,
 }
 
 /// What a model file expects.
@@ -127,6 +147,8 @@ pub struct LoadedModel {
     pub expectation: Expectation,
     /// The properties checked.
     pub checked: Properties,
+    /// Per-delivery budgets by delivery number, if the file gives them.
+    pub per_delivery: Option<BTreeMap<u32, Budgets>>,
 }
 
 /// Reads a model file and its fixture; `policy` overrides the file's policy.
@@ -200,6 +222,28 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
             ));
         }
     }
+    let per_delivery = match &file.per_delivery {
+        None => None,
+        Some(table) => {
+            let mut budgets = BTreeMap::new();
+            for (key, budget) in table {
+                let place = format!("per_delivery.{key}");
+                let number: u32 = key.parse().map_err(|_| {
+                    InputError::invalid(path, place.as_str(), "the key must be a delivery number")
+                })?;
+                budgets.insert(
+                    number,
+                    Budgets {
+                        duplicates: budget.duplicates,
+                        lost_acks: budget.lost_acks,
+                        crashes: budget.crashes,
+                        expiries: 0,
+                    },
+                );
+            }
+            Some(budgets)
+        }
+    };
     if file.threads == 0 {
         return Err(InputError::invalid(path, "threads", "must be at least 1"));
     }
@@ -215,11 +259,24 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
             InputError::invalid(path, "fixture", format!("bad fixture: {invalid}"))
         }
     })?;
+    if let Some(budgets) = &per_delivery {
+        if let Some(number) = budgets
+            .keys()
+            .find(|&&number| scenario.delivery_index(number).is_none())
+        {
+            return Err(InputError::invalid(
+                path,
+                format!("per_delivery.{number}"),
+                format!("the fixture has no delivery {number}"),
+            ));
+        }
+    }
     Ok(LoadedModel {
         path: path.to_owned(),
         policy: policy.unwrap_or(file_policy),
         expectation,
         checked,
+        per_delivery,
         scenario: Arc::new(scenario),
         file,
     })
@@ -313,6 +370,20 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
         loaded.file.reconciliation,
     );
     model.checked = checked;
+    if let Some(per_delivery) = &loaded.per_delivery {
+        // By index in this (possibly split) scenario; deliveries of other parts drop out.
+        model.per_delivery = DeliveryBudgets::only(
+            per_delivery
+                .iter()
+                .filter_map(|(&number, &budget)| {
+                    loaded
+                        .scenario
+                        .delivery_index(number)
+                        .map(|index| (index, budget))
+                })
+                .collect(),
+        );
+    }
     model
 }
 

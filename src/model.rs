@@ -10,7 +10,7 @@
 //! covered with more budget, so budgets cost transitions rather than states.
 
 use crate::fixture::Scenario;
-use crate::network::{transition, Budgets, Effect, Fault, Step, World};
+use crate::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
 use crate::policy::{Mutant, Spec};
 use crate::properties::{Properties, Property};
 use crate::receiver::{Decision, Outcome, Verdict};
@@ -97,6 +97,8 @@ pub struct ReceiverModel {
     pub policy: Option<Mutant>,
     /// Fault budgets, totals over a run.
     pub budgets: Budgets,
+    /// Fault budgets of single deliveries, if the model file gives them.
+    pub per_delivery: DeliveryBudgets,
     /// When reconciliation may happen.
     pub reconciliation: Reconciliation,
     /// The properties this run checks.
@@ -117,6 +119,7 @@ impl ReceiverModel {
             scenario,
             policy,
             budgets,
+            per_delivery: DeliveryBudgets::NONE,
             reconciliation,
             checked: Properties::SPEC,
             coverage: Arc::default(),
@@ -193,6 +196,25 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
         "faults left: {} duplicates, {} lost acks, {} crashes, {} expiries",
         budgets.duplicates, budgets.lost_acks, budgets.crashes, budgets.expiries
     );
+    if let Some(left) = world.per_delivery.left() {
+        let per: Vec<String> = left
+            .iter()
+            .map(|(index, budget)| {
+                format!(
+                    "#{}: {}/{}/{}",
+                    scenario.deliveries[*index].number,
+                    budget.duplicates,
+                    budget.lost_acks,
+                    budget.crashes
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "per delivery (duplicates/lost acks/crashes): {}",
+            per.join(", ")
+        );
+    }
     out
 }
 
@@ -231,7 +253,10 @@ impl stateright::Model for ReceiverModel {
     type Action = Step;
 
     fn init_states(&self) -> Vec<World> {
-        vec![World::initial(&self.scenario, self.budgets)]
+        vec![World {
+            per_delivery: self.per_delivery.clone(),
+            ..World::initial(&self.scenario, self.budgets)
+        }]
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Step>) {
@@ -239,6 +264,9 @@ impl stateright::Model for ReceiverModel {
             return;
         }
         let budgets = world.budgets;
+        let allows = |index: usize, fault: Fault| {
+            budgets.allows(fault) && world.per_delivery.allows(index, fault)
+        };
         for (index, delivery) in self.scenario.deliveries.iter().enumerate() {
             let delivery = delivery.number;
             if world.owes(index) {
@@ -247,14 +275,14 @@ impl stateright::Model for ReceiverModel {
                     fault: None,
                 });
                 for fault in [Fault::AckLost, Fault::Crash] {
-                    if budgets.allows(fault) {
+                    if allows(index, fault) {
                         actions.push(Step::Deliver {
                             delivery,
                             fault: Some(fault),
                         });
                     }
                 }
-            } else if budgets.allows(Fault::Duplicate) {
+            } else if allows(index, Fault::Duplicate) {
                 actions.push(Step::Deliver {
                     delivery,
                     fault: Some(Fault::Duplicate),

@@ -87,6 +87,51 @@ impl Budgets {
     }
 }
 
+/// Fault budgets of single deliveries (a model file's `per_delivery` table). Absent: any
+/// delivery may take any fault the totals allow. Present: a fault may hit only a listed
+/// delivery, and only while that delivery's own budget lasts (the totals still apply).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeliveryBudgets(Option<Vec<(usize, Budgets)>>);
+
+impl DeliveryBudgets {
+    /// No per-delivery limits.
+    pub const NONE: DeliveryBudgets = DeliveryBudgets(None);
+
+    /// Limits for the listed delivery indices; every other delivery gets no fault.
+    pub fn only(mut budgets: Vec<(usize, Budgets)>) -> DeliveryBudgets {
+        budgets.sort_by_key(|&(index, _)| index);
+        budgets.dedup_by_key(|&mut (index, _)| index);
+        DeliveryBudgets(Some(budgets))
+    }
+
+    fn slot(&self, index: usize) -> Option<&Budgets> {
+        let list = self.0.as_ref()?;
+        let at = list.binary_search_by_key(&index, |&(at, _)| at).ok()?;
+        Some(&list[at].1)
+    }
+
+    /// Whether delivery `index` may take one more `fault`.
+    pub fn allows(&self, index: usize, fault: Fault) -> bool {
+        match &self.0 {
+            None => true,
+            Some(_) => self.slot(index).is_some_and(|budget| budget.allows(fault)),
+        }
+    }
+
+    fn spend(&mut self, index: usize, fault: Option<Fault>) {
+        if let Some(list) = &mut self.0 {
+            if let Ok(at) = list.binary_search_by_key(&index, |&(at, _)| at) {
+                list[at].1.spend(fault);
+            }
+        }
+    }
+
+    /// The per-delivery budgets left, by delivery index (`None`: no per-delivery limits).
+    pub fn left(&self) -> Option<&[(usize, Budgets)]> {
+        self.0.as_deref()
+    }
+}
+
 /// A set of delivery indices: inline for the first 64, so model states of small fixtures
 /// carry no extra allocation. Equal sets are equal values (no trailing empty words beyond
 /// what [`DeliverySet::all`] starts with).
@@ -167,8 +212,10 @@ pub struct World {
     /// Delivery indices whose records expiry forgot: the receiver may no longer know them
     /// (empty unless the retention window passed).
     pub forgotten: DeliverySet,
-    /// Faults left.
+    /// Faults left, in all.
     pub budgets: Budgets,
+    /// Faults left per delivery, when the model file limits them.
+    pub per_delivery: DeliveryBudgets,
     /// The first property broken on the way here.
     pub violation: Option<Property>,
 }
@@ -197,6 +244,7 @@ impl World {
             owed: DeliverySet::all(scenario.deliveries.len()),
             forgotten: DeliverySet::default(),
             budgets,
+            per_delivery: DeliveryBudgets::NONE,
             violation: None,
         }
     }
@@ -274,6 +322,7 @@ pub fn transition<P: Policy>(
                 .expect("schedules name existing deliveries");
             let arriving = &scenario.deliveries[index];
             post.budgets.spend(fault);
+            post.per_delivery.spend(index, fault);
             let (delivered, acked) = if fault == Some(Fault::Crash) {
                 // Nothing of the step survives. A receiver that acknowledges first has
                 // already told the sender something it never recorded.

@@ -205,6 +205,18 @@ const MODEL_CASES: &[(&str, &[&str])] = &[
         "model-no-properties.toml",
         &["properties", "lists no property"],
     ),
+    (
+        "model-per-delivery-unknown.toml",
+        &["per_delivery.11", "the fixture has no delivery 11"],
+    ),
+    (
+        "model-per-delivery-not-a-number.toml",
+        &["per_delivery.first", "must be a delivery number"],
+    ),
+    (
+        "model-per-delivery-unknown-fault.toml",
+        &["line 7", "unknown field `lost_ack`"],
+    ),
 ];
 
 const MALFORMED: &str = "tests/malformed";

@@ -246,6 +246,43 @@ fn an_expiry_step_replays_with_what_it_forgot() {
 }
 
 #[test]
+fn per_delivery_budgets_aim_the_faults() {
+    let loaded = load("models/b62-15-per-delivery.toml");
+    let report = run(&loaded, None);
+    assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    // Aimed at two deliveries, the same totals explore far less than when any delivery
+    // may take them.
+    let mut anywhere = loaded.clone();
+    anywhere.per_delivery = None;
+    anywhere.file.state_limit = Some(report.states * 4);
+    let wider = run(&anywhere, None);
+    assert!(
+        wider.states > 2 * report.states,
+        "{} vs {}",
+        wider.states,
+        report.states
+    );
+
+    // ack-before-record is caught by a crash on any delivery; aimed at #3 it is caught
+    // there, and with an empty table (no delivery may fault) it is not caught at all.
+    let mut loaded = load("models/mutant-ack-before-record.toml");
+    let crash = arrival::network::Budgets {
+        duplicates: 0,
+        lost_acks: 0,
+        crashes: 1,
+        expiries: 0,
+    };
+    loaded.per_delivery = Some([(3, crash)].into_iter().collect());
+    let report = run(&loaded, None);
+    assert!(report.as_expected, "{}", check::render(&report));
+    let steps = trace_of(&report, Property::AckImpliesRecorded);
+    assert_eq!(steps, ["deliver #3 e-200, crash before record"]);
+    loaded.per_delivery = Some(Default::default());
+    let report = run(&loaded, None);
+    assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+}
+
+#[test]
 fn regression_fixtures_replay() {
     let mut count = 0;
     for entry in std::fs::read_dir("fixtures/regressions").expect("folder exists") {
@@ -326,6 +363,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             threads: 1,
             state_limit: None,
             split,
+            per_delivery: None,
             properties: None,
             expect: "pass".into(),
         },
@@ -333,6 +371,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
         policy,
         expectation: Expectation::Pass,
         checked: Properties::SPEC,
+        per_delivery: None,
     }
 }
 
