@@ -205,13 +205,8 @@ impl<V> SymTable<V> {
 
     fn insert(&mut self, id: Sym, value: V) {
         let index = id.0 as usize;
-        if index == self.slots.len() {
-            // Names are interned in arrival order: most inserts append.
-            self.slots.push(Some((id, value)));
-            self.len += 1;
-            return;
-        }
-        if index > self.slots.len() {
+        // Names are interned in arrival order: most inserts grow the table by one slot.
+        if index >= self.slots.len() {
             self.slots.resize_with(index + 1, || None);
         }
         if self.slots[index].replace((id, value)).is_none() {
@@ -1096,5 +1091,87 @@ fn compare<P: Policy>(
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `invariants()` must name each kind of broken state. No input reaches one (the
+    //! integration tests check that every reachable state passes), so the states are
+    //! broken by hand here.
+    use super::*;
+    use crate::policy::Spec;
+    use crate::protocol::Catalog;
+    use serde_json::json;
+
+    /// A receiver holding one input for the unknown card-99, and the hold's key.
+    fn holding() -> (Receiver, HoldKey) {
+        let mut catalog = Catalog::new();
+        let card = catalog.event(&json!({"object_id": "card-7"})).object_id;
+        let state = catalog.state(&json!({"stage": "queued"}));
+        let mut receiver = Receiver::new([(card.expect("a card id"), Card::new(10, state))]);
+        let event = catalog.event(&json!({
+            "event_id": "e-300", "object_id": "card-99", "object_version": 1,
+            "type": "card.snapshot", "state": {"stage": "new"}
+        }));
+        let answer = receiver.deliver(Spec, 1, None, &event);
+        assert_eq!(
+            answer.verdict,
+            Verdict::Decided(Decision::Held(HoldReason::UnknownObject))
+        );
+        let key = *receiver.holds.values().flatten().next().expect("one hold");
+        assert_eq!(receiver.invariants(), Ok(()));
+        (receiver, key)
+    }
+
+    fn broken(receiver: &Receiver) -> String {
+        receiver.invariants().expect_err("a broken state")
+    }
+
+    #[test]
+    fn a_hold_must_refer_to_a_waiting_record() {
+        let (mut receiver, key) = holding();
+        receiver.record_mut(key).standing = Standing::Resolved;
+        assert!(broken(&receiver).contains("does not wait"));
+
+        let (mut receiver, key) = holding();
+        receiver.record_mut(key).decision = Decision::Applied;
+        assert!(broken(&receiver).contains("does not wait"));
+    }
+
+    #[test]
+    fn a_hold_must_be_filed_once_under_its_own_card() {
+        let (mut receiver, key) = holding();
+        let card = receiver.record(key).event.object_id;
+        let keys = receiver.holds.remove(&card);
+        receiver.holds.insert(None, keys.expect("filed"));
+        assert!(broken(&receiver).contains("wrong card"));
+
+        let (mut receiver, key) = holding();
+        receiver.holds.values_mut().for_each(|keys| keys.push(key));
+        assert!(broken(&receiver).contains("listed twice"));
+
+        let (mut receiver, _) = holding();
+        receiver.holds.insert(None, Vec::new());
+        assert!(broken(&receiver).contains("empty hold list"));
+    }
+
+    #[test]
+    fn every_waiting_record_is_held_and_decisions_match_standings() {
+        let (mut receiver, _) = holding();
+        receiver.holds.clear();
+        assert!(broken(&receiver).contains("waits but is not held"));
+
+        let (mut receiver, key) = holding();
+        receiver.holds.clear();
+        receiver.record_mut(key).standing = Standing::Settled;
+        assert!(broken(&receiver).contains("at odds"));
+
+        let (mut receiver, key) = holding();
+        receiver.holds.clear();
+        let record = receiver.record_mut(key);
+        record.standing = Standing::Superseded;
+        record.decision = Decision::Stale;
+        assert!(broken(&receiver).contains("at odds"));
     }
 }
