@@ -88,9 +88,43 @@ struct Interner {
 }
 
 /// The canonical text of a value: serde_json's default map is ordered by key, so equal
-/// parsed values give equal text, whatever the key order or whitespace of the input.
+/// parsed values give equal text, whatever the key order or whitespace of the input. The
+/// one number serde_json calls equal to another but writes differently is `-0.0` (equal to
+/// `0.0`); it is written as `0.0`.
 fn canonical(value: &Value) -> String {
-    value.to_string()
+    if has_negative_zero(value) {
+        positive_zeros(value.clone()).to_string()
+    } else {
+        value.to_string()
+    }
+}
+
+fn is_negative_zero(number: &serde_json::Number) -> bool {
+    number
+        .as_f64()
+        .is_some_and(|float| float == 0.0 && float.is_sign_negative() && number.is_f64())
+}
+
+fn has_negative_zero(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => is_negative_zero(number),
+        Value::Array(items) => items.iter().any(has_negative_zero),
+        Value::Object(map) => map.values().any(has_negative_zero),
+        Value::Null | Value::Bool(_) | Value::String(_) => false,
+    }
+}
+
+fn positive_zeros(value: Value) -> Value {
+    match value {
+        Value::Number(number) if is_negative_zero(&number) => Value::from(0.0),
+        Value::Array(items) => Value::Array(items.into_iter().map(positive_zeros).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, positive_zeros(value)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 impl Interner {
@@ -314,6 +348,30 @@ impl fmt::Display for Version {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn negative_zero_is_the_same_content_as_zero() {
+        let value = |text: &str| -> Value { serde_json::from_str(text).expect("JSON") };
+        // serde_json calls them equal, so semantic equality must too.
+        assert_eq!(value(r#"{"x": -0.0}"#), value(r#"{"x": 0.0}"#));
+        let mut catalog = Catalog::new();
+        let envelope = |zero: &str| {
+            value(&format!(
+                r#"{{"event_id": "e-1", "object_id": "card-7", "object_version": 1,
+                    "type": "card.snapshot", "state": {{"w": [{zero}], "n": {{"z": {zero}}}}}}}"#
+            ))
+        };
+        let plus = catalog.event(&envelope("0.0"));
+        let minus = catalog.event(&envelope("-0.0"));
+        assert_eq!(plus.content, minus.content);
+        assert_eq!(plus.state, minus.state);
+        // Integers and other floats keep their identity: 0 and 0.0 differ, as in serde_json.
+        assert_ne!(value("0"), value("0.0"));
+        let integer = catalog.event(&envelope("0"));
+        assert_ne!(integer.content, plus.content);
+        let tiny = catalog.event(&envelope("-1e-300"));
+        assert_ne!(tiny.content, plus.content);
+    }
 
     #[test]
     fn versions_parse_into_three_cases() {
