@@ -187,34 +187,34 @@ fn the_retention_window_costs_duplicate_recognition_but_not_card_safety() {
         loaded.checked,
         Properties::only(Property::RedeliveryRecognised)
     );
-    let report = run(&loaded, None);
-    assert!(report.as_expected, "{}", check::render(&report));
-    assert_eq!(
-        trace_of(&report, Property::RedeliveryRecognised),
-        [
+    lost_only_with_expiry(
+        &loaded,
+        Property::RedeliveryRecognised,
+        &[
             "deliver #1 e-201",
             "retention window passes (settled event ids are forgotten)",
             "duplicate of #1 (e-201) by the network",
-        ]
+        ],
     );
-    let mut without = loaded.clone();
-    without.file.expiries = 0;
-    let report = run(&without, None);
-    assert_eq!(report.verdict, "pass", "{}", check::render(&report));
-
     // And convergence in general: an id reused for another card is a conflict inside the
     // window, and a new event (applied) after it.
-    let loaded = load("models/retention-reused-id.toml");
-    let report = run(&loaded, None);
-    assert!(report.as_expected, "{}", check::render(&report));
-    assert_eq!(
-        trace_of(&report, Property::Convergence),
-        [
+    lost_only_with_expiry(
+        &load("models/retention-reused-id.toml"),
+        Property::Convergence,
+        &[
             "deliver #1 e-500",
             "retention window passes (settled event ids are forgotten)",
             "deliver #2 e-500 (variant)",
-        ]
+        ],
     );
+}
+
+/// The model violates `property` along `steps` (a shortest trace), and passes once the
+/// retention window may no longer pass.
+fn lost_only_with_expiry(loaded: &LoadedModel, property: Property, steps: &[&str]) {
+    let report = run(loaded, None);
+    assert!(report.as_expected, "{}", check::render(&report));
+    assert_eq!(trace_of(&report, property), steps);
     let mut without = loaded.clone();
     without.file.expiries = 0;
     let report = run(&without, None);
