@@ -592,7 +592,7 @@ impl Receiver {
     }
 
     /// Unresolved inputs: holds that never received a state decision (still held, or
-    /// superseded), see [`Record::is_unresolved`].
+    /// superseded), see [`Receiver::is_unresolved`].
     pub fn unresolved(&self) -> BTreeSet<InputRef> {
         let waiting = |record: &Record| self.is_unresolved(record);
         let by_id = self
