@@ -288,19 +288,25 @@ impl World {
             + holds * size_of::<HoldKey>()
     }
 
-    /// Terminal: every delivery acknowledged and nothing left that an authority snapshot
-    /// could still change (a paused card whose authority is behind it stays paused: the
-    /// snapshot would only be refused again).
+    /// Whether the authority `snapshot` could still change its card: the card is
+    /// reconcilable and the snapshot is not behind it (a paused card whose authority is
+    /// behind it stays paused: the snapshot would only be refused again).
+    pub fn is_open(&self, scenario: &Scenario, snapshot: &crate::protocol::Snapshot) -> bool {
+        let behind = self
+            .receiver
+            .cards()
+            .get(&snapshot.object_id)
+            .is_some_and(|card| snapshot.version < card.version);
+        self.reconcilable(scenario, snapshot.object_id) && !behind
+    }
+
+    /// Terminal: every delivery acknowledged and no authority snapshot left open.
     pub fn is_terminal(&self, scenario: &Scenario) -> bool {
-        let open = |snapshot: &crate::protocol::Snapshot| {
-            let behind = self
-                .receiver
-                .cards()
-                .get(&snapshot.object_id)
-                .is_some_and(|card| snapshot.version < card.version);
-            self.reconcilable(scenario, snapshot.object_id) && !behind
-        };
-        self.owed.is_empty() && !scenario.authority.iter().any(open)
+        self.owed.is_empty()
+            && !scenario
+                .authority
+                .iter()
+                .any(|snapshot| self.is_open(scenario, snapshot))
     }
 }
 

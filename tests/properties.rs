@@ -1405,14 +1405,7 @@ fn converge_steps(scenario: &Scenario, mut steps: Vec<Step>, reconcile_keys: &[u
             .authority
             .iter()
             .enumerate()
-            .filter(|(_, snapshot)| {
-                let behind = world
-                    .receiver
-                    .cards()
-                    .get(&snapshot.object_id)
-                    .is_some_and(|card| snapshot.version < card.version);
-                world.reconcilable(scenario, snapshot.object_id) && !behind
-            })
+            .filter(|(_, snapshot)| world.is_open(scenario, snapshot))
             .min_by_key(|&(index, _)| (reconcile_keys[index % reconcile_keys.len()], index));
         let Some((_, snapshot)) = open else {
             break;

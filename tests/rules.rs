@@ -2091,37 +2091,44 @@ fn each_seeded_ordering_mutant_misbehaves_as_its_catalogue_entry_says() {
     // timestamp-ordering: the later occurrence wins whatever the version; a tie goes to the
     // later arrival.
     let mut b = Bench::board();
-    let at = |envelope: Value, time: &str| with(envelope, "occurred_at", json!(time));
-    assert_eq!(
-        b.deliver_under(
-            Mutant::TimestampOrdering,
-            at(
-                snapshot("e-1", "card-7", 12, st("ready", "Map")),
-                "2024-01-01T08:00:05Z"
-            )
+    let ordered_by_time = [
+        (
+            "e-1",
+            12,
+            st("ready", "Map"),
+            "08:00:05",
+            Decision::Applied,
+            Ack::Applied,
         ),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    assert_eq!(
-        b.deliver_under(
-            Mutant::TimestampOrdering,
-            at(
-                snapshot("e-2", "card-7", 13, st("ready", "Map v2")),
-                "2024-01-01T08:00:01Z"
-            )
+        (
+            "e-2",
+            13,
+            st("ready", "Map v2"),
+            "08:00:01",
+            Decision::Stale,
+            Ack::Ignored,
         ),
-        decided(Decision::Stale, Ack::Ignored)
-    );
-    assert_eq!(
-        b.deliver_under(
-            Mutant::TimestampOrdering,
-            at(
-                snapshot("e-3", "card-7", 11, st("building", "Map")),
-                "2024-01-01T08:00:05Z"
-            )
+        (
+            "e-3",
+            11,
+            st("building", "Map"),
+            "08:00:05",
+            Decision::Applied,
+            Ack::Applied,
         ),
-        decided(Decision::Applied, Ack::Applied)
-    );
+    ];
+    for (id, version, state, time, decision, ack) in ordered_by_time {
+        let envelope = with(
+            snapshot(id, "card-7", version, state),
+            "occurred_at",
+            json!(format!("2024-01-01T{time}Z")),
+        );
+        assert_eq!(
+            b.deliver_under(Mutant::TimestampOrdering, envelope),
+            decided(decision, ack),
+            "{id}"
+        );
+    }
     b.assert_card("card-7", 11, st("building", "Map"), false);
 
     // apply-equal-version-conflict: the card's version with another state replaces it.
