@@ -114,6 +114,12 @@ impl Journal {
                 }
             }
             (Step::Expire, Effect::Expired(gone)) => {
+                // A forgotten id starts afresh if it comes back: its old arrival positions
+                // must not order its new holds.
+                self.arrival.retain(|key, _| match key {
+                    HoldKey::Record { event, .. } => gone.binary_search(event).is_err(),
+                    HoldKey::Delivery(_) => true,
+                });
                 self.entries.extend(
                     gone.iter()
                         .map(|&event| (index, Entry::Forgotten { event })),

@@ -421,21 +421,20 @@ impl Scenario {
             .find(|snapshot| snapshot.object_id == card)
     }
 
-    /// The steps `replay` walks: the schedule, or every delivery in array order (with its
-    /// `ack_lost` flag) and then every authority snapshot in array order.
+    /// The explicit schedule, or the first part of the default order: every delivery in
+    /// array order (with its `ack_lost` flag). The default order's reconciliation until
+    /// quiet depends on the receiver's state; [`crate::replay::schedule`] adds it.
     pub fn steps(&self) -> Vec<Step> {
         if let Some(schedule) = &self.schedule {
             return schedule.clone();
         }
-        let deliveries = self.deliveries.iter().map(|delivery| Step::Deliver {
-            delivery: delivery.number,
-            fault: delivery.ack_lost.then_some(Fault::AckLost),
-        });
-        let reconciliations = self
-            .authority
+        self.deliveries
             .iter()
-            .map(|snapshot| Step::Reconcile(snapshot.object_id));
-        deliveries.chain(reconciliations).collect()
+            .map(|delivery| Step::Deliver {
+                delivery: delivery.number,
+                fault: delivery.ack_lost.then_some(Fault::AckLost),
+            })
+            .collect()
     }
 
     /// The name of an input (`e-204`, or `delivery-N` without an event id).

@@ -347,6 +347,10 @@ pub fn transition<P: Policy>(
             } else {
                 let (number, event) = (arriving.number, &arriving.event);
                 let delivered = match post.receiver.recognise(policy, number, event) {
+                    Some(duplicate) if policy.is(Mutant::PauseOnRedelivery) => {
+                        Arc::make_mut(&mut post.receiver).pause_on_redelivery(event);
+                        duplicate
+                    }
                     Some(duplicate) => duplicate,
                     None => Arc::make_mut(&mut post.receiver).decide(
                         policy,

@@ -5,6 +5,7 @@
 //! mutant catalogue costs the hot path nothing. `Option<Mutant>` is the run-time choice the
 //! checker and `replay --policy` use.
 
+use crate::properties::Property;
 use std::fmt;
 use std::str::FromStr;
 
@@ -30,11 +31,19 @@ pub enum Mutant {
     ForgetHeldAfterReconcile,
     /// Acknowledges a delivery before its decision is recorded.
     AckBeforeRecord,
+    /// Re-evaluates a conflicted id's first record at reconciliation when it is still held
+    /// (`held_paused`, `held_unknown_object`), so whichever payload arrived first wins.
+    ReevaluateConflictedFirst,
+    /// Pauses the card whenever an event id comes back, exact redeliveries included.
+    PauseOnRedelivery,
+    /// Holds an event of an unsupported type but applies its state anyway (a "tolerant
+    /// reader" that flags what it should have refused).
+    ApplyUnsupportedType,
 }
 
 impl Mutant {
     /// Every mutant, in catalogue order.
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::LastArrivalWins,
         Mutant::TimestampOrdering,
         Mutant::IdOnlyDedupe,
@@ -44,6 +53,9 @@ impl Mutant {
         Mutant::ApplyEqualVersionConflict,
         Mutant::ForgetHeldAfterReconcile,
         Mutant::AckBeforeRecord,
+        Mutant::ReevaluateConflictedFirst,
+        Mutant::PauseOnRedelivery,
+        Mutant::ApplyUnsupportedType,
     ];
 
     /// The name used in model files and on the command line.
@@ -58,6 +70,28 @@ impl Mutant {
             Mutant::ApplyEqualVersionConflict => "apply-equal-version-conflict",
             Mutant::ForgetHeldAfterReconcile => "forget-held-after-reconcile",
             Mutant::AckBeforeRecord => "ack-before-record",
+            Mutant::ReevaluateConflictedFirst => "reevaluate-conflicted-first",
+            Mutant::PauseOnRedelivery => "pause-on-redelivery",
+            Mutant::ApplyUnsupportedType => "apply-unsupported-type",
+        }
+    }
+
+    /// The property that catches this mutant: the catalogue's claim, checked by its model
+    /// file in `models/` and by the sweep.
+    pub fn caught_by(self) -> Property {
+        match self {
+            Mutant::LastArrivalWins => Property::VersionMonotonic,
+            Mutant::TimestampOrdering => Property::VersionMonotonic,
+            Mutant::IdOnlyDedupe => Property::EvidenceRetained,
+            Mutant::OverwriteFirstRecord => Property::FirstRecordImmutable,
+            Mutant::CreateUnknownCard => Property::NoUnknownCard,
+            Mutant::IgnorePause => Property::PausedFrozen,
+            Mutant::ApplyEqualVersionConflict => Property::VersionMonotonic,
+            Mutant::ForgetHeldAfterReconcile => Property::Convergence,
+            Mutant::AckBeforeRecord => Property::AckImpliesRecorded,
+            Mutant::ReevaluateConflictedFirst => Property::Convergence,
+            Mutant::PauseOnRedelivery => Property::DuplicateNoEffect,
+            Mutant::ApplyUnsupportedType => Property::HeldChangesNothing,
         }
     }
 }

@@ -9,7 +9,9 @@
 
 use crate::fixture::Scenario;
 use crate::network::{Effect, Fault, Step, World};
-use crate::receiver::{Receiver, Verdict};
+use crate::protocol::Version;
+use crate::receiver::{InputRef, Receiver, Record, Standing, Verdict};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -38,14 +40,19 @@ pub enum Property {
     /// as a duplicate. It holds without expiry and is lost with it, as SPEC's retention
     /// section says; opt in (`properties` in a model file) to see how.
     RedeliveryRecognised,
-    /// Every terminal state has the expected final cards, nothing paused, and exactly the
+    /// Every terminal state has the expected final cards, no paused card but the ones
+    /// `expect.paused` lists (cards without an authority snapshot), and exactly the
     /// expected unresolved inputs.
     Convergence,
+    /// The precondition of convergence: every authority snapshot is at least as new as its
+    /// card's initial version and every decidable version delivered for that card. A
+    /// property of the fixture, checked before any state is explored.
+    AuthorityCurrent,
 }
 
 impl Property {
     /// Every property, in the order checks run (and violations are reported).
-    pub const ALL: [Property; 10] = [
+    pub const ALL: [Property; 11] = [
         Property::FirstRecordImmutable,
         Property::EvidenceRetained,
         Property::NoUnknownCard,
@@ -56,6 +63,7 @@ impl Property {
         Property::DuplicateNoEffect,
         Property::RedeliveryRecognised,
         Property::Convergence,
+        Property::AuthorityCurrent,
     ];
 
     /// The property's name in model files and reports.
@@ -71,7 +79,14 @@ impl Property {
             Property::DuplicateNoEffect => "duplicate-no-effect",
             Property::RedeliveryRecognised => "redelivery-recognised",
             Property::Convergence => "convergence",
+            Property::AuthorityCurrent => "authority-current",
         }
+    }
+
+    /// Whether the model checker evaluates the property on explored states and steps
+    /// (every one but the fixture precondition `authority-current`).
+    pub fn is_explored(self) -> bool {
+        self != Property::AuthorityCurrent
     }
 }
 
@@ -80,7 +95,8 @@ impl Property {
 pub struct Properties(u16);
 
 impl Properties {
-    /// SPEC's nine: what replay and model files check unless told otherwise.
+    /// SPEC's ten (nine properties and the `authority-current` precondition): what replay
+    /// and model files check unless told otherwise.
     pub const SPEC: Properties =
         Properties((1 << Property::ALL.len()) - 1 - (1 << Property::RedeliveryRecognised as u16));
 
@@ -207,7 +223,7 @@ pub fn check_step(
             && !after.identities().contains_key(id)
             && before.identities()[id]
                 .records()
-                .all(|record| !before.is_unresolved(record))
+                .all(|record| !is_unresolved_input(before, record))
     };
     let first_kept = || {
         before.identities().iter().all(|(id, identity)| {
@@ -352,6 +368,143 @@ pub fn converged(scenario: &Scenario, receiver: &Receiver) -> bool {
     let unresolved_match = expect
         .unresolved_refs
         .as_ref()
-        .is_some_and(|expected| *expected == receiver.unresolved());
+        .is_some_and(|expected| *expected == unresolved_inputs(receiver));
     cards_match && paused_match && unresolved_match
+}
+
+/// The unresolved inputs by SPEC's definition, read from the records themselves. The
+/// properties compute this on their own rather than through the receiver's helpers, so a
+/// bug in those helpers cannot hide from the properties that judge them.
+pub fn unresolved_inputs(receiver: &Receiver) -> BTreeSet<InputRef> {
+    let by_id = receiver
+        .identities()
+        .iter()
+        .filter(|(_, identity)| {
+            identity
+                .records()
+                .any(|record| is_unresolved_input(receiver, record))
+        })
+        .map(|(&id, _)| InputRef::Event(id));
+    let anonymous = receiver
+        .anonymous()
+        .iter()
+        .filter(|(_, record)| is_unresolved_input(receiver, record))
+        .map(|(&number, _)| InputRef::Delivery(number));
+    by_id.chain(anonymous).collect()
+}
+
+/// SPEC: an input that never received a state decision (still held, or superseded), or a
+/// resolved record of a conflicted id whose own content could never have been decided on a
+/// card (not `card.snapshot`, no object id, no valid version, no object state, or naming a
+/// card that does not exist).
+fn is_unresolved_input(receiver: &Receiver, record: &Record) -> bool {
+    match record.standing {
+        Standing::Held | Standing::Superseded => true,
+        Standing::Settled => false,
+        Standing::Resolved => {
+            let event = &record.event;
+            let decidable = event.supported
+                && matches!(event.version, Version::Valid(_))
+                && event.state.is_some()
+                && event
+                    .object_id
+                    .is_some_and(|card| receiver.cards().contains_key(&card));
+            !decidable
+        }
+    }
+}
+
+/// What the fixture's authority snapshot is behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// The card's initial version.
+    Initial(u64),
+    /// A decidable delivery for the card (a `card.snapshot` with an event id, a valid
+    /// version and an object state).
+    Delivery {
+        /// The delivery number.
+        number: u32,
+        /// Its version.
+        version: u64,
+    },
+}
+
+/// An authority snapshot that is not current: `authority-current` is violated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthorityBehind {
+    /// The card.
+    pub card: crate::protocol::Sym,
+    /// The authority's version.
+    pub authority: u64,
+    /// What is newer than it.
+    pub ahead: Ahead,
+}
+
+impl AuthorityBehind {
+    /// In domain terms: `authority for card-4 is v3, behind its initial v5`.
+    pub fn describe(&self, scenario: &Scenario) -> String {
+        let card = scenario.catalog.name(self.card);
+        match self.ahead {
+            Ahead::Initial(version) => format!(
+                "authority for {card} is v{}, behind the card's initial v{version}",
+                self.authority
+            ),
+            Ahead::Delivery { number, version } => {
+                let index = scenario.delivery_index(number).expect("a delivery");
+                let id = scenario.deliveries[index]
+                    .event
+                    .event_id
+                    .map_or("(no event id)", |id| scenario.catalog.name(id));
+                format!(
+                    "authority for {card} is v{}, behind delivery #{number} ({id}) v{version}",
+                    self.authority
+                )
+            }
+        }
+    }
+}
+
+/// SPEC's precondition: each authority snapshot must be at least as new as its card's
+/// initial version and every version delivered for that card that could ever be applied (an
+/// input that can never be decided on a card, such as an unsupported type, a missing
+/// version or a missing event id, carries no version the card could reach). Returns the
+/// first snapshot that is behind, in authority order, with the newest thing ahead of it.
+pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
+    scenario.authority.iter().find_map(|snapshot| {
+        let card = snapshot.object_id;
+        let initial = scenario
+            .initial
+            .iter()
+            .find(|(id, _)| *id == card)
+            .map(|(_, initial)| Ahead::Initial(initial.version));
+        let delivered = scenario.deliveries.iter().filter_map(|delivery| {
+            let event = &delivery.event;
+            match event.version {
+                Version::Valid(version)
+                    if event.object_id == Some(card)
+                        && event.event_id.is_some()
+                        && !event.is_unevaluable() =>
+                {
+                    Some(Ahead::Delivery {
+                        number: delivery.number,
+                        version,
+                    })
+                }
+                _ => None,
+            }
+        });
+        let version = |ahead: &Ahead| match *ahead {
+            Ahead::Initial(version) | Ahead::Delivery { version, .. } => version,
+        };
+        initial
+            .into_iter()
+            .chain(delivered)
+            .filter(|ahead| version(ahead) > snapshot.version)
+            .max_by_key(|ahead| version(ahead))
+            .map(|ahead| AuthorityBehind {
+                card,
+                authority: snapshot.version,
+                ahead,
+            })
+    })
 }

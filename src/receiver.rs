@@ -108,12 +108,14 @@ impl Event {
 
 impl std::hash::Hash for Record {
     /// The envelope's content id stands for the whole parsed event (every other event
-    /// field is a function of it), which keeps model-state fingerprints cheap.
+    /// field is a function of it), which keeps model-state fingerprints cheap. The receive
+    /// time is left out: it is kept for the time-based [`Receiver::expire`], but nothing the
+    /// model checker explores reads it (its expiry step ignores time), so two worlds that
+    /// differ only in receive times are the same state.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.event.content.hash(state);
         self.decision.hash(state);
         self.standing.hash(state);
-        self.recorded_at.hash(state);
     }
 }
 
@@ -128,17 +130,17 @@ pub struct Identity {
 
 impl Identity {
     /// Record `index`: 0 is the first record, `i > 0` is variant `i`.
-    pub fn record(&self, index: u16) -> &Record {
+    pub fn record(&self, index: u32) -> &Record {
         match index {
             0 => &self.first,
-            i => &self.variants[usize::from(i) - 1],
+            i => &self.variants[i as usize - 1],
         }
     }
 
-    fn record_mut(&mut self, index: u16) -> &mut Record {
+    fn record_mut(&mut self, index: u32) -> &mut Record {
         match index {
             0 => &mut self.first,
-            i => &mut self.variants[usize::from(i) - 1],
+            i => &mut self.variants[i as usize - 1],
         }
     }
 
@@ -148,11 +150,28 @@ impl Identity {
     }
 
     /// The index of the record with this content.
-    pub fn position(&self, content: ContentId) -> Option<u16> {
+    pub fn position(&self, content: ContentId) -> Option<u32> {
         self.records()
             .position(|record| record.event.content == content)
-            .map(|index| u16::try_from(index).expect("fewer than 2^16 variants"))
+            .map(record_index)
     }
+
+    /// Whether the id has two distinct contents: no content of it is ever applied again.
+    pub fn is_conflicted(&self) -> bool {
+        !self.variants.is_empty()
+    }
+}
+
+/// A record's index as stored in a [`HoldKey`]. A `u32` cannot overflow in practice: every
+/// content under one id is a distinct interned envelope kept in memory, so a process runs
+/// out of memory long before an id has 2^32 of them (the index was a `u16` once, and 65,536
+/// changed payloads under one id made the receiver panic).
+fn record_index(index: usize) -> u32 {
+    debug_assert!(
+        u32::try_from(index).is_ok(),
+        "fewer than 2^32 contents per id"
+    );
+    index as u32
 }
 
 /// A map keyed by interned names, in a slot per name: a lookup is an index, not a search,
@@ -288,7 +307,7 @@ pub enum HoldKey {
         /// The event id.
         event: Sym,
         /// The record within the identity.
-        index: u16,
+        index: u32,
     },
     /// A delivery without an event id, known only by its delivery number.
     Delivery(u32),
@@ -637,6 +656,10 @@ impl Receiver {
         event: &Event,
     ) -> Delivered {
         match self.recognise(policy, delivery, event) {
+            Some(duplicate) if policy.is(Mutant::PauseOnRedelivery) => {
+                self.pause_on_redelivery(event);
+                duplicate
+            }
             Some(duplicate) => duplicate,
             None => self.decide(policy, delivery, received_at, event),
         }
@@ -764,7 +787,7 @@ impl Receiver {
             }
         } else {
             identity.variants.push(record);
-            let index = u16::try_from(identity.variants.len()).expect("fewer than 2^16 variants");
+            let index = record_index(identity.variants.len());
             HoldKey::Record { event: id, index }
         };
         self.pause_known(first_card);
@@ -777,6 +800,9 @@ impl Receiver {
     fn judge<P: Policy>(&mut self, policy: P, event: &Event) -> Decision {
         // Rule 2: type.
         if !event.supported {
+            if policy.is(Mutant::ApplyUnsupportedType) {
+                self.apply_anyway(event);
+            }
             self.pause_known(event.object_id);
             return Decision::Held(HoldReason::UnsupportedType);
         }
@@ -820,6 +846,27 @@ impl Receiver {
             }
         }
         Decision::Held(HoldReason::UnknownObject)
+    }
+
+    /// The `apply-unsupported-type` mutant: a newer snapshot of an unpaused known card is
+    /// applied although the event is held.
+    fn apply_anyway(&mut self, event: &Event) {
+        let card = event
+            .object_id
+            .and_then(|object| self.cards.get_mut(&object));
+        if let (Some(card), Version::Valid(version), Some(state)) =
+            (card, event.version, event.state)
+        {
+            if !card.paused && version > card.version {
+                card.replace(version, state);
+            }
+        }
+    }
+
+    /// The `pause-on-redelivery` mutant's answer to a recognised duplicate: it pauses the
+    /// event's card. The SPEC receiver never calls this (a duplicate has no effect).
+    pub fn pause_on_redelivery(&mut self, event: &Event) {
+        self.pause_known(event.object_id);
     }
 
     fn pause_known(&mut self, object: Option<Sym>) {
@@ -876,7 +923,17 @@ impl Receiver {
         let mut still_held = Vec::new();
         for key in self.holds.remove(&Some(object)).unwrap_or_default() {
             let record = *self.record(key);
+            let conflicted = match key {
+                HoldKey::Record { event, .. } => self.identities[&event].is_conflicted(),
+                HoldKey::Delivery(_) => false,
+            };
             let settlement = match record.decision {
+                // No content of a conflicted id is ever applied: every record of it still
+                // held, the first included, is resolved, whichever envelope came first.
+                _ if conflicted && !policy.is(Mutant::ReevaluateConflictedFirst) => {
+                    self.record_mut(key).standing = Standing::Resolved;
+                    Settlement::Resolved
+                }
                 Decision::Held(HoldReason::Paused | HoldReason::UnknownObject) => {
                     if policy.is(Mutant::ForgetHeldAfterReconcile) {
                         continue;
@@ -1026,7 +1083,7 @@ impl Receiver {
         }
         let identity_keys = self.identities.iter().flat_map(|(&event, identity)| {
             identity.records().enumerate().map(move |(index, record)| {
-                let index = u16::try_from(index).expect("fewer than 2^16 variants");
+                let index = record_index(index);
                 (HoldKey::Record { event, index }, record)
             })
         });

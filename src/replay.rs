@@ -8,6 +8,7 @@ use crate::fixture::{Replacements, Scenario};
 use crate::network::{transition, Budgets, Effect, Fault, Step, World};
 use crate::policy::Policy;
 use crate::properties::{self, Properties, Property};
+use crate::protocol::Sym;
 use crate::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -177,6 +178,10 @@ pub struct Report {
     pub unresolved_detail: Vec<UnresolvedReport>,
     /// Properties broken on the way, at most one (the first).
     pub violations: Vec<ViolationReport>,
+    /// Preconditions the fixture breaks (`authority-current`): the run is shown, but no
+    /// arrival order is promised to converge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The audit trail: every decision, including the ones re-evaluation changed.
     pub audit: Vec<AuditReport>,
     /// The fixture's `expect`, checked; absent when it has none.
@@ -214,7 +219,55 @@ impl Report {
 
 /// Replays the fixture's steps (its schedule, or the default order) under a policy.
 pub fn replay<P: Policy>(scenario: &Scenario, policy: P, policy_name: &str) -> Report {
-    replay_steps(scenario, policy, policy_name, &scenario.steps())
+    replay_steps(scenario, policy, policy_name, &schedule(scenario, policy))
+}
+
+/// The steps `replay` walks: the fixture's schedule, or the default order. The default
+/// order delivers every delivery in array order, then reconciles until quiet: one pass over
+/// the authority snapshots in array order reconciling each card that is paused or not yet
+/// created, then further passes, in the same order, over each card still paused whose
+/// authority is not behind it, until a pass finds none (a re-evaluated hold can pause its
+/// card again). So the default order ends where the model's terminal states are, and one
+/// `expect` serves replay and check.
+pub fn schedule<P: Policy>(scenario: &Scenario, policy: P) -> Vec<Step> {
+    let mut steps = scenario.steps();
+    if scenario.schedule.is_some() {
+        return steps;
+    }
+    let mut world = World::initial(scenario, Budgets::UNLIMITED);
+    let take = |world: &mut World, steps: &mut Vec<Step>, step: Step| {
+        *world = transition(scenario, policy, Properties::SPEC, world, step).0;
+        steps.push(step);
+    };
+    for step in steps.clone() {
+        world = transition(scenario, policy, Properties::SPEC, &world, step).0;
+    }
+    for snapshot in &scenario.authority {
+        if world.reconcilable(scenario, snapshot.object_id) {
+            take(&mut world, &mut steps, Step::Reconcile(snapshot.object_id));
+        }
+    }
+    // Each further pass reconciles at least one card, and a reconciliation that pauses its
+    // card again leaves fewer holds to re-evaluate, so the passes end; the bound only
+    // guards against a mutant that keeps pausing.
+    let bound = scenario.deliveries.len() + scenario.authority.len() + 1;
+    for _ in 0..bound {
+        let open: Vec<Sym> = scenario
+            .authority
+            .iter()
+            .filter(|snapshot| world.is_open(scenario, snapshot))
+            .map(|snapshot| snapshot.object_id)
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        for card in open {
+            if world.is_open(scenario, scenario.authority_for(card).expect("listed")) {
+                take(&mut world, &mut steps, Step::Reconcile(card));
+            }
+        }
+    }
+    steps
 }
 
 /// Replays the given steps under a policy.
@@ -266,6 +319,16 @@ pub fn replay_steps<P: Policy>(
             .collect(),
         unresolved_detail,
         violations,
+        warnings: properties::authority_behind(scenario)
+            .map(|behind| {
+                format!(
+                    "{}: {} (the fixture breaks convergence's precondition)",
+                    Property::AuthorityCurrent,
+                    behind.describe(scenario)
+                )
+            })
+            .into_iter()
+            .collect(),
         audit: audit(scenario, &journal),
         expect: None,
     };

@@ -203,6 +203,9 @@ pub fn render(report: &Report) -> String {
             );
         }
     }
+    for warning in &report.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
     for violation in &report.violations {
         let _ = writeln!(
             out,
