@@ -24,7 +24,8 @@
 //! | [`check`] | model files, checker runs, verdicts, Explorer |
 //! | [`trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
-//! | [`generate`] | synthetic fixtures for benchmarks and scaling |
+//! | [`generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
+//! | [`sweep`] | many small generated fixtures checked under SPEC and every mutant: the checker finds what random testing finds |
 //!
 //! The binary (`src/main.rs`) is a thin command line over [`replay`] and [`check`].
 
@@ -42,5 +43,6 @@ pub mod properties;
 pub mod protocol;
 pub mod receiver;
 pub mod replay;
+pub mod sweep;
 pub mod table;
 pub mod trace;

@@ -7,6 +7,7 @@
 use arrival::check::{self, CheckOptions};
 use arrival::fixture::{InputError, Scenario};
 use arrival::policy::PolicyName;
+use arrival::sweep::SweepOptions;
 use arrival::{replay, table};
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -40,8 +41,15 @@ enum Command {
     /// Model-check fixtures under every reordering, duplicate, lost ack and crash.
     Check {
         /// Model files (TOML).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "sweep")]
         models: Vec<PathBuf>,
+        /// Also check N small generated fixtures under SPEC and every mutant (or `--policy`):
+        /// SPEC must break nothing, each mutant must be caught by its catalogue property.
+        #[arg(long, value_name = "N")]
+        sweep: Option<usize>,
+        /// The sweep's seed.
+        #[arg(long, default_value_t = 1, requires = "sweep")]
+        seed: u64,
         /// Check this policy instead of the model files' own.
         #[arg(long)]
         policy: Option<PolicyName>,
@@ -72,12 +80,25 @@ fn main() -> ExitCode {
         } => run_replay(&fixture, json, policy),
         Command::Check {
             models,
+            sweep,
+            seed,
             policy,
             json,
             trace_out,
             explore,
             quiet,
-        } => run_check(&models, policy, json, trace_out, explore, quiet),
+        } => {
+            let sweep = sweep.map(|count| SweepOptions {
+                count,
+                seed,
+                policies: match policy {
+                    Some(policy) => vec![policy],
+                    None => PolicyName::every(),
+                },
+                trace_out: trace_out.clone(),
+            });
+            run_check(&models, sweep, policy, json, trace_out, explore, quiet)
+        }
         Command::Gen(options) => arrival::generate::run(&options).map(|()| true),
     };
     match result {
@@ -114,6 +135,7 @@ fn run_replay(
 
 fn run_check(
     models: &[PathBuf],
+    sweep: Option<SweepOptions>,
     policy: Option<PolicyName>,
     json: bool,
     trace_out: Option<PathBuf>,
@@ -146,9 +168,23 @@ fn run_check(
         }
         reports.push(report);
     }
-    let all_as_expected = reports.iter().all(|report| report.as_expected);
+    let swept = match &sweep {
+        None => None,
+        Some(options) => {
+            let report = arrival::sweep::run(options)?;
+            if !json {
+                print(&arrival::sweep::render(&report));
+            }
+            Some(report)
+        }
+    };
+    let all_as_expected = reports.iter().all(|report| report.as_expected)
+        && swept.as_ref().is_none_or(|report| report.as_expected);
     if json {
-        let document = serde_json::json!({ "models": reports });
+        let mut document = serde_json::json!({ "models": reports });
+        if let Some(report) = &swept {
+            document["sweep"] = serde_json::to_value(report).expect("reports serialise");
+        }
         print(&(serde_json::to_string_pretty(&document).expect("reports serialise") + "\n"));
     } else if reports.len() > 1 {
         let failed: Vec<&str> = reports

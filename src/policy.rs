@@ -76,6 +76,15 @@ impl Mutant {
         }
     }
 
+    /// Whether the mutant can only be seen where `authority-current` is relaxed. Re-evaluating
+    /// a conflicted id's first record cannot change a card while every authority is current
+    /// (the authority is at least as new as the record, so re-evaluation gives stale, equal or
+    /// a conflict), so on fixtures that keep the precondition the sweep expects it to pass;
+    /// its model file relaxes the precondition and catches it.
+    pub fn needs_relaxed_precondition(self) -> bool {
+        matches!(self, Mutant::ReevaluateConflictedFirst)
+    }
+
     /// The property that catches this mutant: the catalogue's claim, checked by its model
     /// file in `models/` and by the sweep.
     pub fn caught_by(self) -> Property {
@@ -131,6 +140,17 @@ impl Policy for Option<Mutant> {
 pub struct PolicyName(pub Option<Mutant>);
 
 impl PolicyName {
+    /// SPEC, then every mutant in catalogue order.
+    pub fn every() -> Vec<PolicyName> {
+        std::iter::once(PolicyName(None))
+            .chain(
+                Mutant::ALL
+                    .into_iter()
+                    .map(|mutant| PolicyName(Some(mutant))),
+            )
+            .collect()
+    }
+
     /// Every accepted name, `spec` first.
     pub fn all_names() -> Vec<&'static str> {
         std::iter::once("spec")

@@ -414,63 +414,88 @@ fn is_unresolved_input(receiver: &Receiver, record: &Record) -> bool {
     }
 }
 
-/// What the fixture's authority snapshot is behind.
+/// Why a card's authority cannot be trusted to settle it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ahead {
-    /// The card's initial version.
+    /// The card's initial version is newer than the authority.
     Initial(u64),
     /// A decidable delivery for the card (a `card.snapshot` with an event id, a valid
-    /// version and an object state).
+    /// version and an object state) is newer than the authority.
     Delivery {
         /// The delivery number.
         number: u32,
         /// Its version.
         version: u64,
     },
+    /// The card has no authority snapshot at all, but this delivery can pause it.
+    Pauses {
+        /// The delivery number.
+        number: u32,
+    },
+    /// The authority differs from the newest snapshot the card can reach, and no input is
+    /// sure to pause the card: whether it is ever reconciled (and so whether it ends as the
+    /// authority or as that snapshot) depends on arrival order.
+    MaybeNeverPaused {
+        /// The delivery with the newest snapshot (`None`: the initial card).
+        number: Option<u32>,
+        /// Its version.
+        version: u64,
+    },
 }
 
-/// An authority snapshot that is not current: `authority-current` is violated.
+/// A card whose authority is not current: `authority-current` is violated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AuthorityBehind {
     /// The card.
     pub card: crate::protocol::Sym,
-    /// The authority's version.
-    pub authority: u64,
-    /// What is newer than it.
+    /// The authority's version; `None` when the card has no authority snapshot.
+    pub authority: Option<u64>,
+    /// What is ahead of it.
     pub ahead: Ahead,
 }
 
 impl AuthorityBehind {
-    /// In domain terms: `authority for card-4 is v3, behind its initial v5`.
+    /// In domain terms: `authority for card-4 is v3, behind the card's initial v5`.
     pub fn describe(&self, scenario: &Scenario) -> String {
         let card = scenario.catalog.name(self.card);
+        let delivery = |number: u32| {
+            let index = scenario.delivery_index(number).expect("a delivery");
+            let id = scenario.deliveries[index]
+                .event
+                .event_id
+                .map_or("no event id", |id| scenario.catalog.name(id));
+            format!("delivery #{number} ({id})")
+        };
+        let authority = self.authority.unwrap_or_default();
         match self.ahead {
             Ahead::Initial(version) => format!(
-                "authority for {card} is v{}, behind the card's initial v{version}",
-                self.authority
+                "authority for {card} is v{authority}, behind the card's initial v{version}"
             ),
-            Ahead::Delivery { number, version } => {
-                let index = scenario.delivery_index(number).expect("a delivery");
-                let id = scenario.deliveries[index]
-                    .event
-                    .event_id
-                    .map_or("(no event id)", |id| scenario.catalog.name(id));
-                format!(
-                    "authority for {card} is v{}, behind delivery #{number} ({id}) v{version}",
-                    self.authority
-                )
-            }
+            Ahead::Delivery { number, version } => format!(
+                "authority for {card} is v{authority}, behind {} v{version}",
+                delivery(number)
+            ),
+            Ahead::MaybeNeverPaused { number, version } => format!(
+                "authority for {card} is v{authority} with another state than the newest snapshot the card can reach ({} v{version}), and no input is sure to pause the card: it ends as one or the other depending on arrival order",
+                number.map_or_else(|| "its initial state".to_owned(), delivery)
+            ),
+            Ahead::Pauses { number } => format!(
+                "{card} has no authority snapshot, but {} can pause it: it would stay paused for good, and which of its inputs were decided before the pause would depend on arrival order",
+                delivery(number)
+            ),
         }
     }
 }
 
-/// SPEC's precondition: each authority snapshot must be at least as new as its card's
-/// initial version and every version delivered for that card that could ever be applied (an
-/// input that can never be decided on a card, such as an unsupported type, a missing
-/// version or a missing event id, carries no version the card could reach). Returns the
-/// first snapshot that is behind, in authority order, with the newest thing ahead of it.
+/// SPEC's precondition, "the authority is current": each authority snapshot must be at
+/// least as new as its card's initial version and every version delivered for that card
+/// that could ever be applied (an input that can never be decided on a card, such as an
+/// unsupported type, a missing version or a missing event id, carries no version the card
+/// could reach). The project reads one more case into it: a known card that some input can
+/// pause must have an authority snapshot, or it stays paused and its held inputs depend on
+/// arrival order. Returns the first card, in authority then initial order, that breaks it.
 pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
-    scenario.authority.iter().find_map(|snapshot| {
+    let behind = scenario.authority.iter().find_map(|snapshot| {
         let card = snapshot.object_id;
         let initial = scenario
             .initial
@@ -495,6 +520,7 @@ pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
         });
         let version = |ahead: &Ahead| match *ahead {
             Ahead::Initial(version) | Ahead::Delivery { version, .. } => version,
+            Ahead::Pauses { .. } | Ahead::MaybeNeverPaused { .. } => 0,
         };
         initial
             .into_iter()
@@ -503,8 +529,126 @@ pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
             .max_by_key(|ahead| version(ahead))
             .map(|ahead| AuthorityBehind {
                 card,
-                authority: snapshot.version,
+                authority: Some(snapshot.version),
                 ahead,
             })
+    });
+    let unreconciled = || {
+        scenario.authority.iter().find_map(|snapshot| {
+            let card = snapshot.object_id;
+            let newest = newest_snapshot(scenario, card)?;
+            let (number, version, state) = newest;
+            let differs = (version, state) != (snapshot.version, snapshot.state);
+            (differs && !surely_paused(scenario, card)).then_some(AuthorityBehind {
+                card,
+                authority: Some(snapshot.version),
+                ahead: Ahead::MaybeNeverPaused { number, version },
+            })
+        })
+    };
+    behind.or_else(unreconciled).or_else(|| {
+        scenario
+            .initial
+            .iter()
+            .filter(|(card, _)| scenario.authority_for(*card).is_none())
+            .find_map(|&(card, _)| {
+                pausing_delivery(scenario, card).map(|number| AuthorityBehind {
+                    card,
+                    authority: None,
+                    ahead: Ahead::Pauses { number },
+                })
+            })
+    })
+}
+
+/// The newest snapshot a known card reaches if nothing pauses it: the decidable delivery
+/// with the highest version (the first of them, when several share it), or the initial
+/// card. `None` for a card that is not initial (its authority creates it in every order).
+fn newest_snapshot(
+    scenario: &Scenario,
+    card: crate::protocol::Sym,
+) -> Option<(Option<u32>, u64, crate::protocol::StateId)> {
+    let (_, initial) = scenario.initial.iter().find(|(id, _)| *id == card)?;
+    let mut newest = (None, initial.version, initial.state);
+    for delivery in &scenario.deliveries {
+        let event = &delivery.event;
+        if let (Version::Valid(version), Some(state), true) = (
+            event.version,
+            event.state,
+            event.object_id == Some(card) && event.event_id.is_some() && !event.is_unevaluable(),
+        ) {
+            if version > newest.1 {
+                newest = (Some(delivery.number), version, state);
+            }
+        }
+    }
+    Some(newest)
+}
+
+/// Whether the known `card` is paused in every arrival order: an input names it that can
+/// never be decided (no event id, unsupported type, no valid version, no object state);
+/// an event id with several contents names it (whichever content comes second is a changed
+/// payload and pauses the cards of both); or two different states share its newest version
+/// (whichever comes second is an equal-version conflict).
+fn surely_paused(scenario: &Scenario, card: crate::protocol::Sym) -> bool {
+    let deliveries = &scenario.deliveries;
+    let names = |event: &crate::protocol::Event| event.object_id == Some(card);
+    let unevaluable = deliveries
+        .iter()
+        .any(|d| names(&d.event) && (d.event.event_id.is_none() || d.event.is_unevaluable()));
+    let changed_payload = deliveries.iter().any(|d| {
+        d.event.event_id.is_some()
+            && names(&d.event)
+            && deliveries.iter().any(|other| {
+                other.event.event_id == d.event.event_id && other.event.content != d.event.content
+            })
+    });
+    let tie_at_newest = newest_snapshot(scenario, card).is_some_and(|(_, version, state)| {
+        deliveries.iter().any(|d| {
+            names(&d.event)
+                && d.event.event_id.is_some()
+                && !d.event.is_unevaluable()
+                && d.event.version == Version::Valid(version)
+                && d.event.state != Some(state)
+        })
+    });
+    unevaluable || changed_payload || tie_at_newest
+}
+
+/// The first delivery that can pause the known `card` in some arrival order: an input that
+/// names it and can never be decided (no event id, unsupported type, no valid version, no
+/// object state), a content of an event id that has other contents (a changed payload
+/// pauses the cards of both), or a snapshot whose version the card has, or another
+/// snapshot has, with a different state (an equal-version conflict).
+fn pausing_delivery(scenario: &Scenario, card: crate::protocol::Sym) -> Option<u32> {
+    let initial = scenario
+        .initial
+        .iter()
+        .find(|(id, _)| *id == card)
+        .map(|(_, initial)| (initial.version, initial.state));
+    let deliveries = &scenario.deliveries;
+    deliveries.iter().find_map(|delivery| {
+        let event = &delivery.event;
+        let names = event.object_id == Some(card);
+        let unevaluable = names && (event.event_id.is_none() || event.is_unevaluable());
+        let changed_payload = event.event_id.is_some()
+            && deliveries.iter().any(|other| {
+                other.event.event_id == event.event_id
+                    && other.event.content != event.content
+                    && (names || other.event.object_id == Some(card))
+            });
+        let same_version_conflict = names
+            && match (event.version, event.state) {
+                (Version::Valid(version), Some(state)) => {
+                    initial.is_some_and(|(v, s)| v == version && s != state)
+                        || deliveries.iter().any(|other| {
+                            other.event.object_id == Some(card)
+                                && other.event.version == Version::Valid(version)
+                                && other.event.state.is_some_and(|other| other != state)
+                        })
+                }
+                _ => false,
+            };
+        (unevaluable || changed_payload || same_version_conflict).then_some(delivery.number)
     })
 }

@@ -158,7 +158,7 @@ impl Bench {
     }
 
     /// Record `index` of event id `event` (0 is the first record).
-    fn key(&self, event: &str, index: u16) -> HoldKey {
+    fn key(&self, event: &str, index: u32) -> HoldKey {
         HoldKey::Record {
             event: self.sym(event),
             index,
@@ -1627,26 +1627,58 @@ fn conflicts_are_resolved_by_the_authority_and_kept_as_evidence() {
 }
 
 #[test]
-fn a_held_first_record_of_a_conflicted_identity_is_re_evaluated_and_its_variant_resolved() {
-    // Reading of SPEC: the first record is a held_paused event, so rules 4-6 evaluate it
-    // again; its variant is a conflict, so the authority resolves it.
+fn no_content_of_a_conflicted_identity_is_applied_whichever_arrived_first() {
+    // SPEC: once an id has two distinct contents, every record of it still held, the first
+    // included (here a held_paused one), is resolved and never re-evaluated. Both orders of
+    // the two payloads end with the authority's card, neither payload applied.
+    let map = st("archived", "Map");
+    let forge = st("archived", "Forge");
+    let mut ends = Vec::new();
+    for (first, second) in [(map.clone(), forge.clone()), (forge, map)] {
+        let mut b = Bench::board();
+        b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
+        b.deliver(snapshot("e-203", "card-7", 14, first));
+        b.deliver(snapshot("e-203", "card-7", 14, second));
+        let reconciled = b.reconcile("card-7", 15, st("shipped", "Map"));
+        assert_eq!(reconciled.outcome, Outcome::Replaced);
+        assert_eq!(
+            reconciled.settled,
+            vec![
+                (b.key("e-210", 0), Settlement::Resolved),
+                (b.key("e-203", 0), Settlement::Resolved),
+                (b.key("e-203", 1), Settlement::Resolved),
+            ],
+            "the first record is resolved, not re-evaluated"
+        );
+        let first_record = b.record(b.key("e-203", 0));
+        assert_eq!(
+            (first_record.decision, first_record.standing),
+            (HELD_PAUSED, Standing::Resolved)
+        );
+        b.assert_card("card-7", 15, st("shipped", "Map"), false);
+        assert!(b.unresolved().is_empty(), "both contents were decidable");
+        ends.push(b.receiver.cards().clone());
+    }
+    assert_eq!(ends[0], ends[1], "the same end in both orders");
+}
+
+#[test]
+fn a_conflicted_identity_for_an_unknown_card_is_resolved_when_its_card_is_created() {
+    // The first record is held_unknown_object; the authority creates the card. Re-evaluating
+    // it would apply whichever payload came first (v2 is newer than the authority's v1).
     let mut b = Bench::board();
-    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
-    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map")));
-    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Forge")));
-    let reconciled = b.reconcile("card-7", 13, st("ready", "Map"));
+    b.deliver(snapshot("e-31", "card-99", 2, st("approved", "X")));
+    b.deliver(snapshot("e-31", "card-99", 2, st("rejected", "X")));
+    let reconciled = b.reconcile("card-99", 1, st("new", "X"));
+    assert_eq!(reconciled.outcome, Outcome::Created);
     assert_eq!(
         reconciled.settled,
         vec![
-            (b.key("e-210", 0), Settlement::Resolved),
-            (
-                b.key("e-203", 0),
-                re_evaluated(HELD_PAUSED, Decision::Applied)
-            ),
-            (b.key("e-203", 1), Settlement::Resolved),
+            (b.key("e-31", 0), Settlement::Resolved),
+            (b.key("e-31", 1), Settlement::Resolved),
         ]
     );
-    b.assert_card("card-7", 14, st("archived", "Map"), false);
+    b.assert_card("card-99", 1, st("new", "X"), false);
     assert!(b.unresolved().is_empty());
 }
 
@@ -2287,14 +2319,18 @@ fn record_hashes_tell_apart_every_field_that_matters() {
             standing: Standing::Resolved,
             ..record
         },
-        Record {
-            recorded_at: None,
-            ..record
-        },
     ];
     let hashes: BTreeSet<u64> = variants.iter().map(hash_of).collect();
     assert_eq!(hashes.len(), variants.len(), "{variants:?}");
     assert_eq!(hash_of(&record), hash_of(&b.record(b.key("e-201", 0))));
+    // The receive time is kept for time-based expiry but is not part of the model state:
+    // nothing the checker explores reads it.
+    let unstamped = Record {
+        recorded_at: None,
+        ..record
+    };
+    assert_ne!(unstamped, record);
+    assert_eq!(hash_of(&unstamped), hash_of(&record));
 }
 
 #[test]
