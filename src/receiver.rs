@@ -1186,6 +1186,50 @@ mod tests {
     }
 
     #[test]
+    fn an_id_with_more_than_65536_contents_keeps_every_one_without_panicking() {
+        // Record indices were `u16`: the 65,536th changed payload under one id overflowed
+        // and panicked inside `deliver`. The id here already has 65,536 resolved variants
+        // (built directly: delivering them one by one re-checks every invariant each time).
+        let mut catalog = Catalog::new();
+        let envelope = |stage: usize| {
+            json!({
+                "event_id": "e-1", "object_id": "card-7", "object_version": 11,
+                "type": "card.snapshot", "state": {"stage": stage}
+            })
+        };
+        let first = catalog.event(&envelope(0));
+        let card = first.object_id.expect("a card id");
+        let mut receiver = Receiver::new([(card, Card::new(10, first.state.expect("a state")))]);
+        receiver.deliver(Spec, 1, None, &first);
+        let variants = (1..=65_536)
+            .map(|stage| Record {
+                event: catalog.event(&envelope(stage)),
+                decision: Decision::ConflictChangedPayload,
+                standing: Standing::Resolved,
+                recorded_at: None,
+            })
+            .collect();
+        let id = first.event_id.expect("an id");
+        receiver.identities.get_mut(&id).expect("recorded").variants = variants;
+        assert_eq!(receiver.invariants(), Ok(()));
+
+        let next = catalog.event(&envelope(65_537));
+        let answer = receiver.deliver(Spec, 2, None, &next);
+        assert_eq!(
+            answer.verdict,
+            Verdict::Decided(Decision::ConflictChangedPayload)
+        );
+        let identity = &receiver.identities[&id];
+        assert_eq!(identity.variants.len(), 65_537, "every content is kept");
+        assert_eq!(identity.position(next.content), Some(65_537));
+        let again = receiver.deliver(Spec, 3, None, &next);
+        assert_eq!(
+            again.verdict,
+            Verdict::Duplicate(Decision::ConflictChangedPayload)
+        );
+    }
+
+    #[test]
     fn a_hold_must_refer_to_a_waiting_record() {
         let (mut receiver, key) = holding();
         receiver.record_mut(key).standing = Standing::Resolved;
