@@ -1,9 +1,10 @@
 //! `arrival`: a verification harness for event receivers that must not treat arrival order
 //! as truth.
 //!
-//! It holds one pure decision function for the card.snapshot protocol (SPEC.md), replays
-//! fixtures through it, and model-checks it with stateright under every reordering,
-//! duplicate, lost acknowledgement, crash and (if asked) passing of the retention window.
+//! It holds one pure decision function for the card.snapshot protocol, replays fixtures
+//! through it, and model-checks it with stateright under every reordering, duplicate, lost
+//! acknowledgement, crash and (if asked) passing of the retention window. The protocol's
+//! contract, in the project's words, is `docs/protocol.md` in the repository.
 //!
 //! # Architecture
 //!

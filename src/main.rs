@@ -31,7 +31,7 @@ enum Command {
     Replay {
         /// The fixture (SPEC format).
         fixture: PathBuf,
-        /// Print the report as JSON (the stable contract of SPEC.md).
+        /// Print the report as JSON (the stable report contract in docs/protocol.md).
         #[arg(long)]
         json: bool,
         /// Replay under this policy: `spec` (default) or a mutant's name.

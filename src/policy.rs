@@ -117,7 +117,7 @@ pub trait Policy: Copy {
     }
 }
 
-/// The policy of SPEC.md.
+/// The policy of the card contract (`docs/protocol.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Spec;
 

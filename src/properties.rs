@@ -1,4 +1,4 @@
-//! The safety and convergence properties of SPEC.md, one per bullet, as checks on steps and
+//! The safety and convergence properties of the card contract (`docs/protocol.md`), one per bullet, as checks on steps and
 //! states.
 //!
 //! stateright's properties are predicates on states, but several of SPEC's are about steps
@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-/// A named property of SPEC.md.
+/// A named property of the card contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
     /// The first record of an event id never changes.

@@ -1,4 +1,4 @@
-//! The card.snapshot receiver: the decision function and reconciliation of SPEC.md.
+//! The card.snapshot receiver: the decision function and reconciliation of the card contract (`docs/protocol.md`).
 //!
 //! Pure: no I/O, no clock. A delivery comes in as a typed [`Event`] with its delivery
 //! number and receive time; [`Receiver::deliver`] decides it by the SPEC rules in their

@@ -1,4 +1,4 @@
-//! One test per rule and per precedence edge of SPEC.md's decision function, its
+//! One test per rule and per precedence edge of the card contract's decision function, its
 //! reconciliation and the retention of identity records, run against the real public API:
 //! envelopes written as JSON, parsed by `Catalog::event`, decided by `Receiver::deliver`
 //! under the SPEC policy, reconciled by `Receiver::reconcile`.

@@ -1,4 +1,4 @@
-//! The B62-15 walkthrough of SPEC.md, asserted step by step through `replay`.
+//! The B62-15 walkthrough of the card contract (`docs/protocol.md`), asserted step by step through `replay`.
 
 use arrival::fixture::{Replacements, Scenario};
 use arrival::policy::Spec;
