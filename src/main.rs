@@ -4,11 +4,12 @@
 //! model's expected verdict does not hold, 2 on bad input (with a message naming the file,
 //! the place and what is wrong).
 
-use arrival::check::{self, CheckOptions};
-use arrival::fixture::{InputError, Scenario};
-use arrival::policy::PolicyName;
-use arrival::sweep::SweepOptions;
-use arrival::{replay, table};
+use arrival::card::check::{self, CheckOptions};
+use arrival::card::fixture::Scenario;
+use arrival::card::policy::PolicyName;
+use arrival::card::sweep::SweepOptions;
+use arrival::card::{replay, table};
+use arrival::harness::InputError;
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
@@ -67,7 +68,7 @@ enum Command {
         quiet: bool,
     },
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
-    Gen(arrival::generate::GenOptions),
+    Gen(arrival::card::generate::GenOptions),
 }
 
 fn main() -> ExitCode {
@@ -99,7 +100,7 @@ fn main() -> ExitCode {
             });
             run_check(&models, sweep, policy, json, trace_out, explore, quiet)
         }
-        Command::Gen(options) => arrival::generate::run(&options).map(|()| true),
+        Command::Gen(options) => arrival::card::generate::run(&options).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -171,9 +172,9 @@ fn run_check(
     let swept = match &sweep {
         None => None,
         Some(options) => {
-            let report = arrival::sweep::run(options)?;
+            let report = arrival::card::sweep::run(options)?;
             if !json {
-                print(&arrival::sweep::render(&report));
+                print(&arrival::card::sweep::render(&report));
             }
             Some(report)
         }

@@ -3,14 +3,14 @@
 //!
 //! stateright's properties are predicates on states, but several of SPEC's are about steps
 //! (a duplicate changes nothing, a paused card changes only by reconciliation). Those are
-//! checked inside [`crate::network::transition`] by comparing the world before and after the
+//! checked inside [`crate::card::network::transition`] by comparing the world before and after the
 //! step; a broken rule leaves a marker in the successor (`World::violation`) that an
 //! `always` property reads. Correct steps carry no marker, so the checks add no states.
 
-use crate::fixture::Scenario;
-use crate::network::{Effect, Fault, Step, World};
-use crate::protocol::Version;
-use crate::receiver::{InputRef, Receiver, Record, Standing, Verdict};
+use crate::card::fixture::Scenario;
+use crate::card::network::{Effect, Fault, Step, World};
+use crate::card::receiver::{InputRef, Receiver, Record, Standing, Verdict};
+use crate::card::wire::Version;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
@@ -66,21 +66,24 @@ impl Property {
         Property::AuthorityCurrent,
     ];
 
+    /// Every property's name, in [`Property::ALL`] order (the discriminant is the index).
+    pub const NAMES: [&'static str; 11] = [
+        "first-record-immutable",
+        "evidence-retained",
+        "no-unknown-card",
+        "version-monotonic",
+        "paused-frozen",
+        "held-changes-nothing",
+        "ack-implies-recorded",
+        "duplicate-no-effect",
+        "redelivery-recognised",
+        "convergence",
+        "authority-current",
+    ];
+
     /// The property's name in model files and reports.
     pub fn name(self) -> &'static str {
-        match self {
-            Property::FirstRecordImmutable => "first-record-immutable",
-            Property::EvidenceRetained => "evidence-retained",
-            Property::NoUnknownCard => "no-unknown-card",
-            Property::VersionMonotonic => "version-monotonic",
-            Property::PausedFrozen => "paused-frozen",
-            Property::HeldChangesNothing => "held-changes-nothing",
-            Property::AckImpliesRecorded => "ack-implies-recorded",
-            Property::DuplicateNoEffect => "duplicate-no-effect",
-            Property::RedeliveryRecognised => "redelivery-recognised",
-            Property::Convergence => "convergence",
-            Property::AuthorityCurrent => "authority-current",
-        }
+        Property::NAMES[self as usize]
     }
 
     /// Whether the model checker evaluates the property on explored states and steps
@@ -218,7 +221,7 @@ pub fn check_step(
 
     // Only expiry may forget an event id, and only one whose records are all settled (no
     // unresolved input among them); it is judged by evidence-retained.
-    let forgettable = |id: &crate::protocol::Sym| {
+    let forgettable = |id: &crate::card::wire::Sym| {
         step == Step::Expire
             && !after.identities().contains_key(id)
             && before.identities()[id]
@@ -308,7 +311,7 @@ pub fn check_step(
 fn frozen(
     before: &Receiver,
     after: &Receiver,
-    which: impl Fn(crate::protocol::Sym) -> bool,
+    which: impl Fn(crate::card::wire::Sym) -> bool,
 ) -> bool {
     before.cards().iter().all(|(&id, card)| {
         !which(id)
@@ -447,7 +450,7 @@ pub enum Ahead {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AuthorityBehind {
     /// The card.
-    pub card: crate::protocol::Sym,
+    pub card: crate::card::wire::Sym,
     /// The authority's version; `None` when the card has no authority snapshot.
     pub authority: Option<u64>,
     /// What is ahead of it.
@@ -566,8 +569,8 @@ pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
 /// card. `None` for a card that is not initial (its authority creates it in every order).
 fn newest_snapshot(
     scenario: &Scenario,
-    card: crate::protocol::Sym,
-) -> Option<(Option<u32>, u64, crate::protocol::StateId)> {
+    card: crate::card::wire::Sym,
+) -> Option<(Option<u32>, u64, crate::card::wire::StateId)> {
     let (_, initial) = scenario.initial.iter().find(|(id, _)| *id == card)?;
     let mut newest = (None, initial.version, initial.state);
     for delivery in &scenario.deliveries {
@@ -590,9 +593,9 @@ fn newest_snapshot(
 /// an event id with several contents names it (whichever content comes second is a changed
 /// payload and pauses the cards of both); or two different states share its newest version
 /// (whichever comes second is an equal-version conflict).
-fn surely_paused(scenario: &Scenario, card: crate::protocol::Sym) -> bool {
+fn surely_paused(scenario: &Scenario, card: crate::card::wire::Sym) -> bool {
     let deliveries = &scenario.deliveries;
-    let names = |event: &crate::protocol::Event| event.object_id == Some(card);
+    let names = |event: &crate::card::wire::Event| event.object_id == Some(card);
     let unevaluable = deliveries
         .iter()
         .any(|d| names(&d.event) && (d.event.event_id.is_none() || d.event.is_unevaluable()));
@@ -620,7 +623,7 @@ fn surely_paused(scenario: &Scenario, card: crate::protocol::Sym) -> bool {
 /// object state), a content of an event id that has other contents (a changed payload
 /// pauses the cards of both), or a snapshot whose version the card has, or another
 /// snapshot has, with a different state (an equal-version conflict).
-fn pausing_delivery(scenario: &Scenario, card: crate::protocol::Sym) -> Option<u32> {
+fn pausing_delivery(scenario: &Scenario, card: crate::card::wire::Sym) -> Option<u32> {
     let initial = scenario
         .initial
         .iter()

@@ -3,13 +3,13 @@
 //! final state, the replacement counts, the unresolved inputs, any property a step broke,
 //! and whether the fixture's `expect` holds.
 
-use crate::audit::Journal;
-use crate::fixture::{Replacements, Scenario};
-use crate::network::{transition, Budgets, Effect, Fault, Step, World};
-use crate::policy::Policy;
-use crate::properties::{self, Properties, Property};
-use crate::protocol::Sym;
-use crate::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
+use crate::card::audit::Journal;
+use crate::card::fixture::{Replacements, Scenario};
+use crate::card::network::{transition, Budgets, Effect, Fault, Step, World};
+use crate::card::policy::Policy;
+use crate::card::properties::{self, Properties, Property};
+use crate::card::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
+use crate::card::wire::Sym;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -191,14 +191,14 @@ pub struct Report {
 
 impl Report {
     /// The end of this run as a fixture's `expect`.
-    pub fn as_expect(&self) -> crate::fixture::RawExpect {
-        crate::fixture::RawExpect {
+    pub fn as_expect(&self) -> crate::card::fixture::RawExpect {
+        crate::card::fixture::RawExpect {
             final_cards: self
                 .final_cards
                 .iter()
                 .map(|(name, card)| {
                     let state = card.state.as_object().cloned().unwrap_or_default();
-                    let card = crate::fixture::RawCard {
+                    let card = crate::card::fixture::RawCard {
                         version: card.version,
                         state,
                     };
@@ -469,7 +469,7 @@ fn step_report(
             let arriving = &scenario.deliveries[index];
             let raw = &scenario.raw.deliveries[index].event;
             let name =
-                |sym: Option<crate::protocol::Sym>| sym.map(|sym| catalog.name(sym).to_owned());
+                |sym: Option<crate::card::wire::Sym>| sym.map(|sym| catalog.name(sym).to_owned());
             StepReport::Deliver {
                 delivery,
                 event_id: name(arriving.event.event_id),
@@ -535,7 +535,7 @@ fn step_report(
 }
 
 fn audit(scenario: &Scenario, journal: &Journal) -> Vec<AuditReport> {
-    use crate::audit::Entry;
+    use crate::card::audit::Entry;
     let delivery_input = |number: u32| {
         let index = scenario.delivery_index(number).expect("known delivery");
         let event = &scenario.deliveries[index].event;

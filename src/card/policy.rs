@@ -5,7 +5,7 @@
 //! mutant catalogue costs the hot path nothing. `Option<Mutant>` is the run-time choice the
 //! checker and `replay --policy` use.
 
-use crate::properties::Property;
+use crate::card::properties::Property;
 use std::fmt;
 use std::str::FromStr;
 

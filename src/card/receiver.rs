@@ -6,10 +6,10 @@
 //! snapshot and settles the card's holds. The state kept here is exactly what future
 //! decisions read (cards, identity records, holds), so it doubles as the model checker's
 //! receiver state; history (the audit trail, replacement counters, the global arrival order
-//! of holds) lives in [`crate::audit`].
+//! of holds) lives in [`crate::card::audit`].
 
-use crate::policy::{Mutant, Policy};
-use crate::protocol::{ContentId, Event, Snapshot, StateId, Sym, Version};
+use crate::card::policy::{Mutant, Policy};
+use crate::card::wire::{ContentId, Event, Snapshot, StateId, Sym, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -1157,8 +1157,8 @@ mod tests {
     //! integration tests check that every reachable state passes), so the states are
     //! broken by hand here.
     use super::*;
-    use crate::policy::Spec;
-    use crate::protocol::Catalog;
+    use crate::card::policy::Spec;
+    use crate::card::wire::Catalog;
     use serde_json::json;
 
     /// A receiver holding one input for the unknown card-99, and the hold's key.

@@ -2,23 +2,24 @@
 //! every mutant, so that the checker finds what random testing finds.
 //!
 //! Hand-made fixtures in `models/` exercise a few arrival patterns; a wrong receiver can
-//! pass all of them. The sweep draws `count` fixtures from [`crate::generate::small`] (every
+//! pass all of them. The sweep draws `count` fixtures from [`crate::card::generate::small`] (every
 //! input kind, authority snapshots that satisfy `authority-current`), checks each one with a
 //! duplicate, a lost acknowledgement and a crash in every order, and counts per policy which
 //! properties broke. SPEC must break none; each mutant must be caught by the property the
-//! catalogue names for it ([`crate::policy::Mutant::caught_by`]) on at least one fixture,
+//! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture,
 //! except a mutant that only a relaxed precondition reveals
-//! ([`crate::policy::Mutant::needs_relaxed_precondition`]): it must break nothing here,
+//! ([`crate::card::policy::Mutant::needs_relaxed_precondition`]): it must break nothing here,
 //! which tests the argument that the precondition makes it harmless.
 //! The first fixture that shows a violation is reported by its seed and, with `trace_out`,
 //! written as a replayable regression fixture.
 
-use crate::check::{self, CheckOptions, Expectation, LoadedModel, ModelFile, Strategy};
-use crate::fixture::{InputError, Scenario};
-use crate::generate::{small, SplitMix};
-use crate::model::Reconciliation;
-use crate::policy::PolicyName;
-use crate::properties::Properties;
+use crate::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelFile, Strategy};
+use crate::card::fixture::Scenario;
+use crate::card::generate::{small, SplitMix};
+use crate::card::model::Reconciliation;
+use crate::card::policy::PolicyName;
+use crate::card::properties::Properties;
+use crate::harness::InputError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,7 +11,8 @@
 //! placement the whole fixture allows (so a part's verdict is never laxer); `tests/model.rs`
 //! compares full and split verdicts on generated fixtures.
 
-use crate::fixture::{InputError, RawExpect, RawFixture, Scenario};
+use crate::card::fixture::{RawExpect, RawFixture, Scenario};
+use crate::harness::InputError;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -8,18 +8,19 @@
 //! of the SPEC receiver itself (possible with expiry) keeps the fixture's own `expect`
 //! instead: the point is that these steps end elsewhere.
 
-use crate::check::{LoadedModel, TraceReport};
-use crate::fixture::{InputError, RawFixture, RawStep, TraceOrigin};
-use crate::model::describe_step;
-use crate::network::{Fault, Step};
-use crate::policy::Spec;
-use crate::properties::Property;
-use crate::replay::{replay_steps, Report};
-use crate::table;
+use crate::card::check::{LoadedModel, TraceReport};
+use crate::card::fixture::{RawFixture, RawStep, TraceOrigin};
+use crate::card::model::describe_step;
+use crate::card::network::{Fault, Step};
+use crate::card::policy::Spec;
+use crate::card::properties::Property;
+use crate::card::replay::{replay_steps, Report};
+use crate::card::table;
+use crate::harness::InputError;
 use std::path::Path;
 
 /// A schedule step as written in fixtures.
-pub fn raw_step(scenario: &crate::fixture::Scenario, step: Step) -> RawStep {
+pub fn raw_step(scenario: &crate::card::fixture::Scenario, step: Step) -> RawStep {
     match step {
         Step::Deliver { delivery, fault } => RawStep {
             deliver: Some(delivery),
@@ -84,7 +85,7 @@ pub fn report(
     let raw = fixture(loaded, property, steps);
     // Replayed against its own `expect`, the table shows where the checked policy ends up
     // differing from the SPEC receiver on the same steps.
-    let trace_scenario = crate::fixture::Scenario::from_raw(&scenario.file, raw.clone())?;
+    let trace_scenario = crate::card::fixture::Scenario::from_raw(&scenario.file, raw.clone())?;
     let replayed = replay_steps(
         &trace_scenario,
         loaded.policy.0,

@@ -1,6 +1,6 @@
 //! Text tables for people: a replay report as a step table, then the end state.
 
-use crate::replay::{CardReport, Report, StepReport};
+use crate::card::replay::{CardReport, Report, StepReport};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write;

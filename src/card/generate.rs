@@ -5,9 +5,10 @@
 //! authority snapshot per card equal to its newest delivered snapshot, and an `expect`
 //! computed by replaying the fixture through the real receiver.
 
-use crate::fixture::{InputError, RawAuthority, RawCard, RawDelivery, RawFixture, Scenario};
-use crate::policy::Spec;
-use crate::replay::replay;
+use crate::card::fixture::{RawAuthority, RawCard, RawDelivery, RawFixture, Scenario};
+use crate::card::policy::Spec;
+use crate::card::replay::replay;
+use crate::harness::InputError;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -379,7 +380,7 @@ pub fn small(seed: u64) -> Result<RawFixture, InputError> {
         expect: None,
     };
     let mut scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;
-    if crate::properties::authority_behind(&scenario).is_some() {
+    if crate::card::properties::authority_behind(&scenario).is_some() {
         // A known card that may never be paused must have the newest snapshot it reaches
         // as its authority, or it would end as one or the other by arrival order.
         for snapshot in &mut raw.authority {
@@ -392,7 +393,7 @@ pub fn small(seed: u64) -> Result<RawFixture, InputError> {
             }
         }
         scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;
-        debug_assert!(crate::properties::authority_behind(&scenario).is_none());
+        debug_assert!(crate::card::properties::authority_behind(&scenario).is_none());
     }
     let report = replay(&scenario, Spec, "spec");
     let mut expect = report.as_expect();

@@ -7,11 +7,11 @@
 //! schedule through it and the model checker explores every schedule through it, so both
 //! run exactly the same code.
 
-use crate::fixture::Scenario;
-use crate::policy::{Mutant, Policy};
-use crate::properties::{self, Properties, Property};
-use crate::protocol::Sym;
-use crate::receiver::{Ack, Delivered, Receiver, Reconciled};
+use crate::card::fixture::Scenario;
+use crate::card::policy::{Mutant, Policy};
+use crate::card::properties::{self, Properties, Property};
+use crate::card::receiver::{Ack, Delivered, Receiver, Reconciled};
+use crate::card::wire::Sym;
 use std::sync::Arc;
 
 /// A fault injected into one delivery.
@@ -270,7 +270,7 @@ impl World {
     /// Estimated bytes of this state: inline size plus the heap its collections hold
     /// (entries only; allocator and tree-node overhead excluded).
     pub fn approx_bytes(&self) -> usize {
-        use crate::receiver::{Card, HoldKey, Identity, Record};
+        use crate::card::receiver::{Card, HoldKey, Identity, Record};
         use std::mem::size_of;
         let receiver = &self.receiver;
         let variants: usize = receiver
@@ -291,7 +291,7 @@ impl World {
     /// Whether the authority `snapshot` could still change its card: the card is
     /// reconcilable and the snapshot is not behind it (a paused card whose authority is
     /// behind it stays paused: the snapshot would only be refused again).
-    pub fn is_open(&self, scenario: &Scenario, snapshot: &crate::protocol::Snapshot) -> bool {
+    pub fn is_open(&self, scenario: &Scenario, snapshot: &crate::card::wire::Snapshot) -> bool {
         let behind = self
             .receiver
             .cards()

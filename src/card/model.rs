@@ -9,11 +9,12 @@
 //! `transition` and is then dropped (`None`): it would only lead back to a state already
 //! covered with more budget, so budgets cost transitions rather than states.
 
-use crate::fixture::Scenario;
-use crate::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
-use crate::policy::{Mutant, Spec};
-use crate::properties::{Properties, Property};
-use crate::receiver::{Decision, Outcome, Verdict};
+use crate::card::fixture::Scenario;
+use crate::card::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
+use crate::card::policy::{Mutant, Spec};
+use crate::card::properties::{Properties, Property};
+use crate::card::receiver::{Decision, Outcome, Verdict};
+use crate::harness::Protocol;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -62,7 +63,7 @@ impl Coverage {
                 self.outcomes[index.expect("every outcome is listed")]
                     .fetch_add(1, Ordering::Relaxed);
                 for (_, settlement) in &reconciled.settled {
-                    if let crate::receiver::Settlement::ReEvaluated { to, .. } = settlement {
+                    if let crate::card::receiver::Settlement::ReEvaluated { to, .. } = settlement {
                         let index = Decision::ALL.iter().position(|kind| kind == to);
                         self.decisions[index.expect("every decision is listed")]
                             .fetch_add(1, Ordering::Relaxed);
@@ -248,21 +249,20 @@ pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
     }
 }
 
-impl stateright::Model for ReceiverModel {
-    type State = World;
-    type Action = Step;
+impl Protocol for ReceiverModel {
+    type World = World;
+    type Step = Step;
 
-    fn init_states(&self) -> Vec<World> {
-        vec![World {
+    const PROPERTIES: &'static [&'static str] = &Property::NAMES;
+
+    fn init(&self) -> World {
+        World {
             per_delivery: self.per_delivery.clone(),
             ..World::initial(&self.scenario, self.budgets)
-        }]
+        }
     }
 
-    fn actions(&self, world: &World, actions: &mut Vec<Step>) {
-        if world.violation.is_some() {
-            return;
-        }
+    fn steps(&self, world: &World, actions: &mut Vec<Step>) {
         let budgets = world.budgets;
         let allows = |index: usize, fault: Fault| {
             budgets.allows(fault) && world.per_delivery.allows(index, fault)
@@ -301,53 +301,42 @@ impl stateright::Model for ReceiverModel {
         }
     }
 
-    fn next_state(&self, last: &World, step: Step) -> Option<World> {
+    fn next(&self, last: &World, step: &Step) -> Option<World> {
         let (next, effect) = match self.policy {
-            None => transition(&self.scenario, Spec, self.checked, last, step),
-            Some(mutant) => transition(&self.scenario, Some(mutant), self.checked, last, step),
+            None => transition(&self.scenario, Spec, self.checked, last, *step),
+            Some(mutant) => transition(&self.scenario, Some(mutant), self.checked, last, *step),
         };
         self.coverage.note(&effect);
         let changed = next.receiver != last.receiver || next.owed != last.owed;
         (changed || next.violation.is_some()).then_some(next)
     }
 
-    fn format_action(&self, step: &Step) -> String {
+    fn violation(world: &World) -> Option<usize> {
+        world.violation.map(|property| property as usize)
+    }
+
+    fn checks(&self, index: usize) -> bool {
+        let property = Property::ALL[index];
+        property.is_explored() && self.checked.contains(property)
+    }
+
+    fn only(&self, index: usize) -> ReceiverModel {
+        ReceiverModel {
+            checked: Properties::only(Property::ALL[index]),
+            coverage: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    fn describe_step(&self, step: &Step) -> String {
         self.describe(step)
     }
 
-    fn format_step(&self, last: &World, step: Step) -> Option<String> {
-        self.next_state(last, step)
-            .map(|next| describe_world(&self.scenario, &next))
+    fn describe_world(&self, world: &World) -> String {
+        describe_world(&self.scenario, world)
     }
 
-    fn properties(&self) -> Vec<stateright::Property<Self>> {
-        self.checked
-            .iter()
-            .filter(|property| property.is_explored())
-            .map(always)
-            .collect()
+    fn coverage(&self) -> Vec<(&'static str, u64)> {
+        self.coverage.counts()
     }
-}
-
-/// The stateright property for one of ours: no state carries its violation marker.
-fn always(property: Property) -> stateright::Property<ReceiverModel> {
-    type Condition = fn(&ReceiverModel, &World) -> bool;
-    let condition: Condition = match property {
-        Property::FirstRecordImmutable => {
-            |_, w| w.violation != Some(Property::FirstRecordImmutable)
-        }
-        Property::EvidenceRetained => |_, w| w.violation != Some(Property::EvidenceRetained),
-        Property::NoUnknownCard => |_, w| w.violation != Some(Property::NoUnknownCard),
-        Property::VersionMonotonic => |_, w| w.violation != Some(Property::VersionMonotonic),
-        Property::PausedFrozen => |_, w| w.violation != Some(Property::PausedFrozen),
-        Property::HeldChangesNothing => |_, w| w.violation != Some(Property::HeldChangesNothing),
-        Property::AckImpliesRecorded => |_, w| w.violation != Some(Property::AckImpliesRecorded),
-        Property::DuplicateNoEffect => |_, w| w.violation != Some(Property::DuplicateNoEffect),
-        Property::RedeliveryRecognised => {
-            |_, w| w.violation != Some(Property::RedeliveryRecognised)
-        }
-        Property::Convergence => |_, w| w.violation != Some(Property::Convergence),
-        Property::AuthorityCurrent => unreachable!("a fixture precondition, never explored"),
-    };
-    stateright::Property::always(property.name(), condition)
 }

@@ -4,10 +4,10 @@
 //! History is kept here, beside the receiver, not inside it: the receiver's state is what
 //! future decisions read, and history would make every path through the model distinct.
 
-use crate::fixture::Replacements;
-use crate::network::{Effect, Fault, Step};
-use crate::protocol::Sym;
-use crate::receiver::{Decision, HoldKey, Outcome, Receiver, Settlement, Verdict};
+use crate::card::fixture::Replacements;
+use crate::card::network::{Effect, Fault, Step};
+use crate::card::receiver::{Decision, HoldKey, Outcome, Receiver, Settlement, Verdict};
+use crate::card::wire::Sym;
 use std::collections::BTreeMap;
 
 /// One entry of the audit trail.

@@ -4,50 +4,14 @@
 //! is at fault) and what is wrong. Protocol anomalies inside a delivery's `event` are not
 //! fixture errors: they are what the receiver must hold.
 
-use crate::network::{Fault, Step};
-use crate::protocol::{parse_rfc3339, Catalog, Event, Snapshot, StateId, Sym};
-use crate::receiver::{Card, InputRef};
+use crate::card::network::{Fault, Step};
+use crate::card::receiver::{Card, InputRef};
+use crate::card::wire::{parse_rfc3339, Catalog, Event, Snapshot, StateId, Sym};
+use crate::harness::InputError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// Bad input: a file that cannot be read or does not follow its format.
-#[derive(Debug, thiserror::Error)]
-pub enum InputError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        /// The file.
-        file: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid for its format.
-    #[error("{file}: {place}: {message}")]
-    Invalid {
-        /// The file.
-        file: PathBuf,
-        /// Where: a JSON or TOML path, with line:column where known.
-        place: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-impl InputError {
-    pub(crate) fn invalid(
-        file: &Path,
-        place: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        InputError::Invalid {
-            file: file.to_owned(),
-            place: place.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// A card in `initial` or `expect.final`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -296,7 +260,8 @@ impl Scenario {
                 } else {
                     format!("{path} (line {}:{})", inner.line(), inner.column())
                 };
-                let message = plain_types(&strip_position(&inner.to_string()));
+                let message =
+                    crate::harness::input::plain_types(&strip_position(&inner.to_string()));
                 let message = match category {
                     serde_json::error::Category::Syntax => format!("not valid JSON: {message}"),
                     serde_json::error::Category::Eof if text.trim().is_empty() => {
@@ -423,7 +388,7 @@ impl Scenario {
 
     /// The explicit schedule, or the first part of the default order: every delivery in
     /// array order (with its `ack_lost` flag). The default order's reconciliation until
-    /// quiet depends on the receiver's state; [`crate::replay::schedule`] adds it.
+    /// quiet depends on the receiver's state; [`crate::card::replay::schedule`] adds it.
     pub fn steps(&self) -> Vec<Step> {
         if let Some(schedule) = &self.schedule {
             return schedule.clone();
@@ -562,22 +527,6 @@ fn typed_expect(
         unresolved_refs,
         paused,
     })
-}
-
-/// Says serde's Rust type names (`u64`, `a map`) in the words of the file formats.
-pub(crate) fn plain_types(message: &str) -> String {
-    message
-        .replace("expected u64", "expected a non-negative integer")
-        .replace("expected usize", "expected a non-negative integer")
-        .replace(
-            "expected u32",
-            "expected a non-negative integer up to 4294967295",
-        )
-        .replace("expected u8", "expected an integer from 0 to 255")
-        .replace("expected a map", "expected a JSON object")
-        .replace("expected a sequence", "expected a JSON array")
-        .replace("invalid type: sequence", "invalid type: array")
-        .replace("invalid type: map", "invalid type: object")
 }
 
 /// serde_json appends " at line L column C"; the place already says it.
