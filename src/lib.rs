@@ -25,6 +25,7 @@
 //! | [`trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`generate`] | synthetic fixtures for benchmarks and scaling |
+//! | [`facts`] | the application-facts protocol (FACTS.md): envelope, ingress, inbox, its world and replay; self-contained and pure |
 //!
 //! The binary (`src/main.rs`) is a thin command line over [`replay`] and [`check`].
 
@@ -32,6 +33,7 @@
 
 pub mod audit;
 pub mod check;
+pub mod facts;
 pub mod fixture;
 pub mod generate;
 pub mod independence;

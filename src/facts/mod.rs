@@ -1,0 +1,15 @@
+//! The application-facts protocol (FACTS.md, `docs/facts.md`): signed webhooks from two
+//! sources, a stream with a consumer group, and an inbox that decides READY from the set of
+//! facts. Pure: no I/O, no clock, no Redis, no HTTP.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`envelope`] | raw bytes parsed once into a typed [`envelope::Envelope`] with its canonical content |
+//! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
+//! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
+//! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
+
+pub mod application;
+pub mod envelope;
+pub mod inbox;
+pub mod ingress;
