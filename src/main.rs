@@ -69,7 +69,7 @@ fn main() -> ExitCode {
             fixture,
             json,
             policy,
-        } => run_replay(&fixture, json, policy),
+        } => replay_facts(&fixture, json).unwrap_or_else(|| run_replay(&fixture, json, policy)),
         Command::Check {
             models,
             policy,
@@ -95,6 +95,23 @@ fn print(text: &str) {
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = stdout.write_all(text.as_bytes());
     let _ = stdout.flush();
+}
+
+/// `replay` of a facts fixture (top-level `"protocol": "facts"`): its table or JSON
+/// report. `None` for any other file, which the card.snapshot replay reads.
+fn replay_facts(fixture: &std::path::Path, json: bool) -> Option<Result<bool, InputError>> {
+    use arrival::facts::{fixture::is_facts_file, replay};
+    if !is_facts_file(fixture) {
+        return None;
+    }
+    Some(replay::replay_file(fixture).map(|report| {
+        if json {
+            print(&(serde_json::to_string_pretty(&report).expect("reports serialise") + "\n"));
+        } else {
+            print(&replay::render_table(&report));
+        }
+        report.passed()
+    }))
 }
 
 fn run_replay(

@@ -8,8 +8,14 @@
 //! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
 //! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
 //! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
+//! | [`world`] | the pipeline as data and the one [`world::transition`] replay and a model share |
+//! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
+//! | [`replay`] | walks a scenario's schedule and builds the report; its table for people |
 
 pub mod application;
 pub mod envelope;
+pub mod fixture;
 pub mod inbox;
 pub mod ingress;
+pub mod replay;
+pub mod world;
