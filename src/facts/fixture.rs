@@ -263,7 +263,10 @@ impl Scenario {
                 let path = error.path().to_string();
                 let path = path.trim_end_matches(".?");
                 let position = format!("line {}:{}", inner.line(), inner.column());
-                let place = if path == "." || path == "?" || path.is_empty() {
+                let at_root = path == "." || path == "?" || path.is_empty();
+                let place = if at_root && inner.classify() == serde_json::error::Category::Data {
+                    format!("top level ({position})")
+                } else if at_root {
                     position
                 } else {
                     format!("{path} ({position})")

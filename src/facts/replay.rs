@@ -256,14 +256,11 @@ fn walk(scenario: &Scenario, world: &mut World, step: &Step, steps: &mut Vec<Ste
             report.note = Some("consumer is down: recover it first".into());
         }
         StepOutcome::Upgraded {
-            application,
+            application: _,
             from,
             to,
         } => {
-            report.note = Some(format!(
-                "{} material v{from} -> v{to}",
-                scenario.label(&application)
-            ));
+            report.note = Some(format!("material v{from} -> v{to}"));
         }
         StepOutcome::UpgradeRefused { application, why } => {
             report.note = Some(format!(
@@ -273,7 +270,7 @@ fn walk(scenario: &Scenario, world: &mut World, step: &Step, steps: &mut Vec<Ste
         }
         StepOutcome::Poisoned(entry) => {
             report.entry = Some(entry);
-            report.note = Some("unparseable entry written into the stream".into());
+            report.note = Some("unparseable entry".into());
         }
     }
     steps.push(report);
@@ -420,6 +417,15 @@ fn compare(expect: &super::fixture::Expect, end: &EndReport) -> Vec<String> {
     differences
 }
 
+/// A long application label (a UUID) cut to its first group, for the step column.
+fn short(label: &str) -> String {
+    if label.chars().count() > 12 {
+        label.chars().take(8).collect::<String>() + "~"
+    } else {
+        label.to_owned()
+    }
+}
+
 /// Cuts `text` to `width` characters, marking a cut with `~`.
 fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -433,8 +439,8 @@ fn fit(text: &str, width: usize) -> String {
 fn step_text(scenario: &Scenario, step: &Step) -> String {
     let crash_text = |crash: &Option<Crash>| match crash {
         None => String::new(),
-        Some(Crash::BeforeCommit) => ", crash before commit".into(),
-        Some(Crash::AfterCommit) => ", crash after commit".into(),
+        Some(Crash::BeforeCommit) => ", crash pre-commit".into(),
+        Some(Crash::AfterCommit) => ", crash post-commit".into(),
     };
     match step {
         Step::Post { request, fault } => match fault {
@@ -450,7 +456,7 @@ fn step_text(scenario: &Scenario, step: &Step) -> String {
             material_version,
         } => format!(
             "upgrade {} to v{material_version}",
-            scenario.label(application)
+            short(&scenario.label(application))
         ),
         Step::Poison => "poison".into(),
     }
@@ -476,7 +482,7 @@ pub fn render_table(report: &Report) -> String {
     const HEAD: [&str; 9] = [
         "#", "step", "HTTP", "entry", "inbox", "ack", "pend", "facts", "ready",
     ];
-    const WIDTH: [usize; 9] = [3, 30, 29, 5, 20, 3, 4, 5, 5];
+    const WIDTH: [usize; 9] = [3, 29, 29, 5, 21, 3, 4, 5, 5];
     let single_app = report.end.ready.len() == 1;
     let mut out = String::new();
     let _ = writeln!(out, "facts replay: {} ({})", report.name, report.fixture);
@@ -548,7 +554,7 @@ pub fn render_table(report: &Report) -> String {
     let dead: Vec<String> = end
         .dead_letter
         .iter()
-        .map(|dead| format!("entry {} ({})", dead.entry, fit(&dead.reason, 60)))
+        .map(|dead| format!("entry {} ({})", dead.entry, fit(&dead.reason, 90)))
         .collect();
     let _ = writeln!(out, "pending:      {}", end.pending);
     let _ = writeln!(out, "dead letter:  {}", list(&dead));
