@@ -250,3 +250,104 @@ pub fn on_unprocessable(delivery_count: u32, max_deliveries: u32) -> PoisonActio
         PoisonAction::Retry
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::application::Application;
+    use crate::facts::envelope::Source;
+
+    fn apps(material_version: u64) -> Applications {
+        let mut apps = Applications::new();
+        apps.insert(
+            key(),
+            Application {
+                business_key: "K".into(),
+                material_version,
+            },
+        );
+        apps
+    }
+
+    fn key() -> AppKey {
+        AppKey {
+            tenant_id: "t".into(),
+            application_id: "a".into(),
+        }
+    }
+
+    fn envelope(source: Source, event_id: &str, version: u64, amount: u32) -> Envelope {
+        let body = format!(
+            r#"{{"schema_version":"1","source":"{source}","event_id":"{event_id}","event_type":"{}","sent_at":"2024-06-03T09:00:00Z","tenant_id":"t","application_id":"a","business_key":"K","material_version":{version},"data":{{"amount":{amount}}}}}"#,
+            source.fact_type().as_str()
+        );
+        Envelope::parse(body.as_bytes(), source).unwrap()
+    }
+
+    #[test]
+    fn poison_is_retried_until_the_delivery_count_reaches_the_limit() {
+        assert_eq!(on_unprocessable(1, 3), PoisonAction::Retry);
+        assert_eq!(on_unprocessable(2, 3), PoisonAction::Retry);
+        assert_eq!(on_unprocessable(3, 3), PoisonAction::DeadLetter);
+        assert_eq!(on_unprocessable(4, 3), PoisonAction::DeadLetter);
+        assert_eq!(on_unprocessable(1, 1), PoisonAction::DeadLetter);
+    }
+
+    #[test]
+    fn a_late_mismatch_is_history_and_does_not_take_the_identity() {
+        let mut inbox = Inbox::new();
+        let old = envelope(Source::Finance, "P", 1, 5);
+        let now = apps(2);
+        assert_eq!(consume(&mut inbox, &now, &old), Verdict::LateMismatch);
+        assert_eq!(consume(&mut inbox, &now, &old), Verdict::LateMismatch);
+        assert_eq!(inbox.late_mismatches().len(), 1, "kept once");
+        assert_eq!(
+            inbox.counters().late_mismatches,
+            2,
+            "counted per processing"
+        );
+        assert_eq!(inbox.fact_count(), 0);
+        let current = envelope(Source::Finance, "P", 2, 5);
+        assert_eq!(consume(&mut inbox, &now, &current), Verdict::Accepted);
+    }
+
+    #[test]
+    fn a_conflict_keeps_the_first_fact_and_stops_ready() {
+        let apps = apps(1);
+        let mut inbox = Inbox::new();
+        let first = envelope(Source::Finance, "P", 1, 5);
+        let variant = envelope(Source::Finance, "P", 1, 6);
+        let signed = envelope(Source::Contracts, "S", 1, 0);
+        assert_eq!(consume(&mut inbox, &apps, &first), Verdict::Accepted);
+        assert_eq!(consume(&mut inbox, &apps, &signed), Verdict::Accepted);
+        assert!(ready(&inbox, &apps, &key()) && inbox.marked_ready(&key()));
+        assert_eq!(consume(&mut inbox, &apps, &variant), Verdict::Conflict);
+        assert_eq!(inbox.fact(&first.fact_id()), Some(&first));
+        assert_eq!(inbox.evidence().collect::<Vec<_>>(), [&variant]);
+        assert!(!ready(&inbox, &apps, &key()) && !inbox.marked_ready(&key()));
+        assert_eq!(consume(&mut inbox, &apps, &first), Verdict::Duplicate);
+    }
+
+    #[test]
+    fn an_upgrade_needs_facts_for_the_new_version() {
+        let mut apps = apps(1);
+        let mut inbox = Inbox::new();
+        consume(&mut inbox, &apps, &envelope(Source::Finance, "P", 1, 5));
+        consume(&mut inbox, &apps, &envelope(Source::Contracts, "S", 1, 0));
+        assert!(inbox.marked_ready(&key()));
+        assert_eq!(apps.upgrade(&key(), 2), Ok(1));
+        inbox.refresh_ready(&apps);
+        assert!(
+            !inbox.marked_ready(&key()),
+            "version-1 facts do not count for version 2"
+        );
+        assert_eq!(inbox.fact_count(), 2, "they are kept as history");
+        consume(&mut inbox, &apps, &envelope(Source::Finance, "P2", 2, 5));
+        consume(&mut inbox, &apps, &envelope(Source::Contracts, "S2", 2, 0));
+        assert!(inbox.marked_ready(&key()));
+        assert!(
+            apps.upgrade(&key(), 2).is_err(),
+            "versions only move forward"
+        );
+    }
+}

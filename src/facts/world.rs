@@ -551,3 +551,57 @@ fn unprocessable_reason(source: Option<Source>, body: &str) -> String {
     };
     error.unwrap_or_else(|| "not a valid envelope".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_world_is_plain_hashable_data() {
+        fn model_state<T: Clone + std::hash::Hash + Eq + fmt::Debug>() {}
+        model_state::<World>();
+        model_state::<Step>();
+    }
+
+    #[test]
+    fn a_down_consumer_must_recover_before_it_consumes() {
+        let setup = Setup {
+            config: IngressConfig::new(BTreeMap::new()),
+            requests: BTreeMap::new(),
+            max_deliveries: 2,
+        };
+        let mut world = World::initial(Applications::new());
+        let c1 = Consumer("c1".into());
+        let consume = |crash| Step::Consume {
+            consumer: c1.clone(),
+            crash,
+        };
+        assert_eq!(
+            transition(&setup, &mut world, &Step::Poison),
+            StepOutcome::Poisoned(1)
+        );
+        let outcome = transition(&setup, &mut world, &consume(Some(Crash::BeforeCommit)));
+        assert!(matches!(
+            outcome,
+            StepOutcome::Handled(Handled { decision: None, .. })
+        ));
+        assert_eq!(
+            transition(&setup, &mut world, &consume(None)),
+            StepOutcome::ConsumerDown(c1.clone())
+        );
+        let recover = Step::Recover {
+            consumer: c1.clone(),
+            crash: None,
+        };
+        let StepOutcome::Handled(handled) = transition(&setup, &mut world, &recover) else {
+            panic!("the pending entry is read again");
+        };
+        assert_eq!(handled.deliveries, 2);
+        assert!(matches!(
+            handled.decision,
+            Some(Decision::DeadLetter { .. })
+        ));
+        assert!(handled.acknowledged && world.is_drained());
+        assert_eq!(world.dead_letter.keys().collect::<Vec<_>>(), [&1]);
+    }
+}
