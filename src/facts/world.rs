@@ -2,8 +2,9 @@
 //! dead letters, HTTP answers) and the one [`transition`] that moves it a [`Step`] forward.
 //!
 //! Replay walks a fixture's schedule through [`transition`]; a model checker explores every
-//! schedule through the same function. The [`World`] holds no history (it stays small and
-//! hashable); what a step did comes back as a [`StepOutcome`].
+//! schedule through the same function. The [`World`] keeps no audit trail, only the state
+//! the properties need (it stays small and hashable); what a step did comes back as a
+//! [`StepOutcome`].
 //!
 //! The model's clock does not move between steps: a `claim` is taken to happen after
 //! `min_idle` has passed for the entries it takes over.
