@@ -15,6 +15,7 @@
 //! |---|---|
 //! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts and reports, model files' common keys, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
+//! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, replay, model |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
 //!
@@ -41,4 +42,5 @@
 #![warn(missing_docs)]
 
 pub mod card;
+pub mod facts;
 pub mod harness;

@@ -6,7 +6,8 @@
 
 use crate::card::network::{Fault, Step};
 use crate::card::receiver::{Card, InputRef};
-use crate::card::wire::{parse_rfc3339, Catalog, Event, Snapshot, StateId, Sym};
+use crate::card::wire::{Catalog, Event, Snapshot, StateId, Sym};
+use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

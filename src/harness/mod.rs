@@ -15,6 +15,7 @@ pub mod explore;
 pub mod input;
 pub mod model_file;
 pub mod report;
+pub mod timestamp;
 
 pub use input::InputError;
 
