@@ -594,3 +594,21 @@ fn rejections_carry_their_status() {
         (400, Reason::BadSignature)
     );
 }
+
+#[test]
+fn a_receiver_without_the_freshness_check_accepts_a_replayed_request() {
+    // The mutant `accept-stale-signature`: a correctly signed payment captured an hour ago
+    // and sent again. The contract's ingress answers not_fresh; the mutant lets it in.
+    use arrival::facts::mutants::{admit_under, Mutant};
+    let captured = finance(payment_with(json!({"sent_at": "2024-06-03T08:00:00Z"})));
+    let request = Request {
+        source: captured.source.as_deref(),
+        signature: captured.signature.as_deref(),
+        body: &captured.body,
+    };
+    let spec = admit_under(None, &request, NOW, &config(), &apps());
+    assert_eq!(reason(&spec), Some(Reason::NotFresh));
+    let stale = Some(Mutant::AcceptStaleSignature);
+    let mutant = admit_under(stale, &request, NOW, &config(), &apps());
+    assert_eq!(reason(&mutant), None, "the replayed request is accepted");
+}

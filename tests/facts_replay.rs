@@ -26,6 +26,7 @@ fn verdict(step: &StepReport) -> Option<&'static str> {
         Some(Decision::Verdict(verdict)) => Some(verdict.as_str()),
         Some(Decision::Retry { .. }) => Some("retry"),
         Some(Decision::DeadLetter { .. }) => Some("dead_letter"),
+        Some(Decision::Dropped { .. }) => Some("dropped"),
         None => None,
     }
 }

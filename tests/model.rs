@@ -311,6 +311,9 @@ fn regression_fixtures_replay() {
         if path.extension().and_then(|ext| ext.to_str()) != Some("json") {
             continue;
         }
+        if arrival::facts::fixture::is_facts_file(&path) {
+            continue; // tests/facts_model.rs replays the facts traces
+        }
         count += 1;
         let scenario = Scenario::load(&path).unwrap_or_else(|error| panic!("{error}"));
         let origin = scenario
@@ -429,11 +432,15 @@ fn split_checks_give_the_verdicts_of_whole_checks() {
     assert!(reduced > 0, "some generated fixture splits");
 }
 
+/// The card protocol's model files.
 fn model_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir("models")
         .expect("models/")
         .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .filter(|path| {
+            arrival::harness::model_file::fixture_protocol(path).as_deref() == Some("card")
+        })
         .collect();
     files.sort();
     files
@@ -472,6 +479,7 @@ fn replay_and_check_agree_on_every_fixture() {
         .expect("fixtures/")
         .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .filter(|path| !arrival::facts::fixture::is_facts_file(path))
         .collect();
     fixtures.sort();
     assert!(fixtures.len() >= 5, "{fixtures:?}");

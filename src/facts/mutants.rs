@@ -29,6 +29,10 @@ pub enum Mutant {
     LastFactDecidesReady,
     /// Acknowledges an entry it cannot parse at once, without a dead-letter copy.
     AckAndDropPoison,
+    /// Recomputes READY only when a signature fact arrives, as if payment always came
+    /// first: a payment that arrives after the signature never makes the application
+    /// READY.
+    ReadyOnSignatureOnly,
     /// Skips the freshness check: a correctly signed request captured long ago is
     /// accepted when replayed. The model's clock does not move, so ingress tests show it.
     AcceptStaleSignature,
@@ -36,13 +40,14 @@ pub enum Mutant {
 
 impl Mutant {
     /// The catalogue.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::AckBeforeCommit,
         Mutant::DedupeByStreamEntry,
         Mutant::BusinessKeyCorrelation,
         Mutant::IngressOnlyCorrelation,
         Mutant::LastFactDecidesReady,
         Mutant::AckAndDropPoison,
+        Mutant::ReadyOnSignatureOnly,
         Mutant::AcceptStaleSignature,
     ];
 
@@ -55,6 +60,7 @@ impl Mutant {
             Mutant::IngressOnlyCorrelation => "ingress-only-correlation",
             Mutant::LastFactDecidesReady => "last-fact-decides-ready",
             Mutant::AckAndDropPoison => "ack-and-drop-poison",
+            Mutant::ReadyOnSignatureOnly => "ready-on-signature-only",
             Mutant::AcceptStaleSignature => "accept-stale-signature",
         }
     }
@@ -68,6 +74,7 @@ impl Mutant {
             Mutant::IngressOnlyCorrelation => Some(Property::Correlated),
             Mutant::LastFactDecidesReady => Some(Property::ReadySound),
             Mutant::AckAndDropPoison => Some(Property::NoLoss),
+            Mutant::ReadyOnSignatureOnly => Some(Property::ReadyConverges),
             Mutant::AcceptStaleSignature => None,
         }
     }
@@ -188,6 +195,15 @@ pub fn consume_under(
             *inbox = scratch;
             inbox.keep_marks_of(&marks_before);
             inbox.add_ready_marks(apps);
+            verdict
+        }
+        Some(Mutant::ReadyOnSignatureOnly) => {
+            let marks_before = inbox.clone();
+            let verdict = inbox::consume(inbox, apps, envelope);
+            let signature = envelope.fact_type() == super::envelope::FactType::ContractSigned;
+            if !(verdict == Verdict::Accepted && signature) {
+                inbox.keep_marks_of(&marks_before);
+            }
             verdict
         }
         _ => inbox::consume(inbox, apps, envelope),

@@ -6,6 +6,7 @@ use super::application::AppKey;
 use super::envelope::Source;
 use super::fixture::{Scenario, DEFAULT_CONSUMER};
 use super::ingress::Response;
+use super::properties::{check_state, check_step, Property};
 use super::world::{
     transition, Consumer, Crash, Decision, EntryId, PostFault, Read, Step, StepOutcome, World,
 };
@@ -125,12 +126,25 @@ pub struct Report {
     pub differences: Vec<String>,
     /// READY marks that disagree with the readiness rule applied to the inbox at the end.
     pub stale_ready: Vec<String>,
+    /// The first property a step broke (the end-of-run ones are judged when the run ends
+    /// with nothing left to do).
+    pub violations: Vec<ViolationReport>,
+}
+
+/// A property broken on the way.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ViolationReport {
+    /// The property.
+    pub property: String,
+    /// The 1-based step that broke it.
+    pub step: usize,
 }
 
 impl Report {
-    /// Whether the run is clean: `expect` (if any) holds and no READY mark is stale.
+    /// Whether the run is clean: no property broken, `expect` (if any) holds and no READY
+    /// mark is stale.
     pub fn passed(&self) -> bool {
-        self.differences.is_empty() && self.stale_ready.is_empty()
+        self.violations.is_empty() && self.differences.is_empty() && self.stale_ready.is_empty()
     }
 }
 
@@ -143,11 +157,13 @@ pub fn replay_file(path: &Path) -> Result<Report, InputError> {
 /// order, then `c1` consumes until the stream is drained).
 pub fn replay(scenario: &Scenario) -> Report {
     let mut world = World::initial(scenario.applications.clone());
+    // The first property a step broke, and the step (1-based).
+    let mut broken: Option<(Property, usize)> = None;
     let mut steps = Vec::new();
     match &scenario.schedule {
         Some(schedule) => {
             for step in schedule {
-                walk(scenario, &mut world, step, &mut steps);
+                walk(scenario, &mut world, step, &mut steps, &mut broken);
             }
         }
         None => {
@@ -156,7 +172,7 @@ pub fn replay(scenario: &Scenario) -> Report {
                     request,
                     fault: None,
                 };
-                walk(scenario, &mut world, &step, &mut steps);
+                walk(scenario, &mut world, &step, &mut steps, &mut broken);
             }
             let consume = Step::Consume {
                 consumer: Consumer(DEFAULT_CONSUMER.to_owned()),
@@ -169,10 +185,27 @@ pub fn replay(scenario: &Scenario) -> Report {
                 if world.is_drained() {
                     break;
                 }
-                walk(scenario, &mut world, &consume, &mut steps);
+                walk(scenario, &mut world, &consume, &mut steps, &mut broken);
             }
         }
     }
+    // The end is terminal when nothing is left to do: every entry settled, no answer owed,
+    // no consumer down. Then the end-of-run properties are judged too.
+    let terminal = world.is_drained() && world.owed.is_empty() && world.in_hand.is_empty();
+    if broken.is_none() && terminal {
+        let everything = |_: Property| true;
+        broken = check_state(&everything, &world, true, None, false, &|key| {
+            scenario.label(key)
+        })
+        .map(|property| (property, steps.len()));
+    }
+    let violations = broken
+        .map(|(property, step)| ViolationReport {
+            property: property.name().to_owned(),
+            step,
+        })
+        .into_iter()
+        .collect();
     let end = end_report(scenario, &world);
     let differences = scenario
         .expect
@@ -199,11 +232,28 @@ pub fn replay(scenario: &Scenario) -> Report {
         expect_checked: scenario.expect.is_some(),
         differences,
         stale_ready,
+        violations,
     }
 }
 
-fn walk(scenario: &Scenario, world: &mut World, step: &Step, steps: &mut Vec<StepReport>) {
+fn walk(
+    scenario: &Scenario,
+    world: &mut World,
+    step: &Step,
+    steps: &mut Vec<StepReport>,
+    broken: &mut Option<(Property, usize)>,
+) {
+    let before = world.clone();
     let outcome = transition(&scenario.setup, world, step);
+    if broken.is_none() {
+        let everything = |_: Property| true;
+        let found = check_step(&everything, &before, world, &outcome).or_else(|| {
+            check_state(&everything, world, false, None, false, &|key| {
+                scenario.label(key)
+            })
+        });
+        *broken = found.map(|property| (property, steps.len() + 1));
+    }
     let mut report = StepReport {
         index: steps.len() + 1,
         step: step.clone(),
@@ -569,6 +619,13 @@ pub fn render_table(report: &Report) -> String {
     }
     for label in &report.stale_ready {
         let _ = writeln!(out, "STALE READY:  {label}");
+    }
+    for violation in &report.violations {
+        let _ = writeln!(
+            out,
+            "VIOLATED:     {} at step {}",
+            violation.property, violation.step
+        );
     }
     if !report.expect_checked {
         let _ = writeln!(out, "expect:       none in the fixture");
