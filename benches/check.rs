@@ -1,7 +1,7 @@
 //! Time to exhaust the B62-15 model (issue "Performance", item 2).
 //!
 //! Group `check`, function `b62-15`: `models/b62-15.toml` loaded through
-//! [`arrival::check::load_model`] once, then [`arrival::check::run`] (progress off) to
+//! [`arrival::card::check::load_model`] once, then [`arrival::card::check::run`] (progress off) to
 //! exhaustion in each iteration. The throughput is the number of states one run generates
 //! (repeats included, as `arrival check` counts them), so criterion's `thrpt` is states per
 //! second; the time per iteration is the time to exhaust. One untimed run first prints the
@@ -11,7 +11,7 @@
 //! A run takes about ten seconds on two cores, so the group takes ten samples of one run
 //! each: about two minutes in all.
 
-use arrival::check::{self, CheckOptions};
+use arrival::card::check::{self, CheckOptions};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use std::path::Path;
 use std::time::Duration;

@@ -14,7 +14,7 @@
 //! Group `reconcile`: one paused card with 1 k or 10 k `held_paused` events, then one
 //! [`Receiver::reconcile`] (throughput: holds settled per second).
 //!
-//! The stream comes from [`arrival::generate::events`]: by default 1 M deliveries over 10 k
+//! The stream comes from [`arrival::card::generate::events`]: by default 1 M deliveries over 10 k
 //! cards, 10% exact redeliveries, 0.1% changed payloads (and a quarter as many missing
 //! versions), which pause their card, so a few percent of the stream is held. Override with
 //! `ARRIVAL_BENCH_DELIVERIES`, `ARRIVAL_BENCH_CARDS`, `ARRIVAL_BENCH_DUP_RATE`,
@@ -31,10 +31,10 @@
 //! made by `iter_batched` outside the measurement; the final state is returned, so dropping
 //! it is not timed either.
 
-use arrival::generate::{self, GenOptions};
-use arrival::policy::Spec;
-use arrival::protocol::{Catalog, Event, Snapshot, Sym, Version};
-use arrival::receiver::{Card, Receiver};
+use arrival::card::generate::{self, GenOptions};
+use arrival::card::policy::Spec;
+use arrival::card::receiver::{Card, Receiver};
+use arrival::card::wire::{Catalog, Event, Snapshot, Sym, Version};
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };

@@ -8,42 +8,39 @@
 //!
 //! # Architecture
 //!
-//! Data flows from the edge inwards; each module has one job.
+//! The tree shows it: one harness, a folder per protocol beside it, and a thin command
+//! line. Dependencies point one way: `harness` <- `card` (and later protocols) <- `main`.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`protocol`] | wire envelopes parsed once into typed, interned [`protocol::Event`]s; never fails on a protocol anomaly |
-//! | [`receiver`] | the decision function, reconciliation and retention expiry (pure: no I/O, no clock) and the receiver state they read |
-//! | [`policy`] | the SPEC policy and the mutant catalogue, as a zero-cost generic parameter of the receiver |
-//! | [`audit`] | the audit trail, replacement counters and global arrival order of holds, kept beside the receiver |
-//! | [`fixture`] | fixture files (SPEC format) validated into a typed [`fixture::Scenario`]; typed input errors |
-//! | [`network`] | the receiver in its world (sender, network, faults, expiry): one [`network::Step`] at a time, shared by replay and the model |
-//! | [`properties`] | SPEC's safety and convergence properties (and the opt-in `redelivery-recognised`) as checks on steps and states |
-//! | [`replay`] | walks a fixture's schedule and builds the report (the `--json` contract) |
-//! | [`table`] | renders reports as text tables for people |
-//! | [`model`] | the stateright model around [`network::transition`], with decision coverage |
-//! | [`check`] | model files, checker runs, verdicts, Explorer |
-//! | [`trace`] | counterexamples as step tables and replayable fixtures |
-//! | [`independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
-//! | [`generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
-//! | [`sweep`] | many small generated fixtures checked under SPEC and every mutant: the checker finds what random testing finds |
+//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts and reports, model files' common keys, typed input errors |
+//! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
+//! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, replay, model |
 //!
-//! The binary (`src/main.rs`) is a thin command line over [`replay`] and [`check`].
+//! The card protocol, module by module (data flows from the edge inwards):
+//!
+//! | module | job |
+//! |---|---|
+//! | [`card::wire`] | wire envelopes parsed once into typed, interned [`card::wire::Event`]s; never fails on a protocol anomaly |
+//! | [`card::receiver`] | the decision function, reconciliation and retention expiry (pure: no I/O, no clock) and the receiver state they read |
+//! | [`card::policy`] | the contract's policy and the mutant catalogue, as a zero-cost generic parameter of the receiver |
+//! | [`card::audit`] | the audit trail, replacement counters and global arrival order of holds, kept beside the receiver |
+//! | [`card::fixture`] | fixture files validated into a typed [`card::fixture::Scenario`] |
+//! | [`card::network`] | the receiver in its world (sender, network, faults, expiry): one [`card::network::Step`] at a time, shared by replay and the model |
+//! | [`card::properties`] | the contract's safety and convergence properties, the `authority-current` precondition and the opt-in `redelivery-recognised` |
+//! | [`card::replay`] | walks a fixture's schedule (or the default order) and builds the report (the `--json` contract) |
+//! | [`card::table`] | renders reports as text tables for people |
+//! | [`card::model`] | the card protocol as a [`harness::Protocol`] around [`card::network::transition`], with decision coverage |
+//! | [`card::check`] | card model files and runs, through the harness |
+//! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
+//! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
+//! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
+//! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
+//!
+//! The binary (`src/main.rs`) is a thin command line over replay and check.
 
 #![warn(missing_docs)]
 
-pub mod audit;
-pub mod check;
-pub mod fixture;
-pub mod generate;
-pub mod independence;
-pub mod model;
-pub mod network;
-pub mod policy;
-pub mod properties;
-pub mod protocol;
-pub mod receiver;
-pub mod replay;
-pub mod sweep;
-pub mod table;
-pub mod trace;
+pub mod card;
+pub mod facts;
+pub mod harness;

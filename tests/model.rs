@@ -2,11 +2,11 @@
 //! is reached, every mutant is caught by its named property with a trace that replays, and
 //! the counterexamples kept in `fixtures/regressions/` still replay.
 
-use arrival::check::{self, CheckOptions, Expectation, LoadedModel, ModelReport};
-use arrival::fixture::Scenario;
-use arrival::policy::{Mutant, PolicyName, Spec};
-use arrival::properties::{Properties, Property};
-use arrival::replay::{first_violation, replay};
+use arrival::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelReport};
+use arrival::card::fixture::Scenario;
+use arrival::card::policy::{Mutant, PolicyName, Spec};
+use arrival::card::properties::{Properties, Property};
+use arrival::card::replay::{first_violation, replay};
 use std::path::{Path, PathBuf};
 
 fn load(path: &str) -> LoadedModel {
@@ -44,7 +44,7 @@ fn b62_15_with_one_duplicate_lost_ack_and_crash_passes_exhaustively() {
     );
     assert_eq!(
         loaded.file.reconciliation,
-        arrival::model::Reconciliation::Interleaved
+        arrival::card::model::Reconciliation::Interleaved
     );
     let report = run(&loaded, None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
@@ -101,7 +101,7 @@ fn every_decision_kind_and_outcome_is_reached() {
     assert!(
         replayed.steps.iter().any(|step| matches!(
             step,
-            arrival::replay::StepReport::Reconcile { outcome, .. } if outcome == "refused_behind"
+            arrival::card::replay::StepReport::Reconcile { outcome, .. } if outcome == "refused_behind"
         )),
         "the authority-behind fixture reaches refused_behind"
     );
@@ -287,7 +287,7 @@ fn per_delivery_budgets_aim_the_faults() {
     // ack-before-record is caught by a crash on any delivery; aimed at #3 it is caught
     // there, and with an empty table (no delivery may fault) it is not caught at all.
     let mut loaded = load("models/mutant-ack-before-record.toml");
-    let crash = arrival::network::Budgets {
+    let crash = arrival::card::network::Budgets {
         duplicates: 0,
         lost_acks: 0,
         crashes: 1,
@@ -310,6 +310,9 @@ fn regression_fixtures_replay() {
         let path = entry.expect("readable").path();
         if path.extension().and_then(|ext| ext.to_str()) != Some("json") {
             continue;
+        }
+        if arrival::facts::fixture::is_facts_file(&path) {
+            continue; // tests/facts_model.rs replays the facts traces
         }
         count += 1;
         let scenario = Scenario::load(&path).unwrap_or_else(|error| panic!("{error}"));
@@ -359,9 +362,9 @@ fn regression_fixtures_replay() {
 
 /// A generated fixture as a model, whole or split into independent parts.
 fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
-    use arrival::check::{ModelFile, Strategy};
-    use arrival::generate::GenOptions;
-    use arrival::model::Reconciliation;
+    use arrival::card::check::{ModelFile, Strategy};
+    use arrival::card::generate::GenOptions;
+    use arrival::card::model::Reconciliation;
     let options = GenOptions {
         cards: 3,
         deliveries: 7,
@@ -370,7 +373,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
         seed,
         out: None,
     };
-    let raw = arrival::generate::fixture(&options).expect("generates");
+    let raw = arrival::card::generate::fixture(&options).expect("generates");
     let scenario = Scenario::from_raw(Path::new("(generated)"), raw).expect("valid");
     LoadedModel {
         path: PathBuf::from(format!("generated-{seed}")),
@@ -429,11 +432,15 @@ fn split_checks_give_the_verdicts_of_whole_checks() {
     assert!(reduced > 0, "some generated fixture splits");
 }
 
+/// The card protocol's model files.
 fn model_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir("models")
         .expect("models/")
         .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .filter(|path| {
+            arrival::harness::model_file::fixture_protocol(path).as_deref() == Some("card")
+        })
         .collect();
     files.sort();
     files
@@ -472,6 +479,7 @@ fn replay_and_check_agree_on_every_fixture() {
         .expect("fixtures/")
         .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .filter(|path| !arrival::facts::fixture::is_facts_file(path))
         .collect();
     fixtures.sort();
     assert!(fixtures.len() >= 5, "{fixtures:?}");
@@ -517,7 +525,7 @@ fn the_default_order_reconciles_again_when_a_re_evaluated_hold_pauses_the_card()
         .steps
         .iter()
         .filter_map(|step| match step {
-            arrival::replay::StepReport::Reconcile { outcome, .. } => Some(outcome.as_str()),
+            arrival::card::replay::StepReport::Reconcile { outcome, .. } => Some(outcome.as_str()),
             _ => None,
         })
         .collect();
@@ -531,7 +539,7 @@ fn the_default_order_reconciles_again_when_a_re_evaluated_hold_pauses_the_card()
 #[test]
 fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
     let out = std::env::temp_dir().join(format!("arrival-sweep-{}", std::process::id()));
-    let options = arrival::sweep::SweepOptions {
+    let options = arrival::card::sweep::SweepOptions {
         count: 40,
         seed: 3,
         policies: vec![
@@ -541,8 +549,12 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
         ],
         trace_out: Some(out.clone()),
     };
-    let report = arrival::sweep::run(&options).expect("runs");
-    assert!(report.as_expected, "{}", arrival::sweep::render(&report));
+    let report = arrival::card::sweep::run(&options).expect("runs");
+    assert!(
+        report.as_expected,
+        "{}",
+        arrival::card::sweep::render(&report)
+    );
     assert!(report.policies[0].violations.is_empty());
     assert!(report.policies[2].violations.is_empty());
     let found = report.policies[1]
@@ -550,7 +562,7 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
         .as_ref()
         .expect("ignore-pause caught");
     assert_eq!(found.property, "paused-frozen");
-    assert!(arrival::sweep::fixture_seeds(3, 40).contains(&found.fixture_seed));
+    assert!(arrival::card::sweep::fixture_seeds(3, 40).contains(&found.fixture_seed));
     let written = found.fixture.as_ref().expect("written");
     let scenario = Scenario::load(Path::new(written)).expect("loads");
     let under_mutant = replay(&scenario, Some(Mutant::IgnorePause), "ignore-pause");

@@ -1,6 +1,6 @@
 //! Property tests of the real decision function (proptest): generated fixtures over a few
 //! cards go through the fixture path (`Scenario::from_raw`, so every envelope is parsed by
-//! `Catalog::event`) and are stepped by `arrival::network::transition` under the SPEC
+//! `Catalog::event`) and are stepped by `arrival::card::network::transition` under the SPEC
 //! policy, the very step function `replay` and the model checker use.
 //!
 //! The generated inputs mix valid snapshots (versions in a small range, so applied, stale and
@@ -22,17 +22,17 @@
 //!   `last-arrival-wins`); failures are then expected and not persisted;
 //! - `ARRIVAL_PROPTEST_FIXTURES=<dir>` writes the failure fixtures there instead.
 
-use arrival::fixture::{
+use arrival::card::fixture::{
     RawAuthority, RawCard, RawDelivery, RawExpect, RawFixture, Scenario, TraceOrigin,
 };
-use arrival::model::describe_step;
-use arrival::network::{transition, Budgets, Effect, Fault, Step, World};
-use arrival::policy::{Mutant, PolicyName, Spec};
-use arrival::properties::{Properties, Property};
-use arrival::protocol::Catalog;
-use arrival::receiver::{Decision, Receiver, Verdict};
-use arrival::replay::{replay_steps, Report, StepReport};
-use arrival::trace::raw_step;
+use arrival::card::model::describe_step;
+use arrival::card::network::{transition, Budgets, Effect, Fault, Step, World};
+use arrival::card::policy::{Mutant, PolicyName, Spec};
+use arrival::card::properties::{Properties, Property};
+use arrival::card::receiver::{Decision, Receiver, Verdict};
+use arrival::card::replay::{replay_steps, Report, StepReport};
+use arrival::card::trace::raw_step;
+use arrival::card::wire::Catalog;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -726,7 +726,7 @@ fn spec_expect(scenario: &Scenario, steps: &[Step]) -> RawExpect {
 struct Regression<'a> {
     /// This file's property name (the file is `proptest-<property>.json`).
     property: &'static str,
-    /// The library property it corresponds to (`arrival::properties::Property`), or the
+    /// The library property it corresponds to (`arrival::card::properties::Property`), or the
     /// property name again when there is none.
     violates: &'static str,
     scenario: &'a Scenario,
@@ -789,7 +789,7 @@ struct Seen<'a> {
 }
 
 impl Seen<'_> {
-    fn arriving(&self) -> Option<(u32, Option<Fault>, &arrival::protocol::Event)> {
+    fn arriving(&self) -> Option<(u32, Option<Fault>, &arrival::card::wire::Event)> {
         let Step::Deliver { delivery, fault } = self.step else {
             return None;
         };
@@ -797,7 +797,7 @@ impl Seen<'_> {
         Some((delivery, fault, &self.scenario.deliveries[index].event))
     }
 
-    fn name(&self, card: arrival::protocol::Sym) -> &str {
+    fn name(&self, card: arrival::card::wire::Sym) -> &str {
         self.scenario.catalog.name(card)
     }
 }
@@ -873,7 +873,9 @@ fn safety(
 }
 
 /// Every card's version and state, and the set of cards.
-fn cards_of(receiver: &Receiver) -> Vec<(arrival::protocol::Sym, u64, arrival::protocol::StateId)> {
+fn cards_of(
+    receiver: &Receiver,
+) -> Vec<(arrival::card::wire::Sym, u64, arrival::card::wire::StateId)> {
     receiver
         .cards()
         .iter()

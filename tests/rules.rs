@@ -7,12 +7,12 @@
 //! acknowledgement is given only once the decision is recorded (the receiver answers
 //! `recorded()` with it), and the receiver's internal invariants hold.
 
-use arrival::policy::Spec;
-use arrival::protocol::{Catalog, Snapshot, Sym};
-use arrival::receiver::{
+use arrival::card::policy::Spec;
+use arrival::card::receiver::{
     Ack, Card, Decision, Delivered, HoldKey, HoldReason, InputRef, Outcome, Receiver, Reconciled,
     Record, Settlement, Standing, Verdict,
 };
+use arrival::card::wire::{Catalog, Snapshot, Sym};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -2069,7 +2069,7 @@ fn the_window_passing_forgets_every_settled_id_whatever_its_receive_time() {
 // Mutation-testing gaps: behaviour only the slow targets (`model`, `cli`) exercised
 // ---------------------------------------------------------------------------------------
 
-use arrival::policy::Mutant;
+use arrival::card::policy::Mutant;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 impl Bench {

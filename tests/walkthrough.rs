@@ -1,8 +1,8 @@
 //! The B62-15 walkthrough of the card contract (`docs/protocol.md`), asserted step by step through `replay`.
 
-use arrival::fixture::{Replacements, Scenario};
-use arrival::policy::Spec;
-use arrival::replay::{replay, CardReport, Report, StepReport};
+use arrival::card::fixture::{Replacements, Scenario};
+use arrival::card::policy::Spec;
+use arrival::card::replay::{replay, CardReport, Report, StepReport};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;

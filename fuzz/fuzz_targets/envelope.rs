@@ -12,9 +12,9 @@
 
 #![no_main]
 
-use arrival::policy::Spec;
-use arrival::protocol::{Catalog, Event, Snapshot, Sym, Version, SUPPORTED_TYPE};
-use arrival::receiver::{Card, Decision, Outcome, Receiver, Verdict};
+use arrival::card::policy::Spec;
+use arrival::card::wire::{Catalog, Event, Snapshot, Sym, Version, SUPPORTED_TYPE};
+use arrival::card::receiver::{Card, Decision, Outcome, Receiver, Verdict};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -271,7 +271,7 @@ impl Harness {
 fn snapshots(
     receiver: &Receiver,
     card: Sym,
-    other_state: arrival::protocol::StateId,
+    other_state: arrival::card::wire::StateId,
 ) -> Vec<Snapshot> {
     let at = |version: u64, state| Snapshot {
         object_id: card,
@@ -342,7 +342,7 @@ fn check_parse(catalog: &Catalog, value: &Value, event: &Event) {
 /// Only an applied decision replaces a card, exactly with the event's version and state; no
 /// decision creates or removes a card.
 fn check_cards(before: &Receiver, after: &Receiver, event: &Event, decision: Decision) {
-    let contents = |receiver: &Receiver| -> BTreeMap<Sym, (u64, arrival::protocol::StateId)> {
+    let contents = |receiver: &Receiver| -> BTreeMap<Sym, (u64, arrival::card::wire::StateId)> {
         receiver
             .cards()
             .iter()

@@ -12,9 +12,10 @@
 
 #![no_main]
 
-use arrival::fixture::{InputError, Scenario};
-use arrival::policy::{Mutant, Spec};
-use arrival::replay::{replay, Report};
+use arrival::card::fixture::Scenario;
+use arrival::harness::InputError;
+use arrival::card::policy::{Mutant, Spec};
+use arrival::card::replay::{replay, Report};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

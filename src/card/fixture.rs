@@ -1,0 +1,539 @@
+//! Fixture files (the SPEC format) read, validated and turned into a typed [`Scenario`].
+//!
+//! Every error names the file, the place (a JSON path, and line:column when the JSON itself
+//! is at fault) and what is wrong. Protocol anomalies inside a delivery's `event` are not
+//! fixture errors: they are what the receiver must hold.
+
+use crate::card::network::{Fault, Step};
+use crate::card::receiver::{Card, InputRef};
+use crate::card::wire::{Catalog, Event, Snapshot, StateId, Sym};
+use crate::harness::timestamp::parse_rfc3339;
+use crate::harness::InputError;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A card in `initial` or `expect.final`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawCard {
+    /// Non-negative integer version.
+    pub version: u64,
+    /// The complete state.
+    pub state: Map<String, Value>,
+}
+
+/// One delivery: transport facts beside the raw event.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelivery {
+    /// The delivery number, unique in the fixture.
+    pub delivery: u32,
+    /// When it was received (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_at: Option<String>,
+    /// Whether its acknowledgement was lost (default order only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ack_lost: bool,
+    /// The envelope exactly as sent; anything goes here.
+    pub event: Value,
+}
+
+/// An authority snapshot.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthority {
+    /// The card.
+    pub object_id: String,
+    /// Non-negative integer version.
+    pub version: u64,
+    /// The complete state.
+    pub state: Map<String, Value>,
+    /// When the authority said so (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<String>,
+}
+
+/// Replacement counts.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Replacements {
+    /// By applied events (including re-evaluated holds).
+    pub event: u32,
+    /// By authority snapshots (created or replaced).
+    pub authority: u32,
+}
+
+/// What `replay` checks at the end.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawExpect {
+    /// Final cards.
+    #[serde(rename = "final")]
+    pub final_cards: BTreeMap<String, RawCard>,
+    /// Replacement counts (optional: they depend on arrival order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacements: Option<Replacements>,
+    /// Unresolved inputs (event ids, or `delivery-N`).
+    pub unresolved: Vec<String>,
+    /// Paused cards at the end (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Vec<String>>,
+}
+
+/// One schedule step as written.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    /// Deliver this delivery number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<u32>,
+    /// The acknowledgement of this delivery is lost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ack_lost: bool,
+    /// An extra copy made by the network (nobody waits for its acknowledgement).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+    /// The receiver crashes before the decision is recorded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crash: bool,
+    /// Apply this card's authority snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<String>,
+    /// The retention window passes here: every event id whose records are all settled is
+    /// forgotten (`{"expire": true}`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expire: bool,
+}
+
+/// Where a counterexample fixture came from.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceOrigin {
+    /// The model file.
+    pub model: String,
+    /// The policy that was checked.
+    pub policy: String,
+    /// The property the schedule violates under that policy.
+    pub violates: String,
+}
+
+/// A fixture file as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFixture {
+    /// A short name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What it shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// How long identity records are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_seconds: Option<u64>,
+    /// Cards known at the start.
+    pub initial: BTreeMap<String, RawCard>,
+    /// Deliveries, in arrival order.
+    pub deliveries: Vec<RawDelivery>,
+    /// Authority snapshots, at most one per card.
+    #[serde(default)]
+    pub authority: Vec<RawAuthority>,
+    /// One explicit arrival order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Vec<RawStep>>,
+    /// For counterexample fixtures: where they came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceOrigin>,
+    /// What replay checks at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<RawExpect>,
+}
+
+/// One delivery, typed.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// Its number.
+    pub number: u32,
+    /// Receive time in Unix seconds.
+    pub received_at: Option<i64>,
+    /// Whether its acknowledgement is lost in the default order.
+    pub ack_lost: bool,
+    /// The parsed event.
+    pub event: Event,
+}
+
+/// The expectation, typed.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    /// Final cards.
+    pub final_cards: BTreeMap<Sym, (u64, StateId)>,
+    /// Replacement counts, when given.
+    pub replacements: Option<Replacements>,
+    /// Unresolved inputs, sorted, as written.
+    pub unresolved: Vec<String>,
+    /// The same as input references; `None` when one names an input the fixture never
+    /// delivers (so no run can match it).
+    pub unresolved_refs: Option<BTreeSet<InputRef>>,
+    /// Paused cards at the end.
+    pub paused: BTreeSet<Sym>,
+}
+
+/// A fixture, parsed and validated: everything the receiver, replay and the model read.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Its name.
+    pub name: String,
+    /// Interned names, envelopes and states.
+    pub catalog: Catalog,
+    /// Cards known at the start.
+    pub initial: Vec<(Sym, Card)>,
+    /// Deliveries in arrival order.
+    pub deliveries: Vec<Delivery>,
+    /// Authority snapshots in file order.
+    pub authority: Vec<Snapshot>,
+    /// The explicit schedule, if any.
+    pub schedule: Option<Vec<Step>>,
+    /// Retention of identity records.
+    pub retention_seconds: Option<u64>,
+    /// What replay checks.
+    pub expect: Option<Expect>,
+    /// Where a counterexample fixture came from.
+    pub trace: Option<TraceOrigin>,
+    /// The file as read, for writing traces back out.
+    pub raw: RawFixture,
+}
+
+impl Scenario {
+    /// Reads and validates a fixture file.
+    pub fn load(file: &Path) -> Result<Scenario, InputError> {
+        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
+            file: file.to_owned(),
+            source,
+        })?;
+        Scenario::parse(file, &text)
+    }
+
+    /// Parses and validates fixture text; `file` names it in errors.
+    pub fn parse(file: &Path, text: &str) -> Result<Scenario, InputError> {
+        if text.starts_with('\u{feff}') {
+            return Err(InputError::invalid(
+                file,
+                "line 1:1",
+                "the file starts with a UTF-8 byte-order mark, which JSON does not allow; save it without one",
+            ));
+        }
+        let deserializer = &mut serde_json::Deserializer::from_str(text);
+        let raw: RawFixture =
+            serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {
+                // Valid JSON that is not an object: serde would talk about `struct RawFixture`.
+                if let Ok(value) = serde_json::from_str::<Value>(text) {
+                    if !value.is_object() {
+                        let kind = match value {
+                            Value::Null => "null",
+                            Value::Bool(_) => "a boolean",
+                            Value::Number(_) => "a number",
+                            Value::String(_) => "a string",
+                            Value::Array(_) => "an array",
+                            Value::Object(_) => unreachable!("checked"),
+                        };
+                        return InputError::invalid(
+                            file,
+                            "top level",
+                            format!(
+                            "a fixture is a JSON object with `initial` and `deliveries`, not {kind}"
+                        ),
+                        );
+                    }
+                }
+                let inner = error.inner();
+                // serde_path_to_error writes `?` for a map key not read yet: drop it.
+                let path = error.path().to_string();
+                let path = path.trim_end_matches(".?");
+                let category = inner.classify();
+                let at_root = path == "." || path == "?" || path.is_empty();
+                let place = if at_root && category == serde_json::error::Category::Data {
+                    format!("top level (line {}:{})", inner.line(), inner.column())
+                } else if at_root {
+                    format!("line {}:{}", inner.line(), inner.column())
+                } else {
+                    format!("{path} (line {}:{})", inner.line(), inner.column())
+                };
+                let message =
+                    crate::harness::input::plain_types(&strip_position(&inner.to_string()));
+                let message = match category {
+                    serde_json::error::Category::Syntax => format!("not valid JSON: {message}"),
+                    serde_json::error::Category::Eof if text.trim().is_empty() => {
+                        "the file is empty (expected a JSON object)".to_owned()
+                    }
+                    serde_json::error::Category::Eof => {
+                        format!("the JSON ends early (truncated?): {message}")
+                    }
+                    _ => message,
+                };
+                InputError::invalid(file, place, message)
+            })?;
+        deserializer.end().map_err(|error| {
+            InputError::invalid(
+                file,
+                format!("line {}:{}", error.line(), error.column()),
+                "more content after the fixture's JSON object",
+            )
+        })?;
+        Scenario::from_raw(file, raw)
+    }
+
+    /// Validates a fixture already read.
+    pub fn from_raw(file: &Path, raw: RawFixture) -> Result<Scenario, InputError> {
+        let bad = |place: String, message: String| InputError::invalid(file, place, message);
+        let mut catalog = Catalog::new();
+        let mut initial = Vec::new();
+        for (name, card) in &raw.initial {
+            let state = catalog.state(&Value::Object(card.state.clone()));
+            initial.push((catalog.sym(name), Card::new(card.version, state)));
+        }
+        let mut deliveries = Vec::new();
+        let mut numbers = BTreeMap::new();
+        for (index, raw_delivery) in raw.deliveries.iter().enumerate() {
+            let number = raw_delivery.delivery;
+            if let Some(earlier) = numbers.insert(number, index) {
+                return Err(bad(
+                    format!("deliveries[{index}].delivery"),
+                    format!("delivery number {number} is used twice (also deliveries[{earlier}])"),
+                ));
+            }
+            let received_at = match &raw_delivery.received_at {
+                None => None,
+                Some(text) => Some(parse_rfc3339(text).ok_or_else(|| {
+                    bad(
+                        format!("deliveries[{index}].received_at"),
+                        format!("`{text}` is not an RFC 3339 time such as 2024-01-01T08:00:00Z"),
+                    )
+                })?),
+            };
+            deliveries.push(Delivery {
+                number,
+                received_at,
+                ack_lost: raw_delivery.ack_lost,
+                event: catalog.event(&raw_delivery.event),
+            });
+        }
+        let mut authority = Vec::new();
+        let mut with_authority = BTreeSet::new();
+        for (index, snapshot) in raw.authority.iter().enumerate() {
+            if !with_authority.insert(snapshot.object_id.clone()) {
+                return Err(bad(
+                    format!("authority[{index}].object_id"),
+                    format!("a second authority snapshot for `{}`", snapshot.object_id),
+                ));
+            }
+            authority.push(Snapshot {
+                object_id: catalog.sym(&snapshot.object_id),
+                version: snapshot.version,
+                state: catalog.state(&Value::Object(snapshot.state.clone())),
+            });
+        }
+        let schedule = match &raw.schedule {
+            None => None,
+            Some(steps) => Some(
+                steps
+                    .iter()
+                    .enumerate()
+                    .map(|(index, step)| {
+                        parse_step(step, &numbers, &with_authority, &catalog)
+                            .map_err(|message| bad(format!("schedule[{index}]"), message))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let expect = match &raw.expect {
+            None => None,
+            Some(expect) => Some(typed_expect(expect, &mut catalog, &deliveries, file)?),
+        };
+        let name = raw.name.clone().unwrap_or_else(|| {
+            file.file_stem().map_or_else(
+                || "fixture".into(),
+                |stem| stem.to_string_lossy().into_owned(),
+            )
+        });
+        Ok(Scenario {
+            file: file.to_owned(),
+            name,
+            catalog,
+            initial,
+            deliveries,
+            authority,
+            schedule,
+            retention_seconds: raw.retention_seconds,
+            expect,
+            trace: raw.trace.clone(),
+            raw,
+        })
+    }
+
+    /// The index of a delivery number.
+    pub fn delivery_index(&self, number: u32) -> Option<usize> {
+        self.deliveries
+            .iter()
+            .position(|delivery| delivery.number == number)
+    }
+
+    /// The authority snapshot of a card.
+    pub fn authority_for(&self, card: Sym) -> Option<&Snapshot> {
+        self.authority
+            .iter()
+            .find(|snapshot| snapshot.object_id == card)
+    }
+
+    /// The explicit schedule, or the first part of the default order: every delivery in
+    /// array order (with its `ack_lost` flag). The default order's reconciliation until
+    /// quiet depends on the receiver's state; [`crate::card::replay::schedule`] adds it.
+    pub fn steps(&self) -> Vec<Step> {
+        if let Some(schedule) = &self.schedule {
+            return schedule.clone();
+        }
+        self.deliveries
+            .iter()
+            .map(|delivery| Step::Deliver {
+                delivery: delivery.number,
+                fault: delivery.ack_lost.then_some(Fault::AckLost),
+            })
+            .collect()
+    }
+
+    /// The name of an input (`e-204`, or `delivery-N` without an event id).
+    pub fn input_name(&self, input: InputRef) -> String {
+        match input {
+            InputRef::Event(id) => self.catalog.name(id).to_owned(),
+            InputRef::Delivery(number) => format!("delivery-{number}"),
+        }
+    }
+}
+
+fn parse_step(
+    step: &RawStep,
+    numbers: &BTreeMap<u32, usize>,
+    with_authority: &BTreeSet<String>,
+    catalog: &Catalog,
+) -> Result<Step, String> {
+    let faults = [step.ack_lost, step.duplicate, step.crash];
+    if faults.iter().filter(|&&set| set).count() > 1 {
+        return Err("at most one of `ack_lost`, `duplicate` and `crash` may be set".into());
+    }
+    if step.expire {
+        return if step.deliver.is_some() || step.reconcile.is_some() {
+            Err("`expire` is a step of its own, not part of `deliver` or `reconcile`".into())
+        } else if faults.iter().any(|&set| set) {
+            Err("`ack_lost`, `duplicate` and `crash` go with `deliver`, not `expire`".into())
+        } else {
+            Ok(Step::Expire)
+        };
+    }
+    match (step.deliver, &step.reconcile) {
+        (Some(number), None) => {
+            if !numbers.contains_key(&number) {
+                return Err(format!(
+                    "`deliver` names delivery {number}, which the fixture does not have"
+                ));
+            }
+            let fault = if step.ack_lost {
+                Some(Fault::AckLost)
+            } else if step.duplicate {
+                Some(Fault::Duplicate)
+            } else if step.crash {
+                Some(Fault::Crash)
+            } else {
+                None
+            };
+            Ok(Step::Deliver {
+                delivery: number,
+                fault,
+            })
+        }
+        (None, Some(card)) => {
+            if faults.iter().any(|&set| set) {
+                return Err(
+                    "`ack_lost`, `duplicate` and `crash` go with `deliver`, not `reconcile`".into(),
+                );
+            }
+            if !with_authority.contains(card) {
+                return Err(format!(
+                    "`reconcile` names `{card}`, which has no authority snapshot"
+                ));
+            }
+            Ok(Step::Reconcile(
+                catalog.find(card).expect("authority cards are interned"),
+            ))
+        }
+        (Some(_), Some(_)) => Err("a step is either `deliver` or `reconcile`, not both".into()),
+        (None, None) => Err(
+            "a step needs `deliver` (a delivery number), `reconcile` (a card) or `expire` (true)"
+                .into(),
+        ),
+    }
+}
+
+fn typed_expect(
+    expect: &RawExpect,
+    catalog: &mut Catalog,
+    deliveries: &[Delivery],
+    file: &Path,
+) -> Result<Expect, InputError> {
+    let final_cards = expect
+        .final_cards
+        .iter()
+        .map(|(name, card)| {
+            let state = catalog.state(&Value::Object(card.state.clone()));
+            (catalog.sym(name), (card.version, state))
+        })
+        .collect();
+    let mut unresolved = expect.unresolved.clone();
+    unresolved.sort();
+    if let Some(pair) = unresolved.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(InputError::invalid(
+            file,
+            "expect.unresolved",
+            format!("`{}` is listed twice", pair[0]),
+        ));
+    }
+    let unresolved_refs = unresolved
+        .iter()
+        .map(|name| {
+            let anonymous = name
+                .strip_prefix("delivery-")
+                .and_then(|number| number.parse::<u32>().ok())
+                .filter(|number| {
+                    deliveries.iter().any(|delivery| {
+                        delivery.number == *number && delivery.event.event_id.is_none()
+                    })
+                });
+            match anonymous {
+                Some(number) => Some(InputRef::Delivery(number)),
+                None => catalog.find(name).map(InputRef::Event),
+            }
+        })
+        .collect();
+    let paused = expect
+        .paused
+        .iter()
+        .flatten()
+        .map(|name| catalog.sym(name))
+        .collect();
+    Ok(Expect {
+        final_cards,
+        replacements: expect.replacements,
+        unresolved,
+        unresolved_refs,
+        paused,
+    })
+}
+
+/// serde_json appends " at line L column C"; the place already says it.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}

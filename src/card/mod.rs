@@ -1,0 +1,20 @@
+//! The card.snapshot protocol: a sender pushes complete snapshots of board cards; the
+//! receiver decides each delivery by version, never by arrival order, holds what it cannot
+//! decide, and reconciles paused cards from an authority. The contract is
+//! `docs/protocol.md`.
+
+pub mod audit;
+pub mod check;
+pub mod fixture;
+pub mod generate;
+pub mod independence;
+pub mod model;
+pub mod network;
+pub mod policy;
+pub mod properties;
+pub mod receiver;
+pub mod replay;
+pub mod sweep;
+pub mod table;
+pub mod trace;
+pub mod wire;

@@ -1,0 +1,342 @@
+//! The stateright model: every reordering, duplicate, lost acknowledgement and crash of a
+//! fixture's deliveries, with reconciliation interleaved and (if asked) the retention window
+//! passing, through the real decision function.
+//!
+//! State: [`World`] (receiver state, what the sender still owes, fault budgets, violation
+//! marker). Actions: [`Step`]s. `next_state` is [`transition`], the same function replay
+//! uses. A step that changes neither the receiver nor the sender (a redelivery of recorded
+//! content, a crash before record under the SPEC policy) has been checked inside
+//! `transition` and is then dropped (`None`): it would only lead back to a state already
+//! covered with more budget, so budgets cost transitions rather than states.
+
+use crate::card::fixture::Scenario;
+use crate::card::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
+use crate::card::policy::{Mutant, Spec};
+use crate::card::properties::{Properties, Property};
+use crate::card::receiver::{Decision, Outcome, Verdict};
+use crate::harness::Protocol;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// When authority snapshots may be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reconciliation {
+    /// Whenever a card is paused, between any two deliveries, repeatedly.
+    Interleaved,
+    /// Only once every delivery is acknowledged.
+    End,
+}
+
+/// Counts of every decision kind and reconciliation outcome met on explored transitions.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    decisions: [AtomicU64; Decision::ALL.len()],
+    duplicates: AtomicU64,
+    outcomes: [AtomicU64; Outcome::ALL.len()],
+}
+
+impl Coverage {
+    fn note(&self, effect: &Effect) {
+        match effect {
+            Effect::Delivered {
+                delivered: Some(answer),
+                ..
+            } => match answer.verdict {
+                Verdict::Decided(decision) => {
+                    let index = Decision::ALL.iter().position(|&kind| kind == decision);
+                    self.decisions[index.expect("every decision is listed")]
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Verdict::Duplicate(_) => {
+                    self.duplicates.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Effect::Delivered {
+                delivered: None, ..
+            }
+            | Effect::Expired(_) => {}
+            Effect::Reconciled(reconciled) => {
+                let index = Outcome::ALL
+                    .iter()
+                    .position(|&kind| kind == reconciled.outcome);
+                self.outcomes[index.expect("every outcome is listed")]
+                    .fetch_add(1, Ordering::Relaxed);
+                for (_, settlement) in &reconciled.settled {
+                    if let crate::card::receiver::Settlement::ReEvaluated { to, .. } = settlement {
+                        let index = Decision::ALL.iter().position(|kind| kind == to);
+                        self.decisions[index.expect("every decision is listed")]
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every decision kind (`duplicate` included) and outcome, with how many explored
+    /// transitions met it.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        let decisions = Decision::ALL
+            .iter()
+            .zip(&self.decisions)
+            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
+        let duplicate = std::iter::once(("duplicate", self.duplicates.load(Ordering::Relaxed)));
+        let outcomes = Outcome::ALL
+            .iter()
+            .zip(&self.outcomes)
+            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
+        decisions.chain(duplicate).chain(outcomes).collect()
+    }
+}
+
+/// A fixture's fault space under one policy.
+#[derive(Clone, Debug)]
+pub struct ReceiverModel {
+    /// The fixture.
+    pub scenario: Arc<Scenario>,
+    /// The policy (`None`: SPEC).
+    pub policy: Option<Mutant>,
+    /// Fault budgets, totals over a run.
+    pub budgets: Budgets,
+    /// Fault budgets of single deliveries, if the model file gives them.
+    pub per_delivery: DeliveryBudgets,
+    /// When reconciliation may happen.
+    pub reconciliation: Reconciliation,
+    /// The properties this run checks.
+    pub checked: Properties,
+    /// Decision coverage, shared by the checker's threads.
+    pub coverage: Arc<Coverage>,
+}
+
+impl ReceiverModel {
+    /// A model checking SPEC's properties.
+    pub fn new(
+        scenario: Arc<Scenario>,
+        policy: Option<Mutant>,
+        budgets: Budgets,
+        reconciliation: Reconciliation,
+    ) -> ReceiverModel {
+        ReceiverModel {
+            scenario,
+            policy,
+            budgets,
+            per_delivery: DeliveryBudgets::NONE,
+            reconciliation,
+            checked: Properties::SPEC,
+            coverage: Arc::default(),
+        }
+    }
+
+    /// Describes a step in domain terms: `deliver #6 e-202 (variant)`, `ack of #1 lost`.
+    pub fn describe(&self, step: &Step) -> String {
+        describe_step(&self.scenario, step)
+    }
+}
+
+/// Describes a world in domain terms, for Explorer: cards, pauses, records, holds, what
+/// the sender still owes, budgets left and any violation.
+pub fn describe_world(scenario: &Scenario, world: &World) -> String {
+    use std::fmt::Write;
+    let catalog = &scenario.catalog;
+    let receiver = &world.receiver;
+    let mut out = String::new();
+    if let Some(property) = world.violation {
+        let _ = writeln!(out, "VIOLATED: {property}");
+    }
+    let _ = writeln!(out, "cards:");
+    for (&card, state) in receiver.cards() {
+        let paused = if state.paused { " (paused)" } else { "" };
+        let value = catalog.state_value(state.state);
+        let _ = writeln!(
+            out,
+            "  {} v{} {value}{paused}",
+            catalog.name(card),
+            state.version
+        );
+    }
+    let _ = writeln!(out, "records:");
+    for (&id, identity) in receiver.identities() {
+        let records: Vec<String> = identity
+            .records()
+            .map(|record| format!("{} ({:?})", record.decision, record.standing))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}: {}",
+            catalog.name(id),
+            records.join(", then variant ")
+        );
+    }
+    for (&number, record) in receiver.anonymous() {
+        let _ = writeln!(
+            out,
+            "  delivery-{number}: {} ({:?})",
+            record.decision, record.standing
+        );
+    }
+    let _ = writeln!(out, "holds:");
+    for (card, keys) in receiver.holds() {
+        let names: Vec<String> = keys
+            .iter()
+            .map(|key| scenario.input_name(key.input()))
+            .collect();
+        let card = card.map_or("(no card)", |card| catalog.name(card));
+        let _ = writeln!(out, "  {card}: {}", names.join(", "));
+    }
+    let owed: Vec<String> = scenario
+        .deliveries
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| world.owes(*index))
+        .map(|(_, delivery)| format!("#{}", delivery.number))
+        .collect();
+    let _ = writeln!(out, "sender still owes: {}", owed.join(" "));
+    let budgets = world.budgets;
+    let _ = writeln!(
+        out,
+        "faults left: {} duplicates, {} lost acks, {} crashes, {} expiries",
+        budgets.duplicates, budgets.lost_acks, budgets.crashes, budgets.expiries
+    );
+    if let Some(left) = world.per_delivery.left() {
+        let per: Vec<String> = left
+            .iter()
+            .map(|(index, budget)| {
+                format!(
+                    "#{}: {}/{}/{}",
+                    scenario.deliveries[*index].number,
+                    budget.duplicates,
+                    budget.lost_acks,
+                    budget.crashes
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "per delivery (duplicates/lost acks/crashes): {}",
+            per.join(", ")
+        );
+    }
+    out
+}
+
+/// Describes a step in domain terms.
+pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
+    match *step {
+        Step::Reconcile(card) => format!("reconcile {}", scenario.catalog.name(card)),
+        Step::Expire => "retention window passes (settled event ids are forgotten)".into(),
+        Step::Deliver { delivery, fault } => {
+            let index = scenario.delivery_index(delivery).expect("known delivery");
+            let event = &scenario.deliveries[index].event;
+            let id = event
+                .event_id
+                .map_or("(no event id)", |id| scenario.catalog.name(id));
+            let variant = scenario.deliveries[..index].iter().any(|earlier| {
+                earlier.event.event_id == event.event_id
+                    && event.event_id.is_some()
+                    && earlier.event.content != event.content
+            });
+            let what = format!(
+                "#{delivery} {id}{}",
+                if variant { " (variant)" } else { "" }
+            );
+            match fault {
+                None => format!("deliver {what}"),
+                Some(Fault::AckLost) => format!("deliver {what}, ack of #{delivery} lost"),
+                Some(Fault::Duplicate) => format!("duplicate of #{delivery} ({id}) by the network"),
+                Some(Fault::Crash) => format!("deliver {what}, crash before record"),
+            }
+        }
+    }
+}
+
+impl Protocol for ReceiverModel {
+    type World = World;
+    type Step = Step;
+
+    const PROPERTIES: &'static [&'static str] = &Property::NAMES;
+
+    fn init(&self) -> World {
+        World {
+            per_delivery: self.per_delivery.clone(),
+            ..World::initial(&self.scenario, self.budgets)
+        }
+    }
+
+    fn steps(&self, world: &World, actions: &mut Vec<Step>) {
+        let budgets = world.budgets;
+        let allows = |index: usize, fault: Fault| {
+            budgets.allows(fault) && world.per_delivery.allows(index, fault)
+        };
+        for (index, delivery) in self.scenario.deliveries.iter().enumerate() {
+            let delivery = delivery.number;
+            if world.owes(index) {
+                actions.push(Step::Deliver {
+                    delivery,
+                    fault: None,
+                });
+                for fault in [Fault::AckLost, Fault::Crash] {
+                    if allows(index, fault) {
+                        actions.push(Step::Deliver {
+                            delivery,
+                            fault: Some(fault),
+                        });
+                    }
+                }
+            } else if allows(index, Fault::Duplicate) {
+                actions.push(Step::Deliver {
+                    delivery,
+                    fault: Some(Fault::Duplicate),
+                });
+            }
+        }
+        if self.reconciliation == Reconciliation::Interleaved || world.owed.is_empty() {
+            for snapshot in &self.scenario.authority {
+                if world.reconcilable(&self.scenario, snapshot.object_id) {
+                    actions.push(Step::Reconcile(snapshot.object_id));
+                }
+            }
+        }
+        if budgets.expiries > 0 && world.receiver.has_expirable() {
+            actions.push(Step::Expire);
+        }
+    }
+
+    fn next(&self, last: &World, step: &Step) -> Option<World> {
+        let (next, effect) = match self.policy {
+            None => transition(&self.scenario, Spec, self.checked, last, *step),
+            Some(mutant) => transition(&self.scenario, Some(mutant), self.checked, last, *step),
+        };
+        self.coverage.note(&effect);
+        let changed = next.receiver != last.receiver || next.owed != last.owed;
+        (changed || next.violation.is_some()).then_some(next)
+    }
+
+    fn violation(world: &World) -> Option<usize> {
+        world.violation.map(|property| property as usize)
+    }
+
+    fn checks(&self, index: usize) -> bool {
+        let property = Property::ALL[index];
+        property.is_explored() && self.checked.contains(property)
+    }
+
+    fn only(&self, index: usize) -> ReceiverModel {
+        ReceiverModel {
+            checked: Properties::only(Property::ALL[index]),
+            coverage: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    fn describe_step(&self, step: &Step) -> String {
+        self.describe(step)
+    }
+
+    fn describe_world(&self, world: &World) -> String {
+        describe_world(&self.scenario, world)
+    }
+
+    fn coverage(&self) -> Vec<(&'static str, u64)> {
+        self.coverage.counts()
+    }
+}

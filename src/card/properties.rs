@@ -1,0 +1,657 @@
+//! The safety and convergence properties of the card contract (`docs/protocol.md`), one per bullet, as checks on steps and
+//! states.
+//!
+//! stateright's properties are predicates on states, but several of SPEC's are about steps
+//! (a duplicate changes nothing, a paused card changes only by reconciliation). Those are
+//! checked inside [`crate::card::network::transition`] by comparing the world before and after the
+//! step; a broken rule leaves a marker in the successor (`World::violation`) that an
+//! `always` property reads. Correct steps carry no marker, so the checks add no states.
+
+use crate::card::fixture::Scenario;
+use crate::card::network::{Effect, Fault, Step, World};
+use crate::card::receiver::{InputRef, Receiver, Record, Standing, Verdict};
+use crate::card::wire::Version;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// A named property of the card contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Property {
+    /// The first record of an event id never changes.
+    FirstRecordImmutable,
+    /// Every distinct content received under an id is retained.
+    EvidenceRetained,
+    /// No card exists that is neither initial nor created by its authority.
+    NoUnknownCard,
+    /// A card's version never decreases, and an event changes a card's state only with a
+    /// higher version.
+    VersionMonotonic,
+    /// A paused card changes only by reconciliation.
+    PausedFrozen,
+    /// A held (or conflict) decision changes no card.
+    HeldChangesNothing,
+    /// Every acknowledgement the sender got matches a recorded decision.
+    AckImpliesRecorded,
+    /// A duplicate changes nothing at all.
+    DuplicateNoEffect,
+    /// Not one of SPEC's: a delivery the receiver has seen before (a copy of an
+    /// acknowledged delivery, or any delivery whose records expiry forgot) is recognised
+    /// as a duplicate. It holds without expiry and is lost with it, as SPEC's retention
+    /// section says; opt in (`properties` in a model file) to see how.
+    RedeliveryRecognised,
+    /// Every terminal state has the expected final cards, no paused card but the ones
+    /// `expect.paused` lists (cards without an authority snapshot), and exactly the
+    /// expected unresolved inputs.
+    Convergence,
+    /// The precondition of convergence: every authority snapshot is at least as new as its
+    /// card's initial version and every decidable version delivered for that card. A
+    /// property of the fixture, checked before any state is explored.
+    AuthorityCurrent,
+}
+
+impl Property {
+    /// Every property, in the order checks run (and violations are reported).
+    pub const ALL: [Property; 11] = [
+        Property::FirstRecordImmutable,
+        Property::EvidenceRetained,
+        Property::NoUnknownCard,
+        Property::VersionMonotonic,
+        Property::PausedFrozen,
+        Property::HeldChangesNothing,
+        Property::AckImpliesRecorded,
+        Property::DuplicateNoEffect,
+        Property::RedeliveryRecognised,
+        Property::Convergence,
+        Property::AuthorityCurrent,
+    ];
+
+    /// Every property's name, in [`Property::ALL`] order (the discriminant is the index).
+    pub const NAMES: [&'static str; 11] = [
+        "first-record-immutable",
+        "evidence-retained",
+        "no-unknown-card",
+        "version-monotonic",
+        "paused-frozen",
+        "held-changes-nothing",
+        "ack-implies-recorded",
+        "duplicate-no-effect",
+        "redelivery-recognised",
+        "convergence",
+        "authority-current",
+    ];
+
+    /// The property's name in model files and reports.
+    pub fn name(self) -> &'static str {
+        Property::NAMES[self as usize]
+    }
+
+    /// Whether the model checker evaluates the property on explored states and steps
+    /// (every one but the fixture precondition `authority-current`).
+    pub fn is_explored(self) -> bool {
+        self != Property::AuthorityCurrent
+    }
+}
+
+/// A set of properties: the ones a run checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Properties(u16);
+
+impl Properties {
+    /// SPEC's ten (nine properties and the `authority-current` precondition): what replay
+    /// and model files check unless told otherwise.
+    pub const SPEC: Properties =
+        Properties((1 << Property::ALL.len()) - 1 - (1 << Property::RedeliveryRecognised as u16));
+
+    /// Just one.
+    pub fn only(property: Property) -> Properties {
+        Properties(1 << property as u16)
+    }
+
+    /// Whether `property` is in the set.
+    pub fn contains(self, property: Property) -> bool {
+        self.0 & (1 << property as u16) != 0
+    }
+
+    /// The set with `property` added.
+    pub fn with(self, property: Property) -> Properties {
+        Properties(self.0 | Properties::only(property).0)
+    }
+
+    /// The members, in [`Property::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = Property> {
+        Property::ALL
+            .into_iter()
+            .filter(move |&property| self.contains(property))
+    }
+}
+
+impl FromIterator<Property> for Properties {
+    fn from_iter<I: IntoIterator<Item = Property>>(iter: I) -> Properties {
+        iter.into_iter()
+            .fold(Properties(0), |set, property| set.with(property))
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Property {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Property, String> {
+        Property::ALL
+            .into_iter()
+            .find(|property| property.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown property `{text}`; expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Checks one step: `pre` went to `post` by `step` with `effect`. Returns the first broken
+/// property among `checked`, in [`Property::ALL`] order.
+pub fn check_step(
+    scenario: &Scenario,
+    checked: Properties,
+    pre: &World,
+    post: &World,
+    step: Step,
+    effect: &Effect,
+) -> Option<Property> {
+    let (before, after) = (&pre.receiver, &post.receiver);
+    let delivery = match (step, effect) {
+        (Step::Deliver { delivery, fault }, Effect::Delivered { delivered, acked }) => {
+            Some((delivery, fault, *delivered, *acked))
+        }
+        _ => None,
+    };
+    let arriving = delivery.map(|(number, ..)| {
+        let index = scenario
+            .delivery_index(number)
+            .expect("step names a delivery");
+        (index, &scenario.deliveries[index])
+    });
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked.contains(property) && !holds()).then_some(property)
+    };
+
+    // Whether what arrived is recorded (a crash records nothing, by definition).
+    let arrived_recorded = || match (delivery, arriving) {
+        (Some((number, fault, ..)), Some((_, arriving))) if fault != Some(Fault::Crash) => {
+            after.recorded(&arriving.event, number).is_some()
+        }
+        _ => true,
+    };
+    // Whether the acknowledgement the sender got, if any, is a recorded decision's meaning.
+    let ack_matches = || match (delivery, arriving) {
+        (Some((number, _, _, Some(ack))), Some((_, arriving))) => {
+            after
+                .recorded(&arriving.event, number)
+                .map(|decision| decision.ack())
+                == Some(ack)
+        }
+        _ => true,
+    };
+    // redelivery-recognised: what the receiver saw before (an acknowledged delivery, or one
+    // whose records were forgotten) comes back as a duplicate.
+    let recognised = || match (delivery, arriving) {
+        (Some((_, _, Some(answer), _)), Some((index, _)))
+            if !pre.owes(index) || pre.forgotten.contains(index) =>
+        {
+            matches!(answer.verdict, Verdict::Duplicate(_))
+        }
+        _ => true,
+    };
+
+    // A step that left the receiver untouched (a duplicate, a crash before record) can only
+    // be wrong in what arrived and what the sender got.
+    if std::sync::Arc::ptr_eq(before, after) {
+        return broken(Property::EvidenceRetained, &arrived_recorded)
+            .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
+            .or_else(|| broken(Property::RedeliveryRecognised, &recognised));
+    }
+
+    // Only expiry may forget an event id, and only one whose records are all settled (no
+    // unresolved input among them); it is judged by evidence-retained.
+    let forgettable = |id: &crate::card::wire::Sym| {
+        step == Step::Expire
+            && !after.identities().contains_key(id)
+            && before.identities()[id]
+                .records()
+                .all(|record| !is_unresolved_input(before, record))
+    };
+    let first_kept = || {
+        before.identities().iter().all(|(id, identity)| {
+            after
+                .identities()
+                .get(id)
+                .map_or(step == Step::Expire, |now| {
+                    now.first.event == identity.first.event
+                        && now.first.recorded_at == identity.first.recorded_at
+                })
+        })
+    };
+    // evidence-retained: nothing recorded disappears (but what expiry may forget), and
+    // what arrived is recorded.
+    let retained = || {
+        before.identities().iter().all(|(id, identity)| {
+            forgettable(id)
+                || after.identities().get(id).is_some_and(|now| {
+                    identity
+                        .records()
+                        .all(|record| now.position(record.event.content).is_some())
+                })
+        }) && before
+            .anonymous()
+            .keys()
+            .all(|number| after.anonymous().contains_key(number))
+            && arrived_recorded()
+    };
+    // no-unknown-card: only reconciliation creates, and only its own card.
+    let created_ok = || {
+        after
+            .cards()
+            .keys()
+            .all(|card| before.cards().contains_key(card) || step == Step::Reconcile(*card))
+    };
+    // version-monotonic: an event moves a card forward or leaves it alone, reconciliation
+    // never moves it back, and expiry leaves it alone.
+    let monotonic = || {
+        before.cards().iter().all(|(id, card)| {
+            after.cards().get(id).is_some_and(|now| {
+                let moved_forward = now.version > card.version;
+                let unchanged = now.version == card.version && now.state == card.state;
+                match step {
+                    Step::Deliver { .. } => moved_forward || unchanged,
+                    Step::Reconcile(_) => now.version >= card.version,
+                    Step::Expire => unchanged && now.paused == card.paused,
+                }
+            })
+        })
+    };
+    let found = broken(Property::FirstRecordImmutable, &first_kept)
+        .or_else(|| broken(Property::EvidenceRetained, &retained))
+        .or_else(|| broken(Property::NoUnknownCard, &created_ok))
+        .or_else(|| broken(Property::VersionMonotonic, &monotonic));
+    if found.is_some() {
+        return found;
+    }
+
+    // The rest speaks about deliveries only.
+    let (_, _, delivered, _) = delivery?;
+    let paused_frozen = || frozen(before, after, |card| before.cards()[&card].paused);
+    let held_changes_nothing = || {
+        let held = delivered.is_some_and(|answer| match answer.verdict {
+            Verdict::Decided(decision) => decision.is_hold(),
+            Verdict::Duplicate(_) => false,
+        });
+        !held || (frozen(before, after, |_| true) && before.cards().len() == after.cards().len())
+    };
+    let duplicate_no_effect = || {
+        let duplicate =
+            delivered.is_some_and(|answer| matches!(answer.verdict, Verdict::Duplicate(_)));
+        !duplicate || before == after
+    };
+    broken(Property::PausedFrozen, &paused_frozen)
+        .or_else(|| broken(Property::HeldChangesNothing, &held_changes_nothing))
+        .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
+        .or_else(|| broken(Property::DuplicateNoEffect, &duplicate_no_effect))
+        .or_else(|| broken(Property::RedeliveryRecognised, &recognised))
+}
+
+/// Cards selected by `which` kept their version and state.
+fn frozen(
+    before: &Receiver,
+    after: &Receiver,
+    which: impl Fn(crate::card::wire::Sym) -> bool,
+) -> bool {
+    before.cards().iter().all(|(&id, card)| {
+        !which(id)
+            || after
+                .cards()
+                .get(&id)
+                .is_some_and(|now| now.version == card.version && now.state == card.state)
+    })
+}
+
+/// Checks one state against the `checked` properties: cards have a known origin, every
+/// acknowledged delivery is recorded (unless expiry forgot it), and a terminal state has
+/// converged.
+pub fn check_state(scenario: &Scenario, checked: Properties, world: &World) -> Option<Property> {
+    let receiver = &world.receiver;
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked.contains(property) && !holds()).then_some(property)
+    };
+    let origin_known = || {
+        receiver.cards().keys().all(|card| {
+            scenario.initial.iter().any(|(id, _)| id == card)
+                || scenario.authority_for(*card).is_some()
+        })
+    };
+    let acked_recorded = || {
+        scenario
+            .deliveries
+            .iter()
+            .enumerate()
+            .all(|(index, delivery)| {
+                world.owes(index)
+                    || world.forgotten.contains(index)
+                    || receiver
+                        .recorded(&delivery.event, delivery.number)
+                        .is_some()
+            })
+    };
+    let converges = || !world.is_terminal(scenario) || converged(scenario, receiver);
+    broken(Property::NoUnknownCard, &origin_known)
+        .or_else(|| broken(Property::AckImpliesRecorded, &acked_recorded))
+        .or_else(|| broken(Property::Convergence, &converges))
+}
+
+/// Whether the receiver holds exactly the fixture's expected final cards, nothing paused,
+/// and exactly the expected unresolved inputs. Replacement counts are not compared: they
+/// depend on arrival order. Without `expect`, anything converges.
+pub fn converged(scenario: &Scenario, receiver: &Receiver) -> bool {
+    let Some(expect) = &scenario.expect else {
+        return true;
+    };
+    let cards_match = receiver.cards().len() == expect.final_cards.len()
+        && receiver
+            .cards()
+            .iter()
+            .all(|(id, card)| expect.final_cards.get(id) == Some(&(card.version, card.state)));
+    let paused_match = receiver.paused().eq(expect.paused.iter().copied());
+    let unresolved_match = expect
+        .unresolved_refs
+        .as_ref()
+        .is_some_and(|expected| *expected == unresolved_inputs(receiver));
+    cards_match && paused_match && unresolved_match
+}
+
+/// The unresolved inputs by SPEC's definition, read from the records themselves. The
+/// properties compute this on their own rather than through the receiver's helpers, so a
+/// bug in those helpers cannot hide from the properties that judge them.
+pub fn unresolved_inputs(receiver: &Receiver) -> BTreeSet<InputRef> {
+    let by_id = receiver
+        .identities()
+        .iter()
+        .filter(|(_, identity)| {
+            identity
+                .records()
+                .any(|record| is_unresolved_input(receiver, record))
+        })
+        .map(|(&id, _)| InputRef::Event(id));
+    let anonymous = receiver
+        .anonymous()
+        .iter()
+        .filter(|(_, record)| is_unresolved_input(receiver, record))
+        .map(|(&number, _)| InputRef::Delivery(number));
+    by_id.chain(anonymous).collect()
+}
+
+/// SPEC: an input that never received a state decision (still held, or superseded), or a
+/// resolved record of a conflicted id whose own content could never have been decided on a
+/// card (not `card.snapshot`, no object id, no valid version, no object state, or naming a
+/// card that does not exist).
+fn is_unresolved_input(receiver: &Receiver, record: &Record) -> bool {
+    match record.standing {
+        Standing::Held | Standing::Superseded => true,
+        Standing::Settled => false,
+        Standing::Resolved => {
+            let event = &record.event;
+            let decidable = event.supported
+                && matches!(event.version, Version::Valid(_))
+                && event.state.is_some()
+                && event
+                    .object_id
+                    .is_some_and(|card| receiver.cards().contains_key(&card));
+            !decidable
+        }
+    }
+}
+
+/// Why a card's authority cannot be trusted to settle it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// The card's initial version is newer than the authority.
+    Initial(u64),
+    /// A decidable delivery for the card (a `card.snapshot` with an event id, a valid
+    /// version and an object state) is newer than the authority.
+    Delivery {
+        /// The delivery number.
+        number: u32,
+        /// Its version.
+        version: u64,
+    },
+    /// The card has no authority snapshot at all, but this delivery can pause it.
+    Pauses {
+        /// The delivery number.
+        number: u32,
+    },
+    /// The authority differs from the newest snapshot the card can reach, and no input is
+    /// sure to pause the card: whether it is ever reconciled (and so whether it ends as the
+    /// authority or as that snapshot) depends on arrival order.
+    MaybeNeverPaused {
+        /// The delivery with the newest snapshot (`None`: the initial card).
+        number: Option<u32>,
+        /// Its version.
+        version: u64,
+    },
+}
+
+/// A card whose authority is not current: `authority-current` is violated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthorityBehind {
+    /// The card.
+    pub card: crate::card::wire::Sym,
+    /// The authority's version; `None` when the card has no authority snapshot.
+    pub authority: Option<u64>,
+    /// What is ahead of it.
+    pub ahead: Ahead,
+}
+
+impl AuthorityBehind {
+    /// In domain terms: `authority for card-4 is v3, behind the card's initial v5`.
+    pub fn describe(&self, scenario: &Scenario) -> String {
+        let card = scenario.catalog.name(self.card);
+        let delivery = |number: u32| {
+            let index = scenario.delivery_index(number).expect("a delivery");
+            let id = scenario.deliveries[index]
+                .event
+                .event_id
+                .map_or("no event id", |id| scenario.catalog.name(id));
+            format!("delivery #{number} ({id})")
+        };
+        let authority = self.authority.unwrap_or_default();
+        match self.ahead {
+            Ahead::Initial(version) => format!(
+                "authority for {card} is v{authority}, behind the card's initial v{version}"
+            ),
+            Ahead::Delivery { number, version } => format!(
+                "authority for {card} is v{authority}, behind {} v{version}",
+                delivery(number)
+            ),
+            Ahead::MaybeNeverPaused { number, version } => format!(
+                "authority for {card} is v{authority} with another state than the newest snapshot the card can reach ({} v{version}), and no input is sure to pause the card: it ends as one or the other depending on arrival order",
+                number.map_or_else(|| "its initial state".to_owned(), delivery)
+            ),
+            Ahead::Pauses { number } => format!(
+                "{card} has no authority snapshot, but {} can pause it: it would stay paused for good, and which of its inputs were decided before the pause would depend on arrival order",
+                delivery(number)
+            ),
+        }
+    }
+}
+
+/// SPEC's precondition, "the authority is current": each authority snapshot must be at
+/// least as new as its card's initial version and every version delivered for that card
+/// that could ever be applied (an input that can never be decided on a card, such as an
+/// unsupported type, a missing version or a missing event id, carries no version the card
+/// could reach). The project reads one more case into it: a known card that some input can
+/// pause must have an authority snapshot, or it stays paused and its held inputs depend on
+/// arrival order. Returns the first card, in authority then initial order, that breaks it.
+pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
+    let behind = scenario.authority.iter().find_map(|snapshot| {
+        let card = snapshot.object_id;
+        let initial = scenario
+            .initial
+            .iter()
+            .find(|(id, _)| *id == card)
+            .map(|(_, initial)| Ahead::Initial(initial.version));
+        let delivered = scenario.deliveries.iter().filter_map(|delivery| {
+            let event = &delivery.event;
+            match event.version {
+                Version::Valid(version)
+                    if event.object_id == Some(card)
+                        && event.event_id.is_some()
+                        && !event.is_unevaluable() =>
+                {
+                    Some(Ahead::Delivery {
+                        number: delivery.number,
+                        version,
+                    })
+                }
+                _ => None,
+            }
+        });
+        let version = |ahead: &Ahead| match *ahead {
+            Ahead::Initial(version) | Ahead::Delivery { version, .. } => version,
+            Ahead::Pauses { .. } | Ahead::MaybeNeverPaused { .. } => 0,
+        };
+        initial
+            .into_iter()
+            .chain(delivered)
+            .filter(|ahead| version(ahead) > snapshot.version)
+            .max_by_key(|ahead| version(ahead))
+            .map(|ahead| AuthorityBehind {
+                card,
+                authority: Some(snapshot.version),
+                ahead,
+            })
+    });
+    let unreconciled = || {
+        scenario.authority.iter().find_map(|snapshot| {
+            let card = snapshot.object_id;
+            let newest = newest_snapshot(scenario, card)?;
+            let (number, version, state) = newest;
+            let differs = (version, state) != (snapshot.version, snapshot.state);
+            (differs && !surely_paused(scenario, card)).then_some(AuthorityBehind {
+                card,
+                authority: Some(snapshot.version),
+                ahead: Ahead::MaybeNeverPaused { number, version },
+            })
+        })
+    };
+    behind.or_else(unreconciled).or_else(|| {
+        scenario
+            .initial
+            .iter()
+            .filter(|(card, _)| scenario.authority_for(*card).is_none())
+            .find_map(|&(card, _)| {
+                pausing_delivery(scenario, card).map(|number| AuthorityBehind {
+                    card,
+                    authority: None,
+                    ahead: Ahead::Pauses { number },
+                })
+            })
+    })
+}
+
+/// The newest snapshot a known card reaches if nothing pauses it: the decidable delivery
+/// with the highest version (the first of them, when several share it), or the initial
+/// card. `None` for a card that is not initial (its authority creates it in every order).
+fn newest_snapshot(
+    scenario: &Scenario,
+    card: crate::card::wire::Sym,
+) -> Option<(Option<u32>, u64, crate::card::wire::StateId)> {
+    let (_, initial) = scenario.initial.iter().find(|(id, _)| *id == card)?;
+    let mut newest = (None, initial.version, initial.state);
+    for delivery in &scenario.deliveries {
+        let event = &delivery.event;
+        if let (Version::Valid(version), Some(state), true) = (
+            event.version,
+            event.state,
+            event.object_id == Some(card) && event.event_id.is_some() && !event.is_unevaluable(),
+        ) {
+            if version > newest.1 {
+                newest = (Some(delivery.number), version, state);
+            }
+        }
+    }
+    Some(newest)
+}
+
+/// Whether the known `card` is paused in every arrival order: an input names it that can
+/// never be decided (no event id, unsupported type, no valid version, no object state);
+/// an event id with several contents names it (whichever content comes second is a changed
+/// payload and pauses the cards of both); or two different states share its newest version
+/// (whichever comes second is an equal-version conflict).
+fn surely_paused(scenario: &Scenario, card: crate::card::wire::Sym) -> bool {
+    let deliveries = &scenario.deliveries;
+    let names = |event: &crate::card::wire::Event| event.object_id == Some(card);
+    let unevaluable = deliveries
+        .iter()
+        .any(|d| names(&d.event) && (d.event.event_id.is_none() || d.event.is_unevaluable()));
+    let changed_payload = deliveries.iter().any(|d| {
+        d.event.event_id.is_some()
+            && names(&d.event)
+            && deliveries.iter().any(|other| {
+                other.event.event_id == d.event.event_id && other.event.content != d.event.content
+            })
+    });
+    let tie_at_newest = newest_snapshot(scenario, card).is_some_and(|(_, version, state)| {
+        deliveries.iter().any(|d| {
+            names(&d.event)
+                && d.event.event_id.is_some()
+                && !d.event.is_unevaluable()
+                && d.event.version == Version::Valid(version)
+                && d.event.state != Some(state)
+        })
+    });
+    unevaluable || changed_payload || tie_at_newest
+}
+
+/// The first delivery that can pause the known `card` in some arrival order: an input that
+/// names it and can never be decided (no event id, unsupported type, no valid version, no
+/// object state), a content of an event id that has other contents (a changed payload
+/// pauses the cards of both), or a snapshot whose version the card has, or another
+/// snapshot has, with a different state (an equal-version conflict).
+fn pausing_delivery(scenario: &Scenario, card: crate::card::wire::Sym) -> Option<u32> {
+    let initial = scenario
+        .initial
+        .iter()
+        .find(|(id, _)| *id == card)
+        .map(|(_, initial)| (initial.version, initial.state));
+    let deliveries = &scenario.deliveries;
+    deliveries.iter().find_map(|delivery| {
+        let event = &delivery.event;
+        let names = event.object_id == Some(card);
+        let unevaluable = names && (event.event_id.is_none() || event.is_unevaluable());
+        let changed_payload = event.event_id.is_some()
+            && deliveries.iter().any(|other| {
+                other.event.event_id == event.event_id
+                    && other.event.content != event.content
+                    && (names || other.event.object_id == Some(card))
+            });
+        let same_version_conflict = names
+            && match (event.version, event.state) {
+                (Version::Valid(version), Some(state)) => {
+                    initial.is_some_and(|(v, s)| v == version && s != state)
+                        || deliveries.iter().any(|other| {
+                            other.event.object_id == Some(card)
+                                && other.event.version == Version::Valid(version)
+                                && other.event.state.is_some_and(|other| other != state)
+                        })
+                }
+                _ => false,
+            };
+        (unevaluable || changed_payload || same_version_conflict).then_some(delivery.number)
+    })
+}

@@ -1,0 +1,283 @@
+//! The sweep: many small generated fixtures, each checked exhaustively under SPEC and under
+//! every mutant, so that the checker finds what random testing finds.
+//!
+//! Hand-made fixtures in `models/` exercise a few arrival patterns; a wrong receiver can
+//! pass all of them. The sweep draws `count` fixtures from [`crate::card::generate::small`] (every
+//! input kind, authority snapshots that satisfy `authority-current`), checks each one with a
+//! duplicate, a lost acknowledgement and a crash in every order, and counts per policy which
+//! properties broke. SPEC must break none; each mutant must be caught by the property the
+//! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture,
+//! except a mutant that only a relaxed precondition reveals
+//! ([`crate::card::policy::Mutant::needs_relaxed_precondition`]): it must break nothing here,
+//! which tests the argument that the precondition makes it harmless.
+//! The first fixture that shows a violation is reported by its seed and, with `trace_out`,
+//! written as a replayable regression fixture.
+
+use crate::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelFile, Strategy};
+use crate::card::fixture::Scenario;
+use crate::card::generate::{small, SplitMix};
+use crate::card::model::Reconciliation;
+use crate::card::policy::PolicyName;
+use crate::card::properties::Properties;
+use crate::harness::InputError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a sweep checks.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// How many fixtures.
+    pub count: usize,
+    /// The seed the fixtures' seeds are drawn from.
+    pub seed: u64,
+    /// The policies to check each fixture under.
+    pub policies: Vec<PolicyName>,
+    /// Write the first counterexample of each policy here, as a regression fixture.
+    pub trace_out: Option<PathBuf>,
+}
+
+/// The first fixture on which a policy broke a property.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Finding {
+    /// The fixture's seed (`small(seed)` regenerates it).
+    pub fixture_seed: u64,
+    /// The property it broke (the expected one, for a mutant, when it broke several).
+    pub property: String,
+    /// The counterexample's steps, in domain terms.
+    pub steps: Vec<String>,
+    /// Where the regression fixture was written, with `trace_out`.
+    pub fixture: Option<String>,
+}
+
+/// One policy over the whole sweep.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PolicySweep {
+    /// The policy.
+    pub policy: String,
+    /// `pass` for SPEC, the catalogue's property for a mutant.
+    pub expected: String,
+    /// Fixtures checked.
+    pub fixtures: usize,
+    /// For each violated property, on how many fixtures.
+    pub violations: BTreeMap<String, usize>,
+    /// The first finding (of the expected property, for a mutant).
+    pub first: Option<Finding>,
+    /// States explored over all fixtures.
+    pub states: usize,
+    /// Seconds spent.
+    pub seconds: f64,
+    /// SPEC broke nothing, or the mutant was caught by its property.
+    pub as_expected: bool,
+}
+
+/// A sweep's result.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SweepReport {
+    /// Fixtures per policy.
+    pub count: usize,
+    /// The sweep's seed.
+    pub seed: u64,
+    /// Each policy's result.
+    pub policies: Vec<PolicySweep>,
+    /// Every policy as expected.
+    pub as_expected: bool,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// The seeds of a sweep's fixtures.
+pub fn fixture_seeds(seed: u64, count: usize) -> Vec<u64> {
+    let mut rng = SplitMix::new(seed);
+    (0..count).map(|_| rng.next_u64() % 1_000_000_000).collect()
+}
+
+/// The model file every sweep fixture is checked with: one duplicate, one lost ack and one
+/// crash, reconciliation interleaved, depth first.
+fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
+    ModelFile {
+        description: None,
+        fixture: "(generated)".into(),
+        duplicates: 1,
+        lost_acks: 1,
+        crashes: 1,
+        expiries: 0,
+        reconciliation: Reconciliation::Interleaved,
+        policy: policy.to_string(),
+        strategy: Strategy::Dfs,
+        threads: 1,
+        state_limit: None,
+        split: false,
+        per_delivery: None,
+        properties: None,
+        expect: match expectation {
+            Expectation::Pass => "pass".into(),
+            Expectation::Violates(property) => property.name().into(),
+        },
+    }
+}
+
+/// Runs the sweep.
+pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
+    let start = Instant::now();
+    let seeds = fixture_seeds(options.seed, options.count);
+    let mut scenarios = Vec::with_capacity(seeds.len());
+    for &seed in &seeds {
+        let raw = small(seed)?;
+        let file = PathBuf::from(format!("sweep-{seed}.json"));
+        scenarios.push((seed, Arc::new(Scenario::from_raw(&file, raw)?)));
+    }
+    let mut policies = Vec::new();
+    for &policy in &options.policies {
+        let expectation = match policy.0 {
+            Some(mutant) if !mutant.needs_relaxed_precondition() => {
+                Expectation::Violates(mutant.caught_by())
+            }
+            _ => Expectation::Pass,
+        };
+        let policy_start = Instant::now();
+        let mut result = PolicySweep {
+            policy: policy.to_string(),
+            expected: match expectation {
+                Expectation::Pass => "pass".into(),
+                Expectation::Violates(property) => property.name().into(),
+            },
+            fixtures: scenarios.len(),
+            violations: BTreeMap::new(),
+            first: None,
+            states: 0,
+            seconds: 0.0,
+            as_expected: false,
+        };
+        for (seed, scenario) in &scenarios {
+            let loaded = LoadedModel {
+                path: PathBuf::from(format!("sweep-{policy}-{seed}.toml")),
+                file: model_file(policy, expectation),
+                scenario: Arc::clone(scenario),
+                policy,
+                expectation,
+                checked: Properties::SPEC,
+                per_delivery: None,
+            };
+            let wanted = result.first.is_none();
+            let report = check::run(
+                &loaded,
+                &CheckOptions {
+                    trace_out: if wanted {
+                        options.trace_out.clone()
+                    } else {
+                        None
+                    },
+                    progress: false,
+                },
+            )?;
+            result.states += report.states;
+            for name in &report.violated {
+                *result.violations.entry(name.clone()).or_default() += 1;
+            }
+            let shown = match expectation {
+                Expectation::Pass => report.violated.first(),
+                Expectation::Violates(property) => {
+                    report.violated.iter().find(|name| *name == property.name())
+                }
+            };
+            if let (true, Some(name)) = (wanted, shown) {
+                let trace = report
+                    .properties
+                    .iter()
+                    .find(|property| &property.name == name)
+                    .and_then(|property| property.trace.clone());
+                result.first = Some(Finding {
+                    fixture_seed: *seed,
+                    property: name.clone(),
+                    steps: trace.as_ref().map_or_else(Vec::new, |t| t.steps.clone()),
+                    fixture: trace.and_then(|t| t.fixture),
+                });
+            }
+        }
+        result.as_expected = match expectation {
+            Expectation::Pass => result.violations.is_empty(),
+            Expectation::Violates(property) => result.violations.contains_key(property.name()),
+        };
+        result.seconds = policy_start.elapsed().as_secs_f64();
+        policies.push(result);
+    }
+    let as_expected = policies.iter().all(|policy| policy.as_expected);
+    Ok(SweepReport {
+        count: options.count,
+        seed: options.seed,
+        policies,
+        as_expected,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Renders a sweep for people.
+pub fn render(report: &SweepReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved",
+        report.count, report.seed
+    );
+    for policy in &report.policies {
+        let broke: Vec<String> = policy
+            .violations
+            .iter()
+            .map(|(name, count)| format!("{name} on {count}"))
+            .collect();
+        let verdict = match (policy.as_expected, policy.expected.as_str()) {
+            (true, "pass") if policy.policy != "spec" => {
+                "pass, as expected: harmless while authority-current holds".to_owned()
+            }
+            (true, "pass") => "pass".to_owned(),
+            (true, property) => format!("caught by {property}"),
+            (false, "pass") => "VIOLATED  <-- NOT AS EXPECTED".to_owned(),
+            (false, property) => format!("NOT caught by {property}  <-- NOT AS EXPECTED"),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<30} {verdict}; {} states, {:.2} s{}",
+            policy.policy,
+            policy.states,
+            policy.seconds,
+            if broke.is_empty() {
+                String::new()
+            } else {
+                format!("; broke {}", broke.join(", "))
+            }
+        );
+        if let Some(first) = &policy.first {
+            let _ = writeln!(
+                out,
+                "    first: fixture seed {} breaks {} in {} steps{}",
+                first.fixture_seed,
+                first.property,
+                first.steps.len(),
+                first
+                    .fixture
+                    .as_ref()
+                    .map_or_else(String::new, |path| format!(", written to {path}"))
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "sweep: {} in {:.1} s",
+        if report.as_expected {
+            "every policy as expected"
+        } else {
+            "NOT AS EXPECTED"
+        },
+        report.seconds
+    );
+    out
+}
+
+/// Where a sweep fixture would be written: for tests.
+pub fn fixture_path(dir: &Path, policy: PolicyName, seed: u64, property: &str) -> PathBuf {
+    dir.join(format!("sweep-{policy}-{seed}.{property}.json"))
+}

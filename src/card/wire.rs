@@ -1,0 +1,360 @@
+//! The card.snapshot wire protocol, parsed once at the edge into typed, interned events.
+//!
+//! A raw envelope never fails to parse: every protocol anomaly (missing or non-string ids, a
+//! version that is not a non-negative integer, an unsupported type, a state that is not an
+//! object) becomes a typed value that the decision function turns into a held decision.
+//! Strings, whole envelopes and card states are interned in a [`Catalog`], so the decision
+//! function compares small integers and never touches JSON.
+
+use crate::harness::timestamp::parse_rfc3339;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// The only event type the receiver applies.
+pub const SUPPORTED_TYPE: &str = "card.snapshot";
+
+/// An interned name: an event id or a card (object) id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sym(pub u32);
+
+/// An interned envelope: two events have the same `ContentId` exactly when their parsed
+/// JSON values are equal (key order and whitespace never matter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContentId(pub u32);
+
+/// An interned complete card state (always a JSON object).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StateId(pub u32);
+
+/// The `object_version` field as the receiver sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// A non-negative integer that fits in 64 bits.
+    Valid(u64),
+    /// The field is absent.
+    Missing,
+    /// Present but not a non-negative integer (negative, fractional, string, null, too big).
+    Invalid,
+}
+
+impl Version {
+    /// Reads a version field; `None` means the key is absent.
+    pub fn parse(field: Option<&Value>) -> Version {
+        match field {
+            None => Version::Missing,
+            Some(value) => value.as_u64().map_or(Version::Invalid, Version::Valid),
+        }
+    }
+}
+
+/// One event envelope after parsing: everything the decision function reads, as ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Event {
+    /// The whole envelope, for semantic equality.
+    pub content: ContentId,
+    /// `event_id` when it is a string.
+    pub event_id: Option<Sym>,
+    /// `object_id` when it is a string.
+    pub object_id: Option<Sym>,
+    /// `type` is exactly [`SUPPORTED_TYPE`].
+    pub supported: bool,
+    /// `object_version`.
+    pub version: Version,
+    /// `state` when it is an object.
+    pub state: Option<StateId>,
+    /// `occurred_at` in Unix seconds when it parses as RFC 3339. Informational only: the
+    /// real policy never reads it; the `timestamp-ordering` mutant does.
+    pub occurred_at: Option<i64>,
+}
+
+/// An authority snapshot: the truth about one card at one version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    /// The card.
+    pub object_id: Sym,
+    /// The authoritative version.
+    pub version: u64,
+    /// The authoritative complete state.
+    pub state: StateId,
+}
+
+/// Interns JSON values by their canonical text, keeping the parsed values (card states,
+/// which reports show).
+#[derive(Clone, Debug, Default)]
+struct Interner {
+    values: Vec<Value>,
+    index: HashMap<String, u32>,
+}
+
+/// The canonical text of a value: serde_json's default map is ordered by key, so equal
+/// parsed values give equal text, whatever the key order or whitespace of the input. The
+/// one number serde_json calls equal to another but writes differently is `-0.0` (equal to
+/// `0.0`); it is written as `0.0`.
+fn canonical(value: &Value) -> String {
+    if has_negative_zero(value) {
+        positive_zeros(value.clone()).to_string()
+    } else {
+        value.to_string()
+    }
+}
+
+fn is_negative_zero(number: &serde_json::Number) -> bool {
+    number
+        .as_f64()
+        .is_some_and(|float| float == 0.0 && float.is_sign_negative() && number.is_f64())
+}
+
+fn has_negative_zero(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => is_negative_zero(number),
+        Value::Array(items) => items.iter().any(has_negative_zero),
+        Value::Object(map) => map.values().any(has_negative_zero),
+        Value::Null | Value::Bool(_) | Value::String(_) => false,
+    }
+}
+
+fn positive_zeros(value: Value) -> Value {
+    match value {
+        Value::Number(number) if is_negative_zero(&number) => Value::from(0.0),
+        Value::Array(items) => Value::Array(items.into_iter().map(positive_zeros).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, positive_zeros(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+impl Interner {
+    fn intern(&mut self, value: &Value) -> u32 {
+        let key = canonical(value);
+        if let Some(&id) = self.index.get(&key) {
+            return id;
+        }
+        let id = u32::try_from(self.values.len()).expect("fewer than 2^32 interned values");
+        self.values.push(value.clone());
+        self.index.insert(key, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> &Value {
+        &self.values[id as usize]
+    }
+}
+
+/// Interns JSON values by their canonical text only (whole envelopes: only their identity
+/// matters to the receiver), sharing one copy of each text between lookup and listing.
+#[derive(Clone, Debug, Default)]
+struct TextInterner {
+    texts: Vec<Arc<str>>,
+    index: HashMap<Arc<str>, u32>,
+}
+
+impl TextInterner {
+    fn intern(&mut self, value: &Value) -> u32 {
+        let key = canonical(value);
+        if let Some(&id) = self.index.get(key.as_str()) {
+            return id;
+        }
+        let id = u32::try_from(self.texts.len()).expect("fewer than 2^32 interned values");
+        let text: Arc<str> = key.into();
+        self.texts.push(Arc::clone(&text));
+        self.index.insert(text, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> &str {
+        &self.texts[id as usize]
+    }
+}
+
+/// Everything interned for one scenario: names, envelopes and card states.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    names: Vec<String>,
+    name_index: HashMap<String, u32>,
+    contents: TextInterner,
+    states: Interner,
+}
+
+impl Catalog {
+    /// An empty catalog.
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    /// Interns a name.
+    pub fn sym(&mut self, name: &str) -> Sym {
+        if let Some(&id) = self.name_index.get(name) {
+            return Sym(id);
+        }
+        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
+        self.names.push(name.to_owned());
+        self.name_index.insert(name.to_owned(), id);
+        Sym(id)
+    }
+
+    /// Looks a name up without interning it.
+    pub fn find(&self, name: &str) -> Option<Sym> {
+        self.name_index.get(name).map(|&id| Sym(id))
+    }
+
+    /// The text of a name.
+    pub fn name(&self, sym: Sym) -> &str {
+        &self.names[sym.0 as usize]
+    }
+
+    /// Interns a card state. The caller has checked it is an object.
+    pub fn state(&mut self, state: &Value) -> StateId {
+        debug_assert!(state.is_object(), "card states are objects");
+        StateId(self.states.intern(state))
+    }
+
+    /// The JSON of a card state.
+    pub fn state_value(&self, id: StateId) -> &Value {
+        self.states.get(id.0)
+    }
+
+    /// The canonical JSON text of an envelope.
+    pub fn content_text(&self, id: ContentId) -> &str {
+        self.contents.get(id.0)
+    }
+
+    /// The JSON of an envelope.
+    pub fn content_value(&self, id: ContentId) -> Value {
+        serde_json::from_str(self.content_text(id)).expect("canonical text is JSON")
+    }
+
+    /// Parses a raw envelope. Never fails: anomalies become typed values.
+    pub fn event(&mut self, raw: &Value) -> Event {
+        let content = ContentId(self.contents.intern(raw));
+        let field = |key: &str| raw.as_object().and_then(|object| object.get(key));
+        let event_id = field("event_id")
+            .and_then(Value::as_str)
+            .map(|name| self.sym(name));
+        let object_id = field("object_id")
+            .and_then(Value::as_str)
+            .map(|name| self.sym(name));
+        let state = field("state")
+            .filter(|state| state.is_object())
+            .map(|state| self.state(state));
+        Event {
+            content,
+            event_id,
+            object_id,
+            supported: field("type").and_then(Value::as_str) == Some(SUPPORTED_TYPE),
+            version: Version::parse(field("object_version")),
+            state,
+            occurred_at: field("occurred_at")
+                .and_then(Value::as_str)
+                .and_then(parse_rfc3339),
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Version::Valid(version) => write!(f, "{version}"),
+            Version::Missing => f.write_str("(missing)"),
+            Version::Invalid => f.write_str("(invalid)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn negative_zero_is_the_same_content_as_zero() {
+        let value = |text: &str| -> Value { serde_json::from_str(text).expect("JSON") };
+        // serde_json calls them equal, so semantic equality must too.
+        assert_eq!(value(r#"{"x": -0.0}"#), value(r#"{"x": 0.0}"#));
+        let mut catalog = Catalog::new();
+        let envelope = |zero: &str| {
+            value(&format!(
+                r#"{{"event_id": "e-1", "object_id": "card-7", "object_version": 1,
+                    "type": "card.snapshot", "state": {{"w": [{zero}], "n": {{"z": {zero}}}}}}}"#
+            ))
+        };
+        let plus = catalog.event(&envelope("0.0"));
+        let minus = catalog.event(&envelope("-0.0"));
+        assert_eq!(plus.content, minus.content);
+        assert_eq!(plus.state, minus.state);
+        // Integers and other floats keep their identity: 0 and 0.0 differ, as in serde_json.
+        assert_ne!(value("0"), value("0.0"));
+        let integer = catalog.event(&envelope("0"));
+        assert_ne!(integer.content, plus.content);
+        let tiny = catalog.event(&envelope("-1e-300"));
+        assert_ne!(tiny.content, plus.content);
+    }
+
+    #[test]
+    fn versions_parse_into_three_cases() {
+        assert_eq!(Version::parse(Some(&json!(12))), Version::Valid(12));
+        assert_eq!(Version::parse(Some(&json!(0))), Version::Valid(0));
+        assert_eq!(Version::parse(None), Version::Missing);
+        for invalid in [
+            json!(-1),
+            json!(12.0),
+            json!(1.5),
+            json!("12"),
+            json!(null),
+            json!(true),
+            json!([12]),
+            json!({"v": 12}),
+            json!(1e30),
+        ] {
+            assert_eq!(
+                Version::parse(Some(&invalid)),
+                Version::Invalid,
+                "{invalid}"
+            );
+        }
+        let huge: Value = serde_json::from_str("18446744073709551616").unwrap();
+        assert_eq!(Version::parse(Some(&huge)), Version::Invalid);
+    }
+
+    #[test]
+    fn key_order_and_whitespace_do_not_change_content() {
+        let mut catalog = Catalog::new();
+        let a: Value = serde_json::from_str(
+            r#"{"event_id":"e","object_id":"c","object_version":1,"type":"card.snapshot","state":{"a":1,"b":[1,2]}}"#,
+        )
+        .unwrap();
+        let b: Value = serde_json::from_str(
+            "{ \"state\" : { \"b\" : [1, 2], \"a\" : 1 },\n \"type\":\"card.snapshot\", \"object_version\": 1, \"object_id\":\"c\", \"event_id\":\"e\" }",
+        )
+        .unwrap();
+        let c: Value = serde_json::from_str(
+            r#"{"event_id":"e","object_id":"c","object_version":1,"type":"card.snapshot","state":{"a":1,"b":[2,1]}}"#,
+        )
+        .unwrap();
+        let (ea, eb, ec) = (catalog.event(&a), catalog.event(&b), catalog.event(&c));
+        assert_eq!(ea.content, eb.content);
+        assert_eq!(ea.state, eb.state);
+        assert_ne!(ea.content, ec.content, "array order is part of the value");
+        assert_ne!(ea.state, ec.state);
+    }
+
+    #[test]
+    fn anomalies_become_typed_values() {
+        let mut catalog = Catalog::new();
+        let event = catalog.event(&json!({
+            "event_id": 7, "object_id": ["x"], "type": "card.deleted", "state": "gone"
+        }));
+        assert_eq!(event.event_id, None);
+        assert_eq!(event.object_id, None);
+        assert!(!event.supported);
+        assert_eq!(event.version, Version::Missing);
+        assert_eq!(event.state, None);
+        let not_object = catalog.event(&json!([1, 2, 3]));
+        assert_eq!(not_object.event_id, None);
+        assert_eq!(not_object.version, Version::Missing);
+    }
+}

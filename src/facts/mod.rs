@@ -1,0 +1,27 @@
+//! The application-facts protocol (its contract is `docs/facts.md`): signed webhooks from
+//! two sources, a stream with a consumer group, and an inbox that decides READY from the set
+//! of facts. Pure: no I/O, no clock, no Redis, no HTTP.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`envelope`] | raw bytes parsed once into a typed [`envelope::Envelope`] with its canonical content |
+//! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
+//! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
+//! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
+//! | [`world`] | the pipeline as data and the one [`world::transition`] replay and a model share |
+//! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
+//! | [`replay`] | walks a scenario's schedule and builds the report, with the properties checked on every step; its table for people |
+//! | [`properties`] | the six properties (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges), computed from the world's data |
+//! | [`mutants`] | the wrong pipelines, each a wrapper around the real ingress or consumer step |
+//! | [`model`] | the pipeline as a [`crate::harness::Protocol`]: every order and fault within budgets; facts model files |
+
+pub mod application;
+pub mod envelope;
+pub mod fixture;
+pub mod inbox;
+pub mod ingress;
+pub mod model;
+pub mod mutants;
+pub mod properties;
+pub mod replay;
+pub mod world;

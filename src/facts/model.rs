@@ -1,0 +1,749 @@
+//! The facts pipeline as a [`Protocol`] the harness checks: every order of the requests,
+//! lost HTTP responses (the sender posts again: a second stream entry), consumers that
+//! crash before the inbox commit or between commit and `XACK`, recovery of a consumer's own
+//! pending entries, takeover by another consumer, poison entries and a material upgrade at
+//! any point, each within its budget, through the same [`transition`] replay uses.
+
+use super::application::AppKey;
+use super::fixture::{RawFixture, RawStep, RawUpgrade, Scenario};
+use super::ingress::Response;
+use super::mutants::Mutant;
+use super::properties::{check_state, check_step, Property};
+use super::world::{
+    transition, Consumer, Crash, Decision, PostFault, Setup, Step, StepOutcome, World,
+};
+use crate::harness::check::{check_parts, Subject};
+use crate::harness::explore::{Settings, Strategy};
+use crate::harness::report::{ModelReport, TraceReport};
+use crate::harness::{InputError, Protocol};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn one() -> usize {
+    1
+}
+
+fn one_consumer() -> u8 {
+    1
+}
+
+fn spec() -> String {
+    "spec".into()
+}
+
+/// A facts model file as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    /// What the scenario checks.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The facts fixture, relative to the model file.
+    pub fixture: String,
+    /// Consumers in the group (`c1`, `c2`, ...; 1 to 3).
+    #[serde(default = "one_consumer")]
+    pub consumers: u8,
+    /// HTTP answers that may be lost, in all (each makes the sender post again).
+    #[serde(default)]
+    pub lost_responses: u8,
+    /// Consumer crashes after reading, before the inbox commit.
+    #[serde(default)]
+    pub crashes_before_commit: u8,
+    /// Consumer crashes after the inbox commit, before `XACK`.
+    #[serde(default)]
+    pub crashes_after_commit: u8,
+    /// Takeovers (`XAUTOCLAIM`) of an entry pending in another consumer.
+    #[serde(default)]
+    pub takeovers: u8,
+    /// Unparseable entries written straight into the stream.
+    #[serde(default)]
+    pub poison: u8,
+    /// Whether the first application's material may be upgraded (to the next version) at
+    /// any point.
+    #[serde(default)]
+    pub upgrade: bool,
+    /// `spec` or a facts mutant's name.
+    #[serde(default = "spec")]
+    pub policy: String,
+    /// `bfs` or `dfs`.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Checker threads.
+    #[serde(default = "one")]
+    pub threads: usize,
+    /// Stop after about this many states (the verdict is then `incomplete`).
+    #[serde(default)]
+    pub state_limit: Option<usize>,
+    /// The properties to check (all six when absent).
+    #[serde(default)]
+    pub properties: Option<Vec<String>>,
+    /// `pass`, or the property that must be violated.
+    pub expect: String,
+}
+
+/// Fault budgets left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Budgets {
+    /// Lost HTTP answers.
+    pub lost_responses: u8,
+    /// Crashes before commit.
+    pub crashes_before_commit: u8,
+    /// Crashes after commit, before `XACK`.
+    pub crashes_after_commit: u8,
+    /// Takeovers.
+    pub takeovers: u8,
+    /// Poison entries.
+    pub poison: u8,
+    /// Material upgrades.
+    pub upgrades: u8,
+}
+
+/// The model's state: the pipeline's world, the requests not yet sent, the budgets left,
+/// and the first property a step broke.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The pipeline (its answer history is dropped after each step: the properties read
+    /// the step's outcome, and history would make every path a new state).
+    pub world: World,
+    /// Requests the sender has not sent yet.
+    pub unsent: BTreeSet<u32>,
+    /// Faults left.
+    pub budgets: Budgets,
+    /// The first property broken on the way here.
+    pub violation: Option<Property>,
+}
+
+/// Verdicts, answers and poison handling met on explored transitions.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    counts: [AtomicU64; COVERAGE.len()],
+}
+
+const COVERAGE: [&str; 10] = [
+    "accepted",
+    "duplicate",
+    "conflict",
+    "late_mismatch",
+    "http-202",
+    "http-400",
+    "retry",
+    "dead_letter",
+    "claimed",
+    "upgraded",
+];
+
+impl Coverage {
+    fn bump(&self, name: &str) {
+        let index = COVERAGE.iter().position(|known| *known == name);
+        self.counts[index.expect("a coverage name")].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn note(&self, outcome: &StepOutcome) {
+        match outcome {
+            StepOutcome::Posted { response, .. } => match response {
+                Response::Accepted => self.bump("http-202"),
+                Response::Rejected(_) => self.bump("http-400"),
+                Response::Unavailable => {}
+            },
+            StepOutcome::Handled(handled) => {
+                if matches!(handled.read, super::world::Read::Claimed { .. }) {
+                    self.bump("claimed");
+                }
+                match &handled.decision {
+                    Some(Decision::Verdict(verdict)) => self.bump(verdict.as_str()),
+                    Some(Decision::Retry { .. }) => self.bump("retry"),
+                    Some(Decision::DeadLetter { .. }) => self.bump("dead_letter"),
+                    Some(Decision::Dropped { .. }) | None => {}
+                }
+            }
+            StepOutcome::Upgraded { .. } => self.bump("upgraded"),
+            _ => {}
+        }
+    }
+
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        COVERAGE
+            .iter()
+            .zip(&self.counts)
+            .map(|(name, count)| (*name, count.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// A facts fixture's fault space under one policy.
+#[derive(Clone, Debug)]
+pub struct FactsModel {
+    /// The fixture.
+    pub scenario: Arc<Scenario>,
+    /// Its setup with the policy in force.
+    pub setup: Arc<Setup>,
+    /// The consumers.
+    pub consumers: Vec<Consumer>,
+    /// Budgets at the start.
+    pub budgets: Budgets,
+    /// The upgrade a step may make: the first application to its next material version.
+    pub upgrade: Option<(AppKey, u64)>,
+    /// Properties checked, by [`Property::ALL`] index.
+    pub checked: [bool; 6],
+    /// Coverage, shared by the checker's threads.
+    pub coverage: Arc<Coverage>,
+}
+
+impl FactsModel {
+    fn checks_property(&self, property: Property) -> bool {
+        self.checked[property as usize]
+    }
+
+    fn has_work(world: &World, consumer: &Consumer) -> bool {
+        world
+            .pending
+            .values()
+            .any(|pending| pending.consumer == *consumer)
+            || (world.last_delivered as usize) < world.stream.len()
+    }
+}
+
+fn consumer_steps(budgets: Budgets, make: impl Fn(Option<Crash>) -> Step, steps: &mut Vec<Step>) {
+    steps.push(make(None));
+    if budgets.crashes_before_commit > 0 {
+        steps.push(make(Some(Crash::BeforeCommit)));
+    }
+    if budgets.crashes_after_commit > 0 {
+        steps.push(make(Some(Crash::AfterCommit)));
+    }
+}
+
+impl Protocol for FactsModel {
+    type World = State;
+    type Step = Step;
+
+    const PROPERTIES: &'static [&'static str] = &Property::NAMES;
+
+    fn init(&self) -> State {
+        State {
+            world: World::initial(self.scenario.applications.clone()),
+            unsent: self.setup.requests.keys().copied().collect(),
+            budgets: self.budgets,
+            violation: None,
+        }
+    }
+
+    fn steps(&self, state: &State, steps: &mut Vec<Step>) {
+        let budgets = state.budgets;
+        let sendable: BTreeSet<u32> = state.unsent.union(&state.world.owed).copied().collect();
+        for request in sendable {
+            steps.push(Step::Post {
+                request,
+                fault: None,
+            });
+            if budgets.lost_responses > 0 {
+                steps.push(Step::Post {
+                    request,
+                    fault: Some(PostFault::ResponseLost),
+                });
+            }
+        }
+        let world = &state.world;
+        for consumer in &self.consumers {
+            if world.is_down(consumer) {
+                let consumer = consumer.clone();
+                steps.push(Step::Recover {
+                    consumer,
+                    crash: None,
+                });
+                continue;
+            }
+            if FactsModel::has_work(world, consumer) {
+                let make = |crash| Step::Consume {
+                    consumer: consumer.clone(),
+                    crash,
+                };
+                consumer_steps(budgets, make, steps);
+            }
+            let elsewhere = world
+                .pending
+                .values()
+                .any(|pending| pending.consumer != *consumer);
+            if budgets.takeovers > 0 && elsewhere {
+                let make = |crash| Step::Claim {
+                    consumer: consumer.clone(),
+                    crash,
+                };
+                consumer_steps(budgets, make, steps);
+            }
+        }
+        if let (Some((application, version)), true) = (&self.upgrade, budgets.upgrades > 0) {
+            steps.push(Step::Upgrade {
+                application: application.clone(),
+                material_version: *version,
+            });
+        }
+        if budgets.poison > 0 {
+            steps.push(Step::Poison);
+        }
+    }
+
+    fn next(&self, state: &State, step: &Step) -> Option<State> {
+        let mut next = state.clone();
+        let outcome = transition(&self.setup, &mut next.world, step);
+        self.coverage.note(&outcome);
+        let spend = |budget: &mut u8| *budget = budget.saturating_sub(1);
+        match step {
+            Step::Post { request, fault } => {
+                next.unsent.remove(request);
+                if *fault == Some(PostFault::ResponseLost) {
+                    spend(&mut next.budgets.lost_responses);
+                }
+            }
+            Step::Consume { crash, .. }
+            | Step::Recover { crash, .. }
+            | Step::Claim { crash, .. } => {
+                if matches!(step, Step::Claim { .. }) {
+                    spend(&mut next.budgets.takeovers);
+                }
+                match crash {
+                    Some(Crash::BeforeCommit) => spend(&mut next.budgets.crashes_before_commit),
+                    Some(Crash::AfterCommit) => spend(&mut next.budgets.crashes_after_commit),
+                    None => {}
+                }
+            }
+            Step::Upgrade { .. } => spend(&mut next.budgets.upgrades),
+            Step::Poison => spend(&mut next.budgets.poison),
+        }
+        let checked = |property: Property| self.checks_property(property);
+        if next.violation.is_none() {
+            next.violation = check_step(&checked, &state.world, &next.world, &outcome);
+        }
+        next.world.responses.clear();
+        if next.violation.is_none() {
+            let mut after = Vec::new();
+            self.steps(&next, &mut after);
+            let scenario = &self.scenario;
+            next.violation = check_state(
+                &checked,
+                &next.world,
+                after.is_empty(),
+                scenario.expect.as_ref(),
+                self.budgets.upgrades == 0,
+                &|key| scenario.label(key),
+            );
+        }
+        Some(next)
+    }
+
+    fn violation(state: &State) -> Option<usize> {
+        state.violation.map(|property| property as usize)
+    }
+
+    fn checks(&self, index: usize) -> bool {
+        self.checked[index]
+    }
+
+    fn only(&self, index: usize) -> FactsModel {
+        let mut checked = [false; 6];
+        checked[index] = true;
+        FactsModel {
+            checked,
+            coverage: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    fn describe_step(&self, step: &Step) -> String {
+        describe_step(step)
+    }
+
+    fn describe_world(&self, state: &State) -> String {
+        describe_world(&self.scenario, state)
+    }
+
+    fn coverage(&self) -> Vec<(&'static str, u64)> {
+        self.coverage.counts()
+    }
+}
+
+/// A step in domain terms.
+pub fn describe_step(step: &Step) -> String {
+    let crash = |crash: &Option<Crash>| match crash {
+        None => String::new(),
+        Some(Crash::BeforeCommit) => ", crashes before the inbox commit".into(),
+        Some(Crash::AfterCommit) => ", crashes after the commit, before XACK".into(),
+    };
+    match step {
+        Step::Post { request, fault } => match fault {
+            None => format!("post request #{request}"),
+            Some(PostFault::ResponseLost) => {
+                format!("post request #{request}, the answer is lost (the sender will resend)")
+            }
+            Some(PostFault::StreamUnavailable) => {
+                format!("post request #{request}, the stream cannot be written")
+            }
+        },
+        Step::Consume { consumer, crash: c } => format!("{consumer} consumes{}", crash(c)),
+        Step::Recover { consumer, crash: c } => {
+            format!(
+                "{consumer} restarts and re-reads its pending entry{}",
+                crash(c)
+            )
+        }
+        Step::Claim { consumer, crash: c } => {
+            format!(
+                "{consumer} takes over an entry pending elsewhere{}",
+                crash(c)
+            )
+        }
+        Step::Upgrade {
+            application,
+            material_version,
+        } => format!("{application} upgraded to material version {material_version}"),
+        Step::Poison => "an unparseable entry is written into the stream".into(),
+    }
+}
+
+/// A state in domain terms, for Explorer.
+pub fn describe_world(scenario: &Scenario, state: &State) -> String {
+    use std::fmt::Write;
+    let world = &state.world;
+    let mut out = String::new();
+    if let Some(property) = state.violation {
+        let _ = writeln!(out, "VIOLATED: {property}");
+    }
+    for (key, application) in world.applications.iter() {
+        let _ = writeln!(
+            out,
+            "application {} (material v{}): READY {}",
+            scenario.label(key),
+            application.material_version,
+            world.inbox.marked_ready(key)
+        );
+    }
+    let facts: Vec<String> = world
+        .inbox
+        .facts()
+        .map(|fact| format!("{}/{}", fact.source().as_str(), fact.event_id()))
+        .collect();
+    let _ = writeln!(out, "facts: {}", facts.join(", "));
+    let stream: Vec<String> = world
+        .stream
+        .iter()
+        .map(|entry| {
+            let from = entry
+                .request
+                .map_or_else(|| "poison".to_owned(), |request| format!("#{request}"));
+            let status = if world.committed.contains(&entry.id) {
+                "committed"
+            } else if world.dead_letter.contains_key(&entry.id) {
+                "dead-lettered"
+            } else {
+                "open"
+            };
+            format!("{} from {from} ({status})", entry.id)
+        })
+        .collect();
+    let _ = writeln!(out, "stream: {}", stream.join(", "));
+    let pending: Vec<String> = world
+        .pending
+        .iter()
+        .map(|(id, pending)| format!("{id} at {} x{}", pending.consumer, pending.deliveries))
+        .collect();
+    let _ = writeln!(out, "pending: {}", pending.join(", "));
+    let down: Vec<String> = world.in_hand.keys().map(ToString::to_string).collect();
+    let _ = writeln!(out, "consumers down: {}", down.join(", "));
+    let unsent: Vec<String> = state.unsent.iter().map(|r| format!("#{r}")).collect();
+    let owed: Vec<String> = world.owed.iter().map(|r| format!("#{r}")).collect();
+    let _ = writeln!(
+        out,
+        "sender: not yet sent {}; will resend {}",
+        unsent.join(" "),
+        owed.join(" ")
+    );
+    let b = state.budgets;
+    let _ = writeln!(
+        out,
+        "faults left: {} lost answers, {}+{} crashes, {} takeovers, {} poison, {} upgrades",
+        b.lost_responses,
+        b.crashes_before_commit,
+        b.crashes_after_commit,
+        b.takeovers,
+        b.poison,
+        b.upgrades
+    );
+    out
+}
+
+/// A facts model file, loaded with its fixture.
+#[derive(Clone, Debug)]
+pub struct LoadedModel {
+    /// The model file.
+    pub path: PathBuf,
+    /// As written.
+    pub file: ModelFile,
+    /// The model.
+    pub model: FactsModel,
+    /// The policy's name.
+    pub policy: String,
+    /// The property expected violated (`None`: pass).
+    pub expected: Option<Property>,
+}
+
+/// Reads a facts model file and its fixture; `policy` overrides the file's.
+pub fn load_model(path: &Path, policy: Option<&str>) -> Result<LoadedModel, InputError> {
+    let file: ModelFile = crate::harness::model_file::parse(path)?;
+    let policy = policy.unwrap_or(&file.policy).to_owned();
+    let mutant = match policy.as_str() {
+        "spec" => None,
+        name => Some(
+            name.parse::<Mutant>()
+                .map_err(|message| InputError::invalid(path, "policy", message))?,
+        ),
+    };
+    let expected = match file.expect.as_str() {
+        "pass" => None,
+        name => Some(name.parse::<Property>().map_err(|message| {
+            InputError::invalid(path, "expect", format!("{message}, or `pass`"))
+        })?),
+    };
+    let mut checked = [true; 6];
+    if let Some(names) = &file.properties {
+        if names.is_empty() {
+            return Err(InputError::invalid(
+                path,
+                "properties",
+                "lists no property; leave it out to check all six",
+            ));
+        }
+        checked = [false; 6];
+        for name in names {
+            let property: Property = name
+                .parse()
+                .map_err(|message| InputError::invalid(path, "properties", message))?;
+            checked[property as usize] = true;
+        }
+    }
+    if let Some(property) = expected {
+        if !checked[property as usize] {
+            return Err(InputError::invalid(
+                path,
+                "expect",
+                format!("`{property}` is not among the checked `properties`"),
+            ));
+        }
+    }
+    if !(1..=3).contains(&file.consumers) {
+        return Err(InputError::invalid(path, "consumers", "must be 1, 2 or 3"));
+    }
+    if file.threads == 0 {
+        return Err(InputError::invalid(path, "threads", "must be at least 1"));
+    }
+    let fixture = path.parent().unwrap_or(Path::new(".")).join(&file.fixture);
+    let scenario = Scenario::load(&fixture).map_err(|error| match error {
+        InputError::Io { file, source } => InputError::invalid(
+            path,
+            "fixture",
+            format!("cannot read {}: {source}", file.display()),
+        ),
+        invalid @ InputError::Invalid { .. } => {
+            InputError::invalid(path, "fixture", format!("bad fixture: {invalid}"))
+        }
+    })?;
+    let upgrade = match (file.upgrade, scenario.applications.iter().next()) {
+        (false, _) => None,
+        (true, Some((key, application))) => Some((key.clone(), application.material_version + 1)),
+        (true, None) => {
+            return Err(InputError::invalid(
+                path,
+                "upgrade",
+                "the fixture has no application to upgrade",
+            ))
+        }
+    };
+    let setup = Setup {
+        mutant,
+        ..scenario.setup.clone()
+    };
+    let model = FactsModel {
+        consumers: (1..=file.consumers)
+            .map(|n| Consumer(format!("c{n}")))
+            .collect(),
+        budgets: Budgets {
+            lost_responses: file.lost_responses,
+            crashes_before_commit: file.crashes_before_commit,
+            crashes_after_commit: file.crashes_after_commit,
+            takeovers: file.takeovers,
+            poison: file.poison,
+            upgrades: u8::from(upgrade.is_some()),
+        },
+        upgrade,
+        checked,
+        coverage: Arc::default(),
+        setup: Arc::new(setup),
+        scenario: Arc::new(scenario),
+    };
+    Ok(LoadedModel {
+        path: path.to_owned(),
+        file,
+        model,
+        policy,
+        expected,
+    })
+}
+
+/// A schedule step as fixtures write it.
+pub fn raw_step(step: &Step) -> RawStep {
+    match step {
+        Step::Post { request, fault } => RawStep {
+            post: Some(*request),
+            response_lost: *fault == Some(PostFault::ResponseLost),
+            stream_unavailable: *fault == Some(PostFault::StreamUnavailable),
+            ..RawStep::default()
+        },
+        Step::Consume { consumer, crash } => RawStep {
+            consume: Some(consumer.0.clone()),
+            crash: *crash,
+            ..RawStep::default()
+        },
+        Step::Recover { consumer, crash } => RawStep {
+            recover: Some(consumer.0.clone()),
+            crash: *crash,
+            ..RawStep::default()
+        },
+        Step::Claim { consumer, crash } => RawStep {
+            claim: Some(consumer.0.clone()),
+            crash: *crash,
+            ..RawStep::default()
+        },
+        Step::Upgrade {
+            application,
+            material_version,
+        } => RawStep {
+            upgrade: Some(RawUpgrade {
+                application: application.application_id.clone(),
+                tenant_id: Some(application.tenant_id.clone()),
+                material_version: *material_version,
+            }),
+            ..RawStep::default()
+        },
+        Step::Poison => RawStep {
+            poison: true,
+            ..RawStep::default()
+        },
+    }
+}
+
+/// Describes, tabulates and (with `out_dir`) writes one counterexample as a fixture whose
+/// schedule replays it.
+fn trace(
+    loaded: &LoadedModel,
+    property: Property,
+    steps: &[Step],
+    out_dir: Option<&Path>,
+) -> Result<TraceReport, InputError> {
+    let scenario = &loaded.model.scenario;
+    let mut replayed = Scenario::clone(scenario);
+    replayed.setup = Setup::clone(&loaded.model.setup);
+    replayed.schedule = Some(steps.to_vec());
+    let table = super::replay::render_table(&super::replay::replay(&replayed));
+    let written = match out_dir {
+        None => None,
+        Some(dir) => {
+            let text =
+                std::fs::read_to_string(&scenario.file).map_err(|source| InputError::Io {
+                    file: scenario.file.clone(),
+                    source,
+                })?;
+            let mut raw: RawFixture = serde_json::from_str(&text).map_err(|error| {
+                InputError::invalid(&scenario.file, "fixture", error.to_string())
+            })?;
+            raw.name = Some(format!(
+                "{}: {} under {}",
+                scenario.name, property, loaded.policy
+            ));
+            raw.description = Some(format!(
+                "Counterexample found by `arrival check {}`: under policy {} this schedule violates {}. Replay it with `arrival replay --policy {} FILE`.",
+                loaded.path.display(),
+                loaded.policy,
+                property,
+                loaded.policy
+            ));
+            raw.schedule = Some(steps.iter().map(raw_step).collect());
+            raw.expect = None;
+            let stem = loaded.path.file_stem().map_or_else(
+                || "model".into(),
+                |stem| stem.to_string_lossy().into_owned(),
+            );
+            let path = dir.join(format!("{stem}.{property}.json"));
+            let io = |source| InputError::Io {
+                file: path.clone(),
+                source,
+            };
+            std::fs::create_dir_all(dir).map_err(io)?;
+            let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise");
+            std::fs::write(&path, text + "\n").map_err(io)?;
+            Some(path.display().to_string())
+        }
+    };
+    Ok(TraceReport {
+        steps: steps.iter().map(describe_step).collect(),
+        fixture: written,
+        table,
+    })
+}
+
+/// Checks one facts model file.
+pub fn run(
+    loaded: &LoadedModel,
+    trace_out: Option<&Path>,
+    progress: bool,
+) -> Result<ModelReport, InputError> {
+    let subject = Subject {
+        model: loaded.path.display().to_string(),
+        protocol: "facts".into(),
+        fixture: loaded.model.scenario.file.display().to_string(),
+        policy: loaded.policy.clone(),
+        expected: loaded.expected.map(Property::name),
+        bytes_per_state: std::mem::size_of::<State>(),
+    };
+    let settings = Settings {
+        strategy: loaded.file.strategy,
+        threads: loaded.file.threads,
+        state_limit: loaded.file.state_limit,
+        label: loaded.path.display().to_string(),
+        progress,
+    };
+    check_parts(
+        subject,
+        std::slice::from_ref(&loaded.model),
+        &settings,
+        |_, index, steps| trace(loaded, Property::ALL[index], steps, trace_out),
+    )
+}
+
+/// Serves stateright's Explorer for a facts model (blocks).
+pub fn serve(loaded: &LoadedModel, address: &str) {
+    use stateright::Model;
+    crate::harness::Checked(loaded.model.clone())
+        .checker()
+        .threads(loaded.file.threads)
+        .serve(address);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::inbox::Verdict;
+
+    #[test]
+    fn verdict_names_are_coverage_names() {
+        for verdict in [
+            Verdict::Accepted,
+            Verdict::Duplicate,
+            Verdict::Conflict,
+            Verdict::LateMismatch,
+        ] {
+            assert!(COVERAGE.contains(&verdict.as_str()));
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The facts mutant catalogue: wrong pipelines seen in real webhook consumers, each caught by
+//! a named property. Each mutant is a small wrapper around the real ingress or consumer
+//! step, so the real decision functions (`ingress::admit`, `inbox::consume`) read like the
+//! contract and carry no mutant branches.
+
+use super::application::{AppKey, Applications};
+use super::envelope::Envelope;
+use super::inbox::{self, Inbox, Verdict};
+use super::ingress::{admit, Admission, IngressConfig, Reason, Request};
+use super::properties::Property;
+use std::fmt;
+use std::str::FromStr;
+
+/// A deliberately wrong pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutant {
+    /// Acknowledges the entry (`XACK`) before the inbox transaction commits.
+    AckBeforeCommit,
+    /// Takes the stream entry id as the fact's identity: a resent request (a new entry) is
+    /// a new fact.
+    DedupeByStreamEntry,
+    /// Finds the application by business key alone, at ingress and at consume time.
+    BusinessKeyCorrelation,
+    /// Checks correlation at ingress only: an entry validated for material version 1 still
+    /// counts after the upgrade to 2.
+    IngressOnlyCorrelation,
+    /// Sets READY when a fact completes the pair and never clears it (the latest fact
+    /// decides, not the set of facts: upgrades and conflicts leave a stale READY).
+    LastFactDecidesReady,
+    /// Acknowledges an entry it cannot parse at once, without a dead-letter copy.
+    AckAndDropPoison,
+    /// Recomputes READY only when a signature fact arrives, as if payment always came
+    /// first: a payment that arrives after the signature never makes the application
+    /// READY.
+    ReadyOnSignatureOnly,
+    /// Skips the freshness check: a correctly signed request captured long ago is
+    /// accepted when replayed. The model's clock does not move, so ingress tests show it.
+    AcceptStaleSignature,
+}
+
+impl Mutant {
+    /// The catalogue.
+    pub const ALL: [Mutant; 8] = [
+        Mutant::AckBeforeCommit,
+        Mutant::DedupeByStreamEntry,
+        Mutant::BusinessKeyCorrelation,
+        Mutant::IngressOnlyCorrelation,
+        Mutant::LastFactDecidesReady,
+        Mutant::AckAndDropPoison,
+        Mutant::ReadyOnSignatureOnly,
+        Mutant::AcceptStaleSignature,
+    ];
+
+    /// The name in model files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::AckBeforeCommit => "ack-before-commit",
+            Mutant::DedupeByStreamEntry => "dedupe-by-stream-entry",
+            Mutant::BusinessKeyCorrelation => "business-key-correlation",
+            Mutant::IngressOnlyCorrelation => "ingress-only-correlation",
+            Mutant::LastFactDecidesReady => "last-fact-decides-ready",
+            Mutant::AckAndDropPoison => "ack-and-drop-poison",
+            Mutant::ReadyOnSignatureOnly => "ready-on-signature-only",
+            Mutant::AcceptStaleSignature => "accept-stale-signature",
+        }
+    }
+
+    /// The property that catches it (`None`: the ingress tests catch it, not the model).
+    pub fn caught_by(self) -> Option<Property> {
+        match self {
+            Mutant::AckBeforeCommit => Some(Property::AckAfterCommit),
+            Mutant::DedupeByStreamEntry => Some(Property::FactOnce),
+            Mutant::BusinessKeyCorrelation => Some(Property::Correlated),
+            Mutant::IngressOnlyCorrelation => Some(Property::Correlated),
+            Mutant::LastFactDecidesReady => Some(Property::ReadySound),
+            Mutant::AckAndDropPoison => Some(Property::NoLoss),
+            Mutant::ReadyOnSignatureOnly => Some(Property::ReadyConverges),
+            Mutant::AcceptStaleSignature => None,
+        }
+    }
+}
+
+impl fmt::Display for Mutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mutant {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Mutant, String> {
+        Mutant::ALL
+            .into_iter()
+            .find(|mutant| mutant.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
+                format!(
+                    "unknown facts policy `{text}`; expected `spec` or one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Ingress under a policy.
+pub fn admit_under(
+    mutant: Option<Mutant>,
+    request: &Request<'_>,
+    now: i64,
+    config: &IngressConfig,
+    apps: &Applications,
+) -> Admission {
+    match mutant {
+        Some(Mutant::AcceptStaleSignature) => {
+            // The receiver's clock is taken from the request itself: never stale.
+            let sent_at = request
+                .source
+                .and_then(super::envelope::Source::from_wire)
+                .and_then(|source| Envelope::parse(request.body, source).ok())
+                .map_or(now, |envelope| envelope.sent_at());
+            admit(request, sent_at, config, apps)
+        }
+        Some(Mutant::BusinessKeyCorrelation) => match admit(request, now, config, apps) {
+            Admission::Reject(rejection) if is_correlation(rejection.reason) => {
+                let found = request
+                    .source
+                    .and_then(super::envelope::Source::from_wire)
+                    .and_then(|source| Envelope::parse(request.body, source).ok())
+                    .filter(|envelope| by_business_key(apps, envelope).is_some());
+                match found {
+                    Some(envelope) => Admission::Accept(envelope),
+                    None => Admission::Reject(rejection),
+                }
+            }
+            other => other,
+        },
+        _ => admit(request, now, config, apps),
+    }
+}
+
+fn is_correlation(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::UnknownApplication | Reason::BusinessKeyMismatch | Reason::MaterialVersionMismatch
+    )
+}
+
+fn by_business_key(apps: &Applications, envelope: &Envelope) -> Option<AppKey> {
+    apps.iter()
+        .find(|(_, application)| application.business_key == envelope.business_key())
+        .map(|(key, _)| key.clone())
+}
+
+/// The consumer's inbox transaction under a policy. `entry_seen`: whether this stream entry
+/// already has a committed verdict (only the stream-entry dedupe reads it).
+pub fn consume_under(
+    mutant: Option<Mutant>,
+    inbox: &mut Inbox,
+    apps: &Applications,
+    envelope: &Envelope,
+    entry_seen: bool,
+) -> Verdict {
+    match mutant {
+        Some(Mutant::DedupeByStreamEntry) => {
+            let verdict = if entry_seen {
+                inbox.count_duplicate();
+                Verdict::Duplicate
+            } else if apps.correlate(envelope).is_err() {
+                return inbox::consume(inbox, apps, envelope);
+            } else {
+                inbox.overwrite_fact(envelope);
+                Verdict::Accepted
+            };
+            inbox.refresh_ready(apps);
+            verdict
+        }
+        Some(Mutant::BusinessKeyCorrelation) => match by_business_key(apps, envelope) {
+            Some(key) => {
+                let verdict = inbox::identity(inbox, key, envelope);
+                inbox.refresh_ready(apps);
+                verdict
+            }
+            None => inbox::consume(inbox, apps, envelope),
+        },
+        Some(Mutant::IngressOnlyCorrelation) => {
+            let verdict = inbox::identity(inbox, AppKey::of(envelope), envelope);
+            inbox.refresh_ready(apps);
+            verdict
+        }
+        Some(Mutant::LastFactDecidesReady) => {
+            let mut scratch = inbox.clone();
+            let verdict = inbox::consume(&mut scratch, apps, envelope);
+            let marks_before = inbox.clone();
+            *inbox = scratch;
+            inbox.keep_marks_of(&marks_before);
+            inbox.add_ready_marks(apps);
+            verdict
+        }
+        Some(Mutant::ReadyOnSignatureOnly) => {
+            let marks_before = inbox.clone();
+            let verdict = inbox::consume(inbox, apps, envelope);
+            let signature = envelope.fact_type() == super::envelope::FactType::ContractSigned;
+            if !(verdict == Verdict::Accepted && signature) {
+                inbox.keep_marks_of(&marks_before);
+            }
+            verdict
+        }
+        _ => inbox::consume(inbox, apps, envelope),
+    }
+}
+
+/// Whether an upgrade recomputes READY under a policy (the last-fact mutant never clears
+/// a mark).
+pub fn upgrade_refreshes_ready(mutant: Option<Mutant>) -> bool {
+    mutant != Some(Mutant::LastFactDecidesReady)
+}

@@ -1,0 +1,244 @@
+//! The facts pipeline's six properties, as checks on steps and states.
+//!
+//! Step properties compare the world before and after a step; state properties read one
+//! world; the terminal ones read a world in which nothing can happen any more. Everything
+//! the checks need (the READY rule, what counts as a correlated fact) is computed here from
+//! the world's data, not through the inbox's own helpers, so a bug there cannot hide from
+//! the properties that judge it.
+
+use super::application::{AppKey, Applications};
+use super::envelope::{Envelope, FactType};
+use super::fixture::Expect;
+use super::inbox::Verdict;
+use super::ingress::Response;
+use super::world::{Decision, Payload, StepOutcome, World};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// A named property of the facts contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Property {
+    /// At most one fact per `(source, event_id)`; the first is never replaced.
+    FactOnce,
+    /// Every fact accepted into the inbox, and every entry ingress writes to the stream,
+    /// matches its application's tenant, id, business key and current material version; a
+    /// rejected request never reaches the stream.
+    Correlated,
+    /// READY only with both facts for the current material version and no open conflict.
+    ReadySound,
+    /// Every acknowledged entry carrying an envelope has its inbox verdict committed.
+    AckAfterCommit,
+    /// At the end, every stream entry has an inbox verdict or a dead-letter entry, and
+    /// nothing is pending.
+    NoLoss,
+    /// At the end, READY is the rule applied to the inbox; and where no material upgrade
+    /// can happen, the facts and READY are the fixture's expected ones in every order.
+    ReadyConverges,
+}
+
+impl Property {
+    /// Every property, in check order.
+    pub const ALL: [Property; 6] = [
+        Property::FactOnce,
+        Property::Correlated,
+        Property::ReadySound,
+        Property::AckAfterCommit,
+        Property::NoLoss,
+        Property::ReadyConverges,
+    ];
+
+    /// Their names, in [`Property::ALL`] order.
+    pub const NAMES: [&'static str; 6] = [
+        "fact-once",
+        "correlated",
+        "ready-sound",
+        "ack-after-commit",
+        "no-loss",
+        "ready-converges",
+    ];
+
+    /// The name in model files and reports.
+    pub fn name(self) -> &'static str {
+        Property::NAMES[self as usize]
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Property {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Property, String> {
+        Property::ALL
+            .into_iter()
+            .find(|property| property.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown facts property `{text}`; expected one of: {}",
+                    Property::NAMES.join(", ")
+                )
+            })
+    }
+}
+
+/// Whether `envelope` belongs to an application as the applications stand: same tenant
+/// and id, same business key, the current material version.
+fn correlates(apps: &Applications, envelope: &Envelope) -> bool {
+    let key = AppKey::of(envelope);
+    apps.get(&key).is_some_and(|application| {
+        application.business_key == envelope.business_key()
+            && application.material_version == envelope.material_version()
+    })
+}
+
+/// The READY rule, from the facts themselves.
+pub fn ready_by_rule(world: &World, app: &AppKey) -> bool {
+    if world.inbox.open_conflicts().contains(app) {
+        return false;
+    }
+    let counted = |wanted: FactType| {
+        world.inbox.facts().any(|fact| {
+            fact.fact_type() == wanted
+                && AppKey::of(fact) == *app
+                && correlates(&world.applications, fact)
+        })
+    };
+    counted(FactType::PaymentConfirmed) && counted(FactType::ContractSigned)
+}
+
+/// Checks one step, `pre` to `post` with `outcome`, against `checked` properties.
+pub fn check_step(
+    checked: &dyn Fn(Property) -> bool,
+    pre: &World,
+    post: &World,
+    outcome: &StepOutcome,
+) -> Option<Property> {
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked(property) && !holds()).then_some(property)
+    };
+    let handled_envelope = || match outcome {
+        StepOutcome::Handled(handled) => match (&handled.decision, post.entry(handled.entry)) {
+            (Some(Decision::Verdict(verdict)), Some(entry)) => match &entry.payload {
+                Payload::Envelope(envelope) => Some((*verdict, envelope.clone())),
+                Payload::Unparseable(_) => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    };
+    // fact-once: the first fact of an identity stays, and an identity is accepted once.
+    let fact_once = || {
+        let kept = pre.inbox.facts().all(|first| {
+            post.inbox
+                .fact(&first.fact_id())
+                .is_some_and(|now| now == first)
+        });
+        let accepted_again = handled_envelope().is_some_and(|(verdict, envelope)| {
+            verdict == Verdict::Accepted && pre.inbox.fact(&envelope.fact_id()).is_some()
+        });
+        kept && !accepted_again
+    };
+    // correlated: what was accepted, at ingress or in the inbox, belongs to its application
+    // as it stood then; a rejection appends nothing.
+    let correlated = || {
+        let inbox_ok = handled_envelope().is_none_or(|(verdict, envelope)| {
+            verdict != Verdict::Accepted || correlates(&pre.applications, &envelope)
+        });
+        let ingress_ok = match outcome {
+            StepOutcome::Posted {
+                response, entry, ..
+            } => match (response, entry) {
+                (Response::Accepted, Some(id)) => {
+                    post.entry(*id).is_some_and(|entry| match &entry.payload {
+                        Payload::Envelope(envelope) => correlates(&pre.applications, envelope),
+                        Payload::Unparseable(_) => false,
+                    })
+                }
+                (Response::Accepted, None) => false,
+                (_, _) => post.stream.len() == pre.stream.len(),
+            },
+            _ => true,
+        };
+        inbox_ok && ingress_ok
+    };
+    broken(Property::FactOnce, &fact_once).or_else(|| broken(Property::Correlated, &correlated))
+}
+
+/// Checks one world against `checked` state properties; `terminal`: nothing can happen any
+/// more; `expect`: the fixture's expected end, compared when `converges` (no upgrade can
+/// happen in this model).
+pub fn check_state(
+    checked: &dyn Fn(Property) -> bool,
+    world: &World,
+    terminal: bool,
+    expect: Option<&Expect>,
+    converges: bool,
+    labels: &dyn Fn(&AppKey) -> String,
+) -> Option<Property> {
+    let broken = |property: Property, holds: &dyn Fn() -> bool| {
+        (checked(property) && !holds()).then_some(property)
+    };
+    let apps = || world.applications.iter().map(|(key, _)| key);
+    let ready_sound =
+        || apps().all(|key| !world.inbox.marked_ready(key) || ready_by_rule(world, key));
+    let ack_after_commit = || {
+        world.stream.iter().all(|entry| {
+            !world.acknowledged(entry.id)
+                || matches!(entry.payload, Payload::Unparseable(_))
+                || world.committed.contains(&entry.id)
+        })
+    };
+    let no_loss = || {
+        !terminal
+            || (world.pending.is_empty()
+                && world.stream.iter().all(|entry| {
+                    world.committed.contains(&entry.id) || world.dead_letter.contains_key(&entry.id)
+                }))
+    };
+    let ready_converges = || {
+        if !terminal {
+            return true;
+        }
+        let rule = apps().all(|key| world.inbox.marked_ready(key) == ready_by_rule(world, key));
+        let expected = match (converges, expect) {
+            (true, Some(expect)) => {
+                let facts_match = expect.facts.as_ref().is_none_or(|facts| {
+                    let held: BTreeSet<(String, String)> = world
+                        .inbox
+                        .facts()
+                        .map(|fact| {
+                            (
+                                fact.source().as_str().to_owned(),
+                                fact.event_id().to_owned(),
+                            )
+                        })
+                        .collect();
+                    let wanted: BTreeSet<(String, String)> = facts
+                        .iter()
+                        .map(|(source, id)| (source.as_str().to_owned(), id.clone()))
+                        .collect();
+                    held == wanted
+                });
+                let ready_match = expect.ready.as_ref().is_none_or(|ready| {
+                    apps().all(|key| {
+                        ready
+                            .get(&labels(key))
+                            .is_none_or(|&wanted| wanted == world.inbox.marked_ready(key))
+                    })
+                });
+                facts_match && ready_match
+            }
+            _ => true,
+        };
+        rule && expected
+    };
+    broken(Property::ReadySound, &ready_sound)
+        .or_else(|| broken(Property::AckAfterCommit, &ack_after_commit))
+        .or_else(|| broken(Property::NoLoss, &no_loss))
+        .or_else(|| broken(Property::ReadyConverges, &ready_converges))
+}

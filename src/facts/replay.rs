@@ -1,0 +1,649 @@
+//! Facts replay: walks a scenario's steps through [`transition`], reports every step and
+//! the end state, compares the end with the fixture's `expect`, and renders the report as a
+//! table for people ([`render_table`]) or as JSON (the [`Report`] serialised).
+
+use super::application::AppKey;
+use super::envelope::Source;
+use super::fixture::{Scenario, DEFAULT_CONSUMER};
+use super::ingress::Response;
+use super::properties::{check_state, check_step, Property};
+use super::world::{
+    transition, Consumer, Crash, Decision, EntryId, PostFault, Read, Step, StepOutcome, World,
+};
+use crate::harness::InputError;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// One step of a replay and the world right after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepReport {
+    /// 1-based position in the run.
+    pub index: usize,
+    /// The step.
+    pub step: Step,
+    /// The step in words.
+    pub step_label: String,
+    /// The request posted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<u32>,
+    /// Its answer, `[status, reason]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<Response>,
+    /// Why ingress refused it, for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The stream entry appended or handled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryId>,
+    /// The consumer that acted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<Consumer>,
+    /// How it got the entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<Read>,
+    /// The entry's delivery count, this delivery included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<u32>,
+    /// Where the consumer crashed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash: Option<Crash>,
+    /// What went wrong with a post.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub post_fault: Option<PostFault>,
+    /// The consumer's decision (inbox verdict, retry, dead letter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// Whether the entry was acknowledged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<bool>,
+    /// Steps that did nothing, upgrades: what happened, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Entries pending after the step.
+    pub pending: usize,
+    /// Facts held after the step.
+    pub facts: usize,
+    /// Applications READY after the step (their labels).
+    pub ready: Vec<String>,
+}
+
+/// A dead-lettered entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeadLetterReport {
+    /// The original entry id.
+    pub entry: EntryId,
+    /// Why it could not be processed.
+    pub reason: String,
+}
+
+/// The end of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EndReport {
+    /// Request number -> its last answer, `[status, reason]`.
+    pub responses: BTreeMap<u32, Response>,
+    /// The facts held, sorted `[source, event_id]` pairs.
+    pub facts: Vec<(Source, String)>,
+    /// Deliveries decided `duplicate`.
+    pub duplicates: u32,
+    /// Deliveries decided `conflict`.
+    pub conflicts: u32,
+    /// Deliveries decided `late_mismatch`.
+    pub late_mismatches: u32,
+    /// Applications with an open conflict (labels).
+    pub open_conflicts: Vec<String>,
+    /// Application label -> READY.
+    pub ready: BTreeMap<String, bool>,
+    /// Entries still pending.
+    pub pending: usize,
+    /// The dead-letter stream.
+    pub dead_letter: Vec<DeadLetterReport>,
+    /// Requests the sender still has to post again.
+    pub owed: Vec<u32>,
+    /// Accepted entries (202) with neither a committed verdict nor a dead-letter copy.
+    pub unsettled: Vec<EntryId>,
+}
+
+/// A replay: every step, the end, and how the end compares with `expect`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The fixture file.
+    pub fixture: String,
+    /// Its name.
+    pub name: String,
+    /// Always `facts`.
+    pub protocol: &'static str,
+    /// Whether the fixture's own schedule was walked (else the default order).
+    pub scheduled: bool,
+    /// The steps.
+    pub steps: Vec<StepReport>,
+    /// The end.
+    pub end: EndReport,
+    /// Whether the fixture has an `expect`.
+    pub expect_checked: bool,
+    /// Where the end differs from `expect` (empty when it holds).
+    pub differences: Vec<String>,
+    /// READY marks that disagree with the readiness rule applied to the inbox at the end.
+    pub stale_ready: Vec<String>,
+    /// The first property a step broke (the end-of-run ones are judged when the run ends
+    /// with nothing left to do).
+    pub violations: Vec<ViolationReport>,
+}
+
+/// A property broken on the way.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ViolationReport {
+    /// The property.
+    pub property: String,
+    /// The 1-based step that broke it.
+    pub step: usize,
+}
+
+impl Report {
+    /// Whether the run is clean: no property broken, `expect` (if any) holds and no READY
+    /// mark is stale.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.differences.is_empty() && self.stale_ready.is_empty()
+    }
+}
+
+/// Loads a facts fixture and replays it.
+pub fn replay_file(path: &Path) -> Result<Report, InputError> {
+    Ok(replay(&Scenario::load(path)?))
+}
+
+/// Replays a scenario: its schedule, or the default order (every request posted in file
+/// order, then `c1` consumes until the stream is drained).
+pub fn replay(scenario: &Scenario) -> Report {
+    let mut world = World::initial(scenario.applications.clone());
+    // The first property a step broke, and the step (1-based).
+    let mut broken: Option<(Property, usize)> = None;
+    let mut steps = Vec::new();
+    match &scenario.schedule {
+        Some(schedule) => {
+            for step in schedule {
+                walk(scenario, &mut world, step, &mut steps, &mut broken);
+            }
+        }
+        None => {
+            for &request in scenario.setup.requests.keys() {
+                let step = Step::Post {
+                    request,
+                    fault: None,
+                };
+                walk(scenario, &mut world, &step, &mut steps, &mut broken);
+            }
+            let consume = Step::Consume {
+                consumer: Consumer(DEFAULT_CONSUMER.to_owned()),
+                crash: None,
+            };
+            // Each consume acknowledges an entry or raises a delivery count towards the
+            // dead-letter limit, so this ends; the bound only guards against a bug.
+            let bound = world.stream.len() * scenario.setup.max_deliveries as usize + 1;
+            for _ in 0..bound {
+                if world.is_drained() {
+                    break;
+                }
+                walk(scenario, &mut world, &consume, &mut steps, &mut broken);
+            }
+        }
+    }
+    // The end is terminal when nothing is left to do: every entry settled, no answer owed,
+    // no consumer down. Then the end-of-run properties are judged too.
+    let terminal = world.is_drained() && world.owed.is_empty() && world.in_hand.is_empty();
+    if broken.is_none() && terminal {
+        let everything = |_: Property| true;
+        broken = check_state(&everything, &world, true, None, false, &|key| {
+            scenario.label(key)
+        })
+        .map(|property| (property, steps.len()));
+    }
+    let violations = broken
+        .map(|(property, step)| ViolationReport {
+            property: property.name().to_owned(),
+            step,
+        })
+        .into_iter()
+        .collect();
+    let end = end_report(scenario, &world);
+    let differences = scenario
+        .expect
+        .as_ref()
+        .map(|expect| compare(expect, &end))
+        .unwrap_or_default();
+    let stale_ready = scenario
+        .applications
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| {
+            world.inbox.marked_ready(key)
+                != super::inbox::ready(&world.inbox, &world.applications, key)
+        })
+        .map(|key| scenario.label(key))
+        .collect();
+    Report {
+        fixture: scenario.file.display().to_string(),
+        name: scenario.name.clone(),
+        protocol: "facts",
+        scheduled: scenario.schedule.is_some(),
+        steps,
+        end,
+        expect_checked: scenario.expect.is_some(),
+        differences,
+        stale_ready,
+        violations,
+    }
+}
+
+fn walk(
+    scenario: &Scenario,
+    world: &mut World,
+    step: &Step,
+    steps: &mut Vec<StepReport>,
+    broken: &mut Option<(Property, usize)>,
+) {
+    let before = world.clone();
+    let outcome = transition(&scenario.setup, world, step);
+    if broken.is_none() {
+        let everything = |_: Property| true;
+        let found = check_step(&everything, &before, world, &outcome).or_else(|| {
+            check_state(&everything, world, false, None, false, &|key| {
+                scenario.label(key)
+            })
+        });
+        *broken = found.map(|property| (property, steps.len() + 1));
+    }
+    let mut report = StepReport {
+        index: steps.len() + 1,
+        step: step.clone(),
+        step_label: step_text(scenario, step),
+        request: None,
+        response: None,
+        detail: None,
+        entry: None,
+        consumer: None,
+        read: None,
+        deliveries: None,
+        crash: None,
+        post_fault: None,
+        decision: None,
+        acknowledged: None,
+        note: None,
+        pending: world.pending.len(),
+        facts: world.inbox.fact_count(),
+        ready: ready_labels(scenario, world),
+    };
+    match outcome {
+        StepOutcome::Posted {
+            request,
+            response,
+            detail,
+            entry,
+            fault,
+        } => {
+            report.request = Some(request);
+            report.response = Some(response);
+            report.detail = detail;
+            report.entry = entry;
+            report.post_fault = fault;
+        }
+        StepOutcome::Handled(handled) => {
+            report.consumer = Some(handled.consumer);
+            report.read = Some(handled.read);
+            report.entry = Some(handled.entry);
+            report.deliveries = Some(handled.deliveries);
+            report.crash = handled.crash;
+            report.decision = handled.decision;
+            report.acknowledged = Some(handled.acknowledged);
+        }
+        StepOutcome::Idle(consumer) => {
+            report.consumer = Some(consumer);
+            report.note = Some("nothing to read".into());
+        }
+        StepOutcome::ConsumerDown(consumer) => {
+            report.consumer = Some(consumer);
+            report.note = Some("consumer is down: recover it first".into());
+        }
+        StepOutcome::Upgraded {
+            application: _,
+            from,
+            to,
+        } => {
+            report.note = Some(format!("material v{from} -> v{to}"));
+        }
+        StepOutcome::UpgradeRefused { application, why } => {
+            report.note = Some(format!(
+                "upgrade of {} refused: {why}",
+                scenario.label(&application)
+            ));
+        }
+        StepOutcome::Poisoned(entry) => {
+            report.entry = Some(entry);
+            report.note = Some("unparseable entry".into());
+        }
+    }
+    steps.push(report);
+}
+
+fn ready_labels(scenario: &Scenario, world: &World) -> Vec<String> {
+    world
+        .applications
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| world.inbox.marked_ready(key))
+        .map(|key| scenario.label(key))
+        .collect()
+}
+
+/// Sorts `[source, event_id]` pairs as the text they are written as.
+pub fn sort_facts(facts: &mut [(Source, String)]) {
+    facts.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
+}
+
+fn end_report(scenario: &Scenario, world: &World) -> EndReport {
+    let responses = world
+        .responses
+        .iter()
+        .map(|&(request, response)| (request, response))
+        .collect();
+    let mut facts: Vec<(Source, String)> = world
+        .inbox
+        .facts()
+        .map(|fact| (fact.source(), fact.event_id().to_owned()))
+        .collect();
+    sort_facts(&mut facts);
+    let counters = world.inbox.counters();
+    let ready = world
+        .applications
+        .iter()
+        .map(|(key, _)| (scenario.label(key), world.inbox.marked_ready(key)))
+        .collect();
+    let unsettled = world
+        .stream
+        .iter()
+        .filter(|entry| entry.request.is_some())
+        .map(|entry| entry.id)
+        .filter(|id| !world.committed.contains(id) && !world.dead_letter.contains_key(id))
+        .collect();
+    EndReport {
+        responses,
+        facts,
+        duplicates: counters.duplicates,
+        conflicts: counters.conflicts,
+        late_mismatches: counters.late_mismatches,
+        open_conflicts: world
+            .inbox
+            .open_conflicts()
+            .iter()
+            .map(|key: &AppKey| scenario.label(key))
+            .collect(),
+        ready,
+        pending: world.pending.len(),
+        dead_letter: world
+            .dead_letter
+            .iter()
+            .map(|(&entry, reason)| DeadLetterReport {
+                entry,
+                reason: reason.clone(),
+            })
+            .collect(),
+        owed: world.owed.iter().copied().collect(),
+        unsettled,
+    }
+}
+
+fn compare(expect: &super::fixture::Expect, end: &EndReport) -> Vec<String> {
+    let mut differences = Vec::new();
+    let answer = |response: Option<&Response>| match response {
+        Some(response) => format!("{} {}", response.status(), response.reason()),
+        None => "no answer (never posted)".to_owned(),
+    };
+    if let Some(responses) = &expect.responses {
+        for (request, expected) in responses {
+            let got = end.responses.get(request);
+            if got != Some(expected) {
+                differences.push(format!(
+                    "request {request}: expected {}, got {}",
+                    answer(Some(expected)),
+                    answer(got)
+                ));
+            }
+        }
+    }
+    let pairs = |facts: &[(Source, String)]| {
+        let names: Vec<String> = facts
+            .iter()
+            .map(|(source, id)| format!("{source}/{id}"))
+            .collect();
+        format!("[{}]", names.join(", "))
+    };
+    if let Some(facts) = &expect.facts {
+        if *facts != end.facts {
+            differences.push(format!(
+                "facts: expected {}, got {}",
+                pairs(facts),
+                pairs(&end.facts)
+            ));
+        }
+    }
+    let counts = [
+        ("duplicates", expect.duplicates, end.duplicates),
+        ("conflicts", expect.conflicts, end.conflicts),
+        (
+            "late_mismatches",
+            expect.late_mismatches,
+            end.late_mismatches,
+        ),
+    ];
+    for (name, expected, got) in counts {
+        if let Some(expected) = expected {
+            if expected != got {
+                differences.push(format!("{name}: expected {expected}, got {got}"));
+            }
+        }
+    }
+    if let Some(ready) = &expect.ready {
+        for (label, expected) in ready {
+            let got = end.ready.get(label).copied().unwrap_or(false);
+            if *expected != got {
+                differences.push(format!("ready {label}: expected {expected}, got {got}"));
+            }
+        }
+    }
+    if let Some(pending) = expect.pending {
+        if pending != end.pending {
+            differences.push(format!("pending: expected {pending}, got {}", end.pending));
+        }
+    }
+    if let Some(dead_letter) = &expect.dead_letter {
+        let got: Vec<EntryId> = end.dead_letter.iter().map(|dead| dead.entry).collect();
+        if *dead_letter != got {
+            differences.push(format!(
+                "dead_letter: expected entries {dead_letter:?}, got {got:?}"
+            ));
+        }
+    }
+    differences
+}
+
+/// A long application label (a UUID) cut to its first group, for the step column.
+fn short(label: &str) -> String {
+    if label.chars().count() > 12 {
+        label.chars().take(8).collect::<String>() + "~"
+    } else {
+        label.to_owned()
+    }
+}
+
+/// Cuts `text` to `width` characters, marking a cut with `~`.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_owned()
+    } else {
+        let kept: String = text.chars().take(width.saturating_sub(1)).collect();
+        kept + "~"
+    }
+}
+
+fn step_text(scenario: &Scenario, step: &Step) -> String {
+    let crash_text = |crash: &Option<Crash>| match crash {
+        None => String::new(),
+        Some(Crash::BeforeCommit) => ", crash pre-commit".into(),
+        Some(Crash::AfterCommit) => ", crash post-commit".into(),
+    };
+    match step {
+        Step::Post { request, fault } => match fault {
+            None => format!("post {request}"),
+            Some(PostFault::ResponseLost) => format!("post {request}, answer lost"),
+            Some(PostFault::StreamUnavailable) => format!("post {request}, stream down"),
+        },
+        Step::Consume { consumer, crash } => format!("consume {consumer}{}", crash_text(crash)),
+        Step::Recover { consumer, crash } => format!("recover {consumer}{}", crash_text(crash)),
+        Step::Claim { consumer, crash } => format!("claim {consumer}{}", crash_text(crash)),
+        Step::Upgrade {
+            application,
+            material_version,
+        } => format!(
+            "upgrade {} to v{material_version}",
+            short(&scenario.label(application))
+        ),
+        Step::Poison => "poison".into(),
+    }
+}
+
+fn decision_text(step: &StepReport) -> String {
+    let read = match &step.read {
+        Some(Read::OwnPending) => " (pending)",
+        Some(Read::Claimed { .. }) => " (claimed)",
+        _ => "",
+    };
+    match &step.decision {
+        Some(Decision::Verdict(verdict)) => format!("{}{read}", verdict.as_str()),
+        Some(Decision::Retry { .. }) => format!("retry{read}"),
+        Some(Decision::DeadLetter { .. }) => format!("dead letter{read}"),
+        Some(Decision::Dropped { .. }) => format!("dropped{read}"),
+        None if step.crash.is_some() => format!("none{read}"),
+        None => "-".into(),
+    }
+}
+
+/// The report as a table for people (at most 120 columns), then the end and the verdict.
+pub fn render_table(report: &Report) -> String {
+    const HEAD: [&str; 9] = [
+        "#", "step", "HTTP", "entry", "inbox", "ack", "pend", "facts", "ready",
+    ];
+    const WIDTH: [usize; 9] = [3, 29, 29, 5, 21, 3, 4, 5, 5];
+    let single_app = report.end.ready.len() == 1;
+    let mut out = String::new();
+    let _ = writeln!(out, "facts replay: {} ({})", report.name, report.fixture);
+    let row = |cells: [String; 9]| {
+        let mut line = String::new();
+        for (column, cell) in cells.iter().enumerate() {
+            let cell = fit(cell, WIDTH[column]);
+            if column + 1 == cells.len() {
+                line.push_str(&cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ", width = WIDTH[column]);
+            }
+        }
+        line.trim_end().to_owned() + "\n"
+    };
+    out.push_str(&row(HEAD.map(String::from)));
+    for step in &report.steps {
+        let http = step.response.map_or("-".into(), |response| {
+            format!("{} {}", response.status(), response.reason())
+        });
+        let ack = match step.acknowledged {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        let ready = if single_app {
+            if step.ready.is_empty() { "no" } else { "yes" }.to_owned()
+        } else {
+            format!("{}/{}", step.ready.len(), report.end.ready.len())
+        };
+        let what = match &step.note {
+            Some(note) if step.decision.is_none() && step.response.is_none() => note.clone(),
+            _ => decision_text(step),
+        };
+        out.push_str(&row([
+            step.index.to_string(),
+            step.step_label.clone(),
+            http,
+            step.entry.map_or("-".into(), |entry| entry.to_string()),
+            what,
+            ack.to_owned(),
+            step.pending.to_string(),
+            step.facts.to_string(),
+            ready,
+        ]));
+    }
+    let end = &report.end;
+    let facts: Vec<String> = end
+        .facts
+        .iter()
+        .map(|(source, id)| format!("{source}/{id}"))
+        .collect();
+    let ready: Vec<String> = end
+        .ready
+        .iter()
+        .map(|(label, ready)| format!("{label}={}", if *ready { "READY" } else { "not ready" }))
+        .collect();
+    let _ = writeln!(out);
+    let _ = writeln!(out, "facts:        {}", list(&facts));
+    let _ = writeln!(
+        out,
+        "deliveries:   {} duplicate, {} conflict, {} late mismatch",
+        end.duplicates, end.conflicts, end.late_mismatches
+    );
+    let _ = writeln!(out, "ready:        {}", list(&ready));
+    if !end.open_conflicts.is_empty() {
+        let _ = writeln!(out, "conflicts:    {}", end.open_conflicts.join(", "));
+    }
+    let dead: Vec<String> = end
+        .dead_letter
+        .iter()
+        .map(|dead| format!("entry {} ({})", dead.entry, fit(&dead.reason, 90)))
+        .collect();
+    let _ = writeln!(out, "pending:      {}", end.pending);
+    let _ = writeln!(out, "dead letter:  {}", list(&dead));
+    if !end.unsettled.is_empty() {
+        let ids: Vec<String> = end.unsettled.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            out,
+            "unsettled:    entries {} (202 without a verdict)",
+            ids.join(", ")
+        );
+    }
+    for label in &report.stale_ready {
+        let _ = writeln!(out, "STALE READY:  {label}");
+    }
+    for violation in &report.violations {
+        let _ = writeln!(
+            out,
+            "VIOLATED:     {} at step {}",
+            violation.property, violation.step
+        );
+    }
+    if !report.expect_checked {
+        let _ = writeln!(out, "expect:       none in the fixture");
+    } else if report.differences.is_empty() {
+        let _ = writeln!(out, "expect:       holds");
+    } else {
+        let _ = writeln!(out, "expect:       DOES NOT HOLD");
+        for difference in &report.differences {
+            let _ = writeln!(out, "  - {difference}");
+        }
+    }
+    out
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(", ")
+    }
+}

@@ -1,0 +1,635 @@
+//! The facts pipeline as plain data (applications, stream, consumer group, consumers, inbox,
+//! dead letters, HTTP answers) and the one [`transition`] that moves it a [`Step`] forward.
+//!
+//! Replay walks a fixture's schedule through [`transition`]; a model checker explores every
+//! schedule through the same function. The [`World`] keeps no audit trail, only the state
+//! the properties need (it stays small and hashable); what a step did comes back as a
+//! [`StepOutcome`].
+//!
+//! The model's clock does not move between steps: a `claim` is taken to happen after
+//! `min_idle` has passed for the entries it takes over.
+
+use super::application::{AppKey, Applications};
+use super::envelope::{parse_json_object, Envelope, Source};
+use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
+use super::ingress::{Admission, IngressConfig, Request, Response};
+use super::mutants::{admit_under, consume_under, upgrade_refreshes_ready, Mutant};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+/// A stream entry id: 1, 2, 3... in append order.
+pub type EntryId = u32;
+
+/// The default `max_deliveries` of the poison rule.
+pub const DEFAULT_MAX_DELIVERIES: u32 = 3;
+
+/// The body the `poison` step writes into the stream: not a valid envelope.
+pub const POISON_BODY: &str = "{\"schema_version\":\"1\",\"source\":";
+
+/// A consumer of the group, by name (`c1`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Consumer(pub String);
+
+impl fmt::Display for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a consumer crashes while handling an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Crash {
+    /// After reading, before the inbox transaction commits: nothing is recorded.
+    BeforeCommit,
+    /// After the inbox transaction commits, before `XACK`.
+    AfterCommit,
+}
+
+/// What goes wrong with a `post`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PostFault {
+    /// The receiver answers but the answer never reaches the sender, which will post the
+    /// same request again (a second stream entry if it passes ingress again).
+    ResponseLost,
+    /// The stream cannot be written: the answer is 503, nothing is appended, and the
+    /// sender will post again.
+    StreamUnavailable,
+}
+
+/// One step of the pipeline, in domain terms.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Request `request` reaches ingress; an accepted one is appended to the stream.
+    Post {
+        /// The request number.
+        request: u32,
+        /// What goes wrong, if anything.
+        fault: Option<PostFault>,
+    },
+    /// The consumer reads its own oldest pending entry, else the next new one, decides it
+    /// in one inbox transaction, commits, and acknowledges.
+    Consume {
+        /// Who.
+        consumer: Consumer,
+        /// Where it crashes, if it does.
+        crash: Option<Crash>,
+    },
+    /// A consumer restarts and re-reads its own oldest pending entry (`XREADGROUP ... 0`).
+    Recover {
+        /// Who.
+        consumer: Consumer,
+        /// Where it crashes again, if it does.
+        crash: Option<Crash>,
+    },
+    /// The consumer takes over the oldest entry pending in another consumer
+    /// (`XAUTOCLAIM`) and handles it.
+    Claim {
+        /// Who.
+        consumer: Consumer,
+        /// Where it crashes, if it does.
+        crash: Option<Crash>,
+    },
+    /// A material upgrade of an application.
+    Upgrade {
+        /// Which application.
+        application: AppKey,
+        /// Its new material version.
+        material_version: u64,
+    },
+    /// Something other than ingress writes an unparseable entry into the stream.
+    Poison,
+}
+
+/// A request as the sender posts it, with the receiver's clock at arrival.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PostedRequest {
+    /// Its number.
+    pub number: u32,
+    /// The receiver's clock when it arrives (Unix seconds).
+    pub received_at: i64,
+    /// `X-Acme-Source`.
+    pub source: Option<String>,
+    /// `X-Acme-Signature`.
+    pub signature: Option<String>,
+    /// The raw body.
+    pub body: Vec<u8>,
+}
+
+impl PostedRequest {
+    /// The request as ingress sees it.
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            source: self.source.as_deref(),
+            signature: self.signature.as_deref(),
+            body: &self.body,
+        }
+    }
+}
+
+/// What does not change during a run: ingress setup, the requests, the poison budget.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Setup {
+    /// Ingress limits and keys.
+    pub config: IngressConfig,
+    /// The requests, by number.
+    pub requests: BTreeMap<u32, PostedRequest>,
+    /// Deliveries before an unprocessable entry is dead-lettered.
+    pub max_deliveries: u32,
+    /// The wrong pipeline to run instead of the contract's (`None`: the contract's).
+    pub mutant: Option<Mutant>,
+}
+
+/// What a stream entry carries.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Payload {
+    /// An envelope that passed ingress.
+    Envelope(Arc<Envelope>),
+    /// A body that is not a valid envelope.
+    Unparseable(Arc<str>),
+}
+
+/// A stream entry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Entry {
+    /// Its id.
+    pub id: EntryId,
+    /// The source it was accepted for (none for an entry ingress did not write).
+    pub source: Option<Source>,
+    /// The request it came from (none for an entry ingress did not write).
+    pub request: Option<u32>,
+    /// Its content.
+    pub payload: Payload,
+}
+
+/// An entry delivered to a consumer and not yet acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pending {
+    /// Who holds it.
+    pub consumer: Consumer,
+    /// How many times it has been delivered.
+    pub deliveries: u32,
+}
+
+/// The pipeline's state.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct World {
+    /// The applications as they stand.
+    pub applications: Applications,
+    /// The stream; entry `n` is at index `n - 1`.
+    pub stream: Vec<Entry>,
+    /// The consumer group's last delivered id: later entries are new (`>`).
+    pub last_delivered: EntryId,
+    /// The group's pending entries list.
+    pub pending: BTreeMap<EntryId, Pending>,
+    /// The entry each crashed consumer was handling; such a consumer is down until
+    /// `recover`.
+    pub in_hand: BTreeMap<Consumer, EntryId>,
+    /// The inbox.
+    pub inbox: Inbox,
+    /// Entries whose verdict the inbox has committed (written in the same transaction).
+    pub committed: BTreeSet<EntryId>,
+    /// The dead-letter stream, by original entry id, with the reason (idempotent: a copy
+    /// written twice by a consumer that crashed before `XACK` is one entry).
+    pub dead_letter: BTreeMap<EntryId, String>,
+    /// Every HTTP answer given, in order: (request number, answer).
+    pub responses: Vec<(u32, Response)>,
+    /// Requests the sender will post again (their answer was lost, or was 503).
+    pub owed: BTreeSet<u32>,
+}
+
+/// How a consumer got the entry it handled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Read {
+    /// A new entry (`>`).
+    New,
+    /// Its own pending entry again (`0`).
+    OwnPending,
+    /// Taken over from another consumer (`XAUTOCLAIM`).
+    Claimed {
+        /// The consumer it was pending in.
+        from: Consumer,
+    },
+}
+
+/// What the consumer decided on an entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The inbox verdict, committed.
+    Verdict(Verdict),
+    /// Not a valid envelope, retried later (left pending).
+    Retry {
+        /// Why it cannot be processed.
+        reason: String,
+    },
+    /// Not a valid envelope, copied to the dead-letter stream.
+    DeadLetter {
+        /// Why it cannot be processed.
+        reason: String,
+    },
+    /// Not a valid envelope, acknowledged and dropped (only the `ack-and-drop-poison`
+    /// mutant does this).
+    Dropped {
+        /// Why it could not be processed.
+        reason: String,
+    },
+}
+
+/// One entry handled by a consumer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handled {
+    /// Who.
+    pub consumer: Consumer,
+    /// How it got the entry.
+    pub read: Read,
+    /// The entry.
+    pub entry: EntryId,
+    /// Its delivery count, this delivery included.
+    pub deliveries: u32,
+    /// Where the consumer crashed, if it did.
+    pub crash: Option<Crash>,
+    /// The decision; none when the consumer crashed before commit.
+    pub decision: Option<Decision>,
+    /// Whether the entry was acknowledged (`XACK`).
+    pub acknowledged: bool,
+}
+
+/// What a step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// A request went through ingress.
+    Posted {
+        /// The request.
+        request: u32,
+        /// The answer given.
+        response: Response,
+        /// Why it was refused, for people.
+        detail: Option<String>,
+        /// The stream entry appended, if any.
+        entry: Option<EntryId>,
+        /// What went wrong, if anything.
+        fault: Option<PostFault>,
+    },
+    /// A consumer handled an entry.
+    Handled(Handled),
+    /// The consumer had nothing to read.
+    Idle(Consumer),
+    /// The consumer is down (it crashed): only `recover` brings it back.
+    ConsumerDown(Consumer),
+    /// An application's material moved on.
+    Upgraded {
+        /// Which.
+        application: AppKey,
+        /// Its version before.
+        from: u64,
+        /// Its version now.
+        to: u64,
+    },
+    /// An upgrade that could not apply (unknown application, or not a newer version).
+    UpgradeRefused {
+        /// Which.
+        application: AppKey,
+        /// Why.
+        why: String,
+    },
+    /// An unparseable entry was written into the stream.
+    Poisoned(EntryId),
+}
+
+impl World {
+    /// The start: these applications, an empty stream, inbox and group.
+    pub fn initial(applications: Applications) -> World {
+        World {
+            applications,
+            stream: Vec::new(),
+            last_delivered: 0,
+            pending: BTreeMap::new(),
+            in_hand: BTreeMap::new(),
+            inbox: Inbox::new(),
+            committed: BTreeSet::new(),
+            dead_letter: BTreeMap::new(),
+            responses: Vec::new(),
+            owed: BTreeSet::new(),
+        }
+    }
+
+    /// The stream entry with this id.
+    pub fn entry(&self, id: EntryId) -> Option<&Entry> {
+        id.checked_sub(1)
+            .and_then(|index| self.stream.get(index as usize))
+    }
+
+    /// Whether an entry has been delivered and acknowledged.
+    pub fn acknowledged(&self, id: EntryId) -> bool {
+        id <= self.last_delivered && !self.pending.contains_key(&id)
+    }
+
+    /// Whether a consumer is down.
+    pub fn is_down(&self, consumer: &Consumer) -> bool {
+        self.in_hand.contains_key(consumer)
+    }
+
+    /// Whether every entry has been delivered and acknowledged.
+    pub fn is_drained(&self) -> bool {
+        self.pending.is_empty() && self.last_delivered as usize == self.stream.len()
+    }
+
+    fn append(
+        &mut self,
+        source: Option<Source>,
+        request: Option<u32>,
+        payload: Payload,
+    ) -> EntryId {
+        let id = EntryId::try_from(self.stream.len() + 1).expect("fewer than 2^32 entries");
+        self.stream.push(Entry {
+            id,
+            source,
+            request,
+            payload,
+        });
+        id
+    }
+}
+
+/// Moves `world` one step forward and says what happened. Every step is enabled in every
+/// world: a step that cannot act (a down consumer, nothing to read, a refused upgrade)
+/// changes nothing and says so.
+pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome {
+    match step {
+        Step::Post { request, fault } => post(setup, world, *request, *fault),
+        Step::Consume { consumer, crash } => {
+            if world.is_down(consumer) {
+                return StepOutcome::ConsumerDown(consumer.clone());
+            }
+            let own = own_pending(world, consumer);
+            let read = match own {
+                Some(id) => Some((id, Read::OwnPending)),
+                None if (world.last_delivered as usize) < world.stream.len() => {
+                    world.last_delivered += 1;
+                    Some((world.last_delivered, Read::New))
+                }
+                None => None,
+            };
+            match read {
+                Some((id, read)) => handle(setup, world, consumer, id, read, *crash),
+                None => StepOutcome::Idle(consumer.clone()),
+            }
+        }
+        Step::Recover { consumer, crash } => {
+            world.in_hand.remove(consumer);
+            match own_pending(world, consumer) {
+                Some(id) => handle(setup, world, consumer, id, Read::OwnPending, *crash),
+                None => StepOutcome::Idle(consumer.clone()),
+            }
+        }
+        Step::Claim { consumer, crash } => {
+            if world.is_down(consumer) {
+                return StepOutcome::ConsumerDown(consumer.clone());
+            }
+            let other = world
+                .pending
+                .iter()
+                .find(|(_, pending)| pending.consumer != *consumer)
+                .map(|(&id, pending)| (id, pending.consumer.clone()));
+            match other {
+                // A down former holder keeps its `in_hand` note; its pending list no
+                // longer has the entry, so its `recover` will not see it again.
+                Some((id, from)) => {
+                    handle(setup, world, consumer, id, Read::Claimed { from }, *crash)
+                }
+                None => StepOutcome::Idle(consumer.clone()),
+            }
+        }
+        Step::Upgrade {
+            application,
+            material_version,
+        } => match world.applications.upgrade(application, *material_version) {
+            Ok(from) => {
+                if upgrade_refreshes_ready(setup.mutant) {
+                    world.inbox.refresh_ready(&world.applications);
+                }
+                StepOutcome::Upgraded {
+                    application: application.clone(),
+                    from,
+                    to: *material_version,
+                }
+            }
+            Err(error) => StepOutcome::UpgradeRefused {
+                application: application.clone(),
+                why: error.to_string(),
+            },
+        },
+        Step::Poison => {
+            let id = world.append(None, None, Payload::Unparseable(Arc::from(POISON_BODY)));
+            StepOutcome::Poisoned(id)
+        }
+    }
+}
+
+fn post(setup: &Setup, world: &mut World, number: u32, fault: Option<PostFault>) -> StepOutcome {
+    let posted = setup
+        .requests
+        .get(&number)
+        .expect("schedules post requests the setup has");
+    let admission = admit_under(
+        setup.mutant,
+        &posted.request(),
+        posted.received_at,
+        &setup.config,
+        &world.applications,
+    );
+    let (response, detail, entry) = match admission {
+        Admission::Reject(rejection) => (rejection.response(), rejection.detail, None),
+        Admission::Accept(_) if fault == Some(PostFault::StreamUnavailable) => {
+            (Response::unavailable(), None, None)
+        }
+        Admission::Accept(envelope) => {
+            let source = envelope.source();
+            let id = world.append(
+                Some(source),
+                Some(number),
+                Payload::Envelope(Arc::new(envelope)),
+            );
+            (Response::accepted(), None, Some(id))
+        }
+    };
+    world.responses.push((number, response));
+    let resend = fault == Some(PostFault::ResponseLost) || response == Response::Unavailable;
+    if resend {
+        world.owed.insert(number);
+    } else {
+        world.owed.remove(&number);
+    }
+    StepOutcome::Posted {
+        request: number,
+        response,
+        detail,
+        entry,
+        fault,
+    }
+}
+
+fn own_pending(world: &World, consumer: &Consumer) -> Option<EntryId> {
+    world
+        .pending
+        .iter()
+        .find(|(_, pending)| pending.consumer == *consumer)
+        .map(|(&id, _)| id)
+}
+
+/// Delivers entry `id` to `consumer` (the pending list now names it, its delivery count
+/// goes up), decides it in one inbox transaction, commits, then acknowledges; a crash cuts
+/// this short where it says.
+fn handle(
+    setup: &Setup,
+    world: &mut World,
+    consumer: &Consumer,
+    id: EntryId,
+    read: Read,
+    crash: Option<Crash>,
+) -> StepOutcome {
+    let deliveries = {
+        let pending = world.pending.entry(id).or_insert(Pending {
+            consumer: consumer.clone(),
+            deliveries: 0,
+        });
+        pending.consumer = consumer.clone();
+        pending.deliveries += 1;
+        pending.deliveries
+    };
+    let mut handled = Handled {
+        consumer: consumer.clone(),
+        read,
+        entry: id,
+        deliveries,
+        crash,
+        decision: None,
+        acknowledged: false,
+    };
+    if setup.mutant == Some(Mutant::AckBeforeCommit) {
+        world.pending.remove(&id);
+        handled.acknowledged = true;
+    }
+    if crash == Some(Crash::BeforeCommit) {
+        world.in_hand.insert(consumer.clone(), id);
+        return StepOutcome::Handled(handled);
+    }
+    let entry = world.entry(id).expect("pending entries exist").clone();
+    let decision = match &entry.payload {
+        Payload::Envelope(envelope) => {
+            let seen = world.committed.contains(&id);
+            let verdict = consume_under(
+                setup.mutant,
+                &mut world.inbox,
+                &world.applications,
+                envelope,
+                seen,
+            );
+            world.committed.insert(id);
+            Decision::Verdict(verdict)
+        }
+        Payload::Unparseable(body) => {
+            let reason = unprocessable_reason(entry.source, body);
+            match on_unprocessable(deliveries, setup.max_deliveries) {
+                _ if setup.mutant == Some(Mutant::AckAndDropPoison) => Decision::Dropped { reason },
+                PoisonAction::Retry => Decision::Retry { reason },
+                PoisonAction::DeadLetter => {
+                    world.dead_letter.insert(id, reason.clone());
+                    Decision::DeadLetter { reason }
+                }
+            }
+        }
+    };
+    let ack = !matches!(decision, Decision::Retry { .. }) && crash.is_none();
+    handled.decision = Some(decision);
+    if crash == Some(Crash::AfterCommit) {
+        world.in_hand.insert(consumer.clone(), id);
+    }
+    if ack && !handled.acknowledged {
+        debug_assert!(
+            setup.mutant.is_some()
+                || world.committed.contains(&id)
+                || world.dead_letter.contains_key(&id),
+            "ack-after-commit: entry {id} acknowledged without a committed verdict"
+        );
+        world.pending.remove(&id);
+        handled.acknowledged = true;
+    }
+    StepOutcome::Handled(handled)
+}
+
+/// Why an unparseable entry cannot be processed.
+fn unprocessable_reason(source: Option<Source>, body: &str) -> String {
+    let error = match source {
+        Some(source) => Envelope::parse(body.as_bytes(), source)
+            .err()
+            .map(|e| e.to_string()),
+        None => match parse_json_object(body.as_bytes()) {
+            Err(problem) => Some(format!("not one JSON object: {problem}")),
+            Ok(_) => Some("the entry names no source".to_owned()),
+        },
+    };
+    error.unwrap_or_else(|| "not a valid envelope".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_world_is_plain_hashable_data() {
+        fn model_state<T: Clone + std::hash::Hash + Eq + fmt::Debug>() {}
+        model_state::<World>();
+        model_state::<Step>();
+    }
+
+    #[test]
+    fn a_down_consumer_must_recover_before_it_consumes() {
+        let setup = Setup {
+            config: IngressConfig::new(BTreeMap::new()),
+            requests: BTreeMap::new(),
+            max_deliveries: 2,
+            mutant: None,
+        };
+        let mut world = World::initial(Applications::new());
+        let c1 = Consumer("c1".into());
+        let consume = |crash| Step::Consume {
+            consumer: c1.clone(),
+            crash,
+        };
+        assert_eq!(
+            transition(&setup, &mut world, &Step::Poison),
+            StepOutcome::Poisoned(1)
+        );
+        let outcome = transition(&setup, &mut world, &consume(Some(Crash::BeforeCommit)));
+        assert!(matches!(
+            outcome,
+            StepOutcome::Handled(Handled { decision: None, .. })
+        ));
+        assert_eq!(
+            transition(&setup, &mut world, &consume(None)),
+            StepOutcome::ConsumerDown(c1.clone())
+        );
+        let recover = Step::Recover {
+            consumer: c1.clone(),
+            crash: None,
+        };
+        let StepOutcome::Handled(handled) = transition(&setup, &mut world, &recover) else {
+            panic!("the pending entry is read again");
+        };
+        assert_eq!(handled.deliveries, 2);
+        assert!(matches!(
+            handled.decision,
+            Some(Decision::DeadLetter { .. })
+        ));
+        assert!(handled.acknowledged && world.is_drained());
+        assert_eq!(world.dead_letter.keys().collect::<Vec<_>>(), [&1]);
+    }
+}

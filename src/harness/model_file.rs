@@ -1,0 +1,63 @@
+//! Model files: TOML read into a protocol's typed model file, with errors that name the
+//! line, the key and the problem; and which protocol a fixture speaks.
+
+use super::input::{plain_types, InputError};
+use serde::de::DeserializeOwned;
+use std::path::Path;
+
+/// Reads a model file into `T` (whose serde attributes reject unknown keys).
+pub fn parse<T: DeserializeOwned>(path: &Path) -> Result<T, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|error| {
+        let place = match error.span() {
+            Some(span) => {
+                let start = span.start.min(text.len());
+                let before = &text[..start];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+                // Name the key when the error sits on one `key = value` line.
+                let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+                let line_text = text[line_start..].lines().next().unwrap_or("");
+                let on_one_line = !text[start..span.end.min(text.len())].contains('\n');
+                match line_text.split_once('=') {
+                    Some((key, _)) if on_one_line && !key.trim().is_empty() => {
+                        format!("line {line}:{column} (key `{}`)", key.trim())
+                    }
+                    // A missing key is reported over the whole table.
+                    _ if start == 0 && !on_one_line => "top level".into(),
+                    _ => format!("line {line}:{column}"),
+                }
+            }
+            None => "model file".into(),
+        };
+        // toml's syntax messages run over two lines ("invalid string\nexpected ...").
+        let message = plain_types(error.message().trim()).replace('\n', "; ");
+        let message = if text.parse::<toml::Table>().is_err() {
+            format!("not valid TOML: {message}")
+        } else {
+            message
+        };
+        InputError::invalid(path, place, message)
+    })
+}
+
+/// The protocol a model file's fixture speaks: the fixture's top-level `"protocol"` (`card`
+/// when absent). Reads only as much as it needs; a fixture that cannot be read or parsed is
+/// left for the protocol's own loader to report.
+pub fn fixture_protocol(model: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(model).ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    let fixture = table.get("fixture")?.as_str()?;
+    let path = model.parent().unwrap_or(Path::new(".")).join(fixture);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    Some(
+        json.get("protocol")
+            .and_then(|protocol| protocol.as_str())
+            .unwrap_or("card")
+            .to_owned(),
+    )
+}

@@ -1,0 +1,142 @@
+//! The facts pipeline model end to end: the acceptance run passes under every order with
+//! lost answers, both kinds of crash and a takeover (and with an upgrade at any point);
+//! every facts mutant is caught by its named property with a shortest trace that replays;
+//! every property has a model that catches it.
+
+use arrival::facts::fixture::Scenario;
+use arrival::facts::model::{load_model, run, LoadedModel};
+use arrival::facts::mutants::Mutant;
+use arrival::facts::properties::Property;
+use arrival::facts::replay::replay;
+use arrival::harness::report::{render, ModelReport};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn load(path: &str) -> LoadedModel {
+    load_model(Path::new(path), None).unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn check(loaded: &LoadedModel, out: Option<&Path>) -> ModelReport {
+    run(loaded, out, false).unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn coverage(report: &ModelReport, name: &str) -> u64 {
+    report.coverage.get(name).copied().unwrap_or_default()
+}
+
+#[test]
+fn the_acceptance_run_passes_with_a_lost_answer_both_crashes_and_a_takeover() {
+    let loaded = load("models/acmeflow-wf14.toml");
+    let file = &loaded.file;
+    assert!(file.lost_responses >= 1 && file.takeovers >= 1 && file.consumers >= 2);
+    assert!(file.crashes_before_commit >= 1 && file.crashes_after_commit >= 1);
+    let report = check(&loaded, None);
+    assert_eq!(report.verdict, "pass", "{}", render(&report));
+    for name in Property::NAMES {
+        let status = report.properties.iter().find(|p| p.name == name);
+        assert_eq!(status.map(|p| p.status.as_str()), Some("holds"), "{name}");
+    }
+    // The faults were really taken: takeovers, resends (duplicates) and rejections.
+    for name in ["claimed", "duplicate", "accepted", "http-202", "http-400"] {
+        assert!(coverage(&report, name) > 0, "{name} unreached");
+    }
+    assert!(report.unique_states > 10_000, "{}", report.unique_states);
+}
+
+#[test]
+fn the_acceptance_run_with_an_upgrade_at_any_point_passes() {
+    let report = check(&load("models/acmeflow-wf14-upgrade.toml"), None);
+    assert_eq!(report.verdict, "pass", "{}", render(&report));
+    assert!(coverage(&report, "upgraded") > 0);
+    assert!(
+        coverage(&report, "late_mismatch") > 0,
+        "an entry outlived its version"
+    );
+}
+
+#[test]
+fn a_poison_entry_is_dead_lettered_and_the_rest_keeps_flowing() {
+    let report = check(&load("models/acmeflow-poison.toml"), None);
+    assert_eq!(report.verdict, "pass", "{}", render(&report));
+    assert!(coverage(&report, "retry") > 0 && coverage(&report, "dead_letter") > 0);
+}
+
+#[test]
+fn every_facts_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
+    let out = std::env::temp_dir().join(format!("arrival-facts-traces-{}", std::process::id()));
+    let mut caught = BTreeSet::new();
+    for mutant in Mutant::ALL {
+        let Some(property) = mutant.caught_by() else {
+            continue; // accept-stale-signature: tests/facts_ingress.rs
+        };
+        let path = format!("models/acmeflow-mutant-{}.toml", mutant.name());
+        let loaded = load(&path);
+        assert_eq!(loaded.policy, mutant.name(), "{path}");
+        assert_eq!(
+            loaded.expected,
+            Some(property),
+            "{path} against the catalogue"
+        );
+        let report = check(&loaded, Some(&out));
+        assert!(report.as_expected, "{}", render(&report));
+        caught.insert(property);
+        let trace = report
+            .properties
+            .iter()
+            .find(|p| p.name == property.name())
+            .and_then(|p| p.trace.as_ref())
+            .expect("a violated property has a trace");
+        let written = trace.fixture.as_ref().expect("written with trace_out");
+        let mut scenario = Scenario::load(Path::new(written)).expect("the trace loads");
+        assert_eq!(
+            scenario.schedule.as_ref().map(Vec::len),
+            Some(trace.steps.len())
+        );
+        let under_spec = replay(&scenario);
+        assert!(
+            under_spec.violations.is_empty(),
+            "{written}: {under_spec:?}"
+        );
+        scenario.setup.mutant = Some(mutant);
+        let under_mutant = replay(&scenario);
+        assert_eq!(
+            under_mutant.violations.first().map(|v| v.property.as_str()),
+            Some(property.name()),
+            "{written}"
+        );
+        // The model under the contract's policy passes the same scenario.
+        let spec = load_model(Path::new(&path), Some("spec")).expect("loads");
+        assert_eq!(check(&spec, None).verdict, "pass", "{path} under spec");
+    }
+    let all: BTreeSet<Property> = Property::ALL.into_iter().collect();
+    assert_eq!(caught, all, "every facts property is some mutant's");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn the_kept_facts_traces_still_replay() {
+    let mut count = 0;
+    for entry in std::fs::read_dir("fixtures/regressions").expect("folder exists") {
+        let path: PathBuf = entry.expect("readable").path();
+        if !arrival::facts::fixture::is_facts_file(&path) {
+            continue;
+        }
+        count += 1;
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (mutant, property) = name
+            .trim_start_matches("acmeflow-mutant-")
+            .trim_end_matches(".json")
+            .split_once('.')
+            .expect("mutant.property.json");
+        let mut scenario = Scenario::load(&path).expect("loads");
+        assert!(replay(&scenario).violations.is_empty(), "{name} under spec");
+        scenario.setup.mutant = Some(mutant.parse().expect("a facts mutant"));
+        let report = replay(&scenario);
+        assert_eq!(
+            report.violations.first().map(|v| v.property.as_str()),
+            Some(property),
+            "{name}"
+        );
+    }
+    assert!(count >= 7, "{count} facts traces");
+}
