@@ -192,18 +192,7 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
     if file.threads == 0 {
         return Err(InputError::invalid(path, "threads", "must be at least 1"));
     }
-    let fixture_path = path.parent().unwrap_or(Path::new(".")).join(&file.fixture);
-    // Name the model file and its `fixture` key, then what is wrong with the fixture.
-    let scenario = Scenario::load(&fixture_path).map_err(|error| match error {
-        InputError::Io { file, source } => InputError::invalid(
-            path,
-            "fixture",
-            format!("cannot read {}: {source}", file.display()),
-        ),
-        invalid @ InputError::Invalid { .. } => {
-            InputError::invalid(path, "fixture", format!("bad fixture: {invalid}"))
-        }
-    })?;
+    let scenario = crate::harness::model_file::load_fixture(path, &file.fixture, Scenario::load)?;
     if let Some(budgets) = &per_delivery {
         if let Some(number) = budgets
             .keys()

@@ -209,79 +209,17 @@ pub struct Scenario {
 impl Scenario {
     /// Reads and validates a fixture file.
     pub fn load(file: &Path) -> Result<Scenario, InputError> {
-        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
-            file: file.to_owned(),
-            source,
-        })?;
+        let text = crate::harness::input::read_text(file)?;
         Scenario::parse(file, &text)
     }
 
     /// Parses and validates fixture text; `file` names it in errors.
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, InputError> {
-        if text.starts_with('\u{feff}') {
-            return Err(InputError::invalid(
-                file,
-                "line 1:1",
-                "the file starts with a UTF-8 byte-order mark, which JSON does not allow; save it without one",
-            ));
-        }
-        let deserializer = &mut serde_json::Deserializer::from_str(text);
-        let raw: RawFixture =
-            serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {
-                // Valid JSON that is not an object: serde would talk about `struct RawFixture`.
-                if let Ok(value) = serde_json::from_str::<Value>(text) {
-                    if !value.is_object() {
-                        let kind = match value {
-                            Value::Null => "null",
-                            Value::Bool(_) => "a boolean",
-                            Value::Number(_) => "a number",
-                            Value::String(_) => "a string",
-                            Value::Array(_) => "an array",
-                            Value::Object(_) => unreachable!("checked"),
-                        };
-                        return InputError::invalid(
-                            file,
-                            "top level",
-                            format!(
-                            "a fixture is a JSON object with `initial` and `deliveries`, not {kind}"
-                        ),
-                        );
-                    }
-                }
-                let inner = error.inner();
-                // serde_path_to_error writes `?` for a map key not read yet: drop it.
-                let path = error.path().to_string();
-                let path = path.trim_end_matches(".?");
-                let category = inner.classify();
-                let at_root = path == "." || path == "?" || path.is_empty();
-                let place = if at_root && category == serde_json::error::Category::Data {
-                    format!("top level (line {}:{})", inner.line(), inner.column())
-                } else if at_root {
-                    format!("line {}:{}", inner.line(), inner.column())
-                } else {
-                    format!("{path} (line {}:{})", inner.line(), inner.column())
-                };
-                let message =
-                    crate::harness::input::plain_types(&strip_position(&inner.to_string()));
-                let message = match category {
-                    serde_json::error::Category::Syntax => format!("not valid JSON: {message}"),
-                    serde_json::error::Category::Eof if text.trim().is_empty() => {
-                        "the file is empty (expected a JSON object)".to_owned()
-                    }
-                    serde_json::error::Category::Eof => {
-                        format!("the JSON ends early (truncated?): {message}")
-                    }
-                    _ => message,
-                };
-                InputError::invalid(file, place, message)
-            })?;
-        deserializer.end().map_err(|error| {
-            InputError::invalid(
-                file,
-                format!("line {}:{}", error.line(), error.column()),
-                "more content after the fixture's JSON object",
-            )
-        })?;
+        let raw: RawFixture = crate::harness::input::parse_json(
+            file,
+            text,
+            "a fixture is a JSON object with `initial` and `deliveries`",
+        )?;
         Scenario::from_raw(file, raw)
     }
 
@@ -528,12 +466,4 @@ fn typed_expect(
         unresolved_refs,
         paused,
     })
-}
-
-/// serde_json appends " at line L column C"; the place already says it.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(at) => message[..at].to_owned(),
-        None => message.to_owned(),
-    }
 }

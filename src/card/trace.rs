@@ -94,21 +94,12 @@ pub fn report(
     );
     let written = match out_dir {
         None => None,
-        Some(dir) => {
-            let stem = loaded.path.file_stem().map_or_else(
-                || "model".into(),
-                |stem| stem.to_string_lossy().into_owned(),
-            );
-            let path = dir.join(format!("{stem}.{property}.json"));
-            let io = |source| InputError::Io {
-                file: path.clone(),
-                source,
-            };
-            std::fs::create_dir_all(dir).map_err(io)?;
-            let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise");
-            std::fs::write(&path, text + "\n").map_err(io)?;
-            Some(path.display().to_string())
-        }
+        Some(dir) => Some(crate::harness::model_file::write_trace(
+            dir,
+            &loaded.path,
+            property.name(),
+            &raw,
+        )?),
     };
     Ok(TraceReport {
         steps: steps

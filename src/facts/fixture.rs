@@ -9,7 +9,7 @@ use super::application::{AppKey, Application, Applications};
 use super::envelope::Source;
 use super::ingress::{IngressConfig, Reason, Response, Secret, DEFAULT_MAX_BODY_BYTES};
 use super::world::{Consumer, Crash, PostFault, PostedRequest, Setup, Step};
-use crate::harness::input::{plain_types, InputError};
+use crate::harness::input::InputError;
 use crate::harness::timestamp::parse_rfc3339;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -247,43 +247,17 @@ pub fn is_facts_file(path: &Path) -> bool {
 impl Scenario {
     /// Reads and validates a facts fixture file.
     pub fn load(file: &Path) -> Result<Scenario, InputError> {
-        let text = std::fs::read_to_string(file).map_err(|source| InputError::Io {
-            file: file.to_owned(),
-            source,
-        })?;
+        let text = crate::harness::input::read_text(file)?;
         Scenario::parse(file, &text)
     }
 
     /// Parses and validates fixture text; `file` names it in errors.
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, InputError> {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let raw: RawFixture =
-            serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-                let inner = error.inner();
-                let path = error.path().to_string();
-                let path = path.trim_end_matches(".?");
-                let position = format!("line {}:{}", inner.line(), inner.column());
-                let at_root = path == "." || path == "?" || path.is_empty();
-                let place = if at_root && inner.classify() == serde_json::error::Category::Data {
-                    format!("top level ({position})")
-                } else if at_root {
-                    position
-                } else {
-                    format!("{path} ({position})")
-                };
-                let message = inner.to_string();
-                let message = message
-                    .rfind(" at line ")
-                    .map_or(message.as_str(), |at| &message[..at]);
-                InputError::invalid(file, place, plain_types(message))
-            })?;
-        deserializer.end().map_err(|error| {
-            InputError::invalid(
-                file,
-                format!("line {}:{}", error.line(), error.column()),
-                "more content after the fixture's JSON object",
-            )
-        })?;
+        let raw: RawFixture = crate::harness::input::parse_json(
+            file,
+            text,
+            "a facts fixture is a JSON object with `protocol`, `secrets`, `applications` and `requests`",
+        )?;
         Scenario::from_raw(file, &raw)
     }
 

@@ -538,17 +538,7 @@ pub fn load_model(path: &Path, policy: Option<&str>) -> Result<LoadedModel, Inpu
     if file.threads == 0 {
         return Err(InputError::invalid(path, "threads", "must be at least 1"));
     }
-    let fixture = path.parent().unwrap_or(Path::new(".")).join(&file.fixture);
-    let scenario = Scenario::load(&fixture).map_err(|error| match error {
-        InputError::Io { file, source } => InputError::invalid(
-            path,
-            "fixture",
-            format!("cannot read {}: {source}", file.display()),
-        ),
-        invalid @ InputError::Invalid { .. } => {
-            InputError::invalid(path, "fixture", format!("bad fixture: {invalid}"))
-        }
-    })?;
+    let scenario = crate::harness::model_file::load_fixture(path, &file.fixture, Scenario::load)?;
     let upgrade = match (file.upgrade, scenario.applications.iter().next()) {
         (false, _) => None,
         (true, Some((key, application))) => Some((key.clone(), application.material_version + 1)),
@@ -670,19 +660,12 @@ fn trace(
             ));
             raw.schedule = Some(steps.iter().map(raw_step).collect());
             raw.expect = None;
-            let stem = loaded.path.file_stem().map_or_else(
-                || "model".into(),
-                |stem| stem.to_string_lossy().into_owned(),
-            );
-            let path = dir.join(format!("{stem}.{property}.json"));
-            let io = |source| InputError::Io {
-                file: path.clone(),
-                source,
-            };
-            std::fs::create_dir_all(dir).map_err(io)?;
-            let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise");
-            std::fs::write(&path, text + "\n").map_err(io)?;
-            Some(path.display().to_string())
+            Some(crate::harness::model_file::write_trace(
+                dir,
+                &loaded.path,
+                property.name(),
+                &raw,
+            )?)
         }
     };
     Ok(TraceReport {

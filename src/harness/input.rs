@@ -26,6 +26,14 @@ pub enum InputError {
     },
 }
 
+/// Reads a whole text file, or says which file could not be read.
+pub fn read_text(file: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(file).map_err(|source| InputError::Io {
+        file: file.to_owned(),
+        source,
+    })
+}
+
 impl InputError {
     /// A file that does not follow its format: where, and what is wrong.
     pub fn invalid(file: &Path, place: impl Into<String>, message: impl Into<String>) -> Self {
@@ -51,4 +59,80 @@ pub fn plain_types(message: &str) -> String {
         .replace("expected a sequence", "expected a JSON array")
         .replace("invalid type: sequence", "invalid type: array")
         .replace("invalid type: map", "invalid type: object")
+}
+
+/// Parses a JSON file's text into `T`, with errors that name the place (a JSON path with
+/// line:column) and say the problem in the file's words: not JSON, truncated, empty, not an
+/// object (`what` says what the file should be), a byte-order mark, trailing content.
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    text: &str,
+    what: &str,
+) -> Result<T, InputError> {
+    use serde_json::Value;
+    if text.starts_with('\u{feff}') {
+        return Err(InputError::invalid(
+                file,
+                "line 1:1",
+                "the file starts with a UTF-8 byte-order mark, which JSON does not allow; save it without one",
+            ));
+    }
+    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {
+        // Valid JSON that is not an object: serde would talk about `struct RawFixture`.
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            if !value.is_object() {
+                let kind = match value {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::String(_) => "a string",
+                    Value::Array(_) => "an array",
+                    Value::Object(_) => unreachable!("checked"),
+                };
+                return InputError::invalid(file, "top level", format!("{what}, not {kind}"));
+            }
+        }
+        let inner = error.inner();
+        // serde_path_to_error writes `?` for a map key not read yet: drop it.
+        let path = error.path().to_string();
+        let path = path.trim_end_matches(".?");
+        let category = inner.classify();
+        let at_root = path == "." || path == "?" || path.is_empty();
+        let place = if at_root && category == serde_json::error::Category::Data {
+            format!("top level (line {}:{})", inner.line(), inner.column())
+        } else if at_root {
+            format!("line {}:{}", inner.line(), inner.column())
+        } else {
+            format!("{path} (line {}:{})", inner.line(), inner.column())
+        };
+        let message = plain_types(&strip_position(&inner.to_string()));
+        let message = match category {
+            serde_json::error::Category::Syntax => format!("not valid JSON: {message}"),
+            serde_json::error::Category::Eof if text.trim().is_empty() => {
+                "the file is empty (expected a JSON object)".to_owned()
+            }
+            serde_json::error::Category::Eof => {
+                format!("the JSON ends early (truncated?): {message}")
+            }
+            _ => message,
+        };
+        InputError::invalid(file, place, message)
+    })?;
+    deserializer.end().map_err(|error| {
+        InputError::invalid(
+            file,
+            format!("line {}:{}", error.line(), error.column()),
+            "more content after the JSON object",
+        )
+    })?;
+    Ok(value)
+}
+
+/// serde_json appends " at line L column C"; the place already says it.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
 }

@@ -7,10 +7,7 @@ use std::path::Path;
 
 /// Reads a model file into `T` (whose serde attributes reject unknown keys).
 pub fn parse<T: DeserializeOwned>(path: &Path) -> Result<T, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        file: path.to_owned(),
-        source,
-    })?;
+    let text = super::input::read_text(path)?;
     toml::from_str(&text).map_err(|error| {
         let place = match error.span() {
             Some(span) => {
@@ -60,4 +57,47 @@ pub fn fixture_protocol(model: &Path) -> Option<String> {
             .unwrap_or("card")
             .to_owned(),
     )
+}
+
+/// Loads the fixture a model file names (`fixture`, relative to the model file) with the
+/// protocol's `load`. A fixture that cannot be read or is bad is reported against the model
+/// file's `fixture` key, followed by what is wrong with the fixture.
+pub fn load_fixture<T>(
+    model: &Path,
+    fixture: &str,
+    load: impl FnOnce(&Path) -> Result<T, InputError>,
+) -> Result<T, InputError> {
+    let path = model.parent().unwrap_or(Path::new(".")).join(fixture);
+    load(&path).map_err(|error| match error {
+        InputError::Io { file, source } => InputError::invalid(
+            model,
+            "fixture",
+            format!("cannot read {}: {source}", file.display()),
+        ),
+        invalid @ InputError::Invalid { .. } => {
+            InputError::invalid(model, "fixture", format!("bad fixture: {invalid}"))
+        }
+    })
+}
+
+/// Writes a counterexample fixture as `DIR/MODEL-STEM.PROPERTY.json` and returns its path.
+pub fn write_trace(
+    dir: &Path,
+    model: &Path,
+    property: &str,
+    fixture: &impl serde::Serialize,
+) -> Result<String, InputError> {
+    let stem = model.file_stem().map_or_else(
+        || "model".into(),
+        |stem| stem.to_string_lossy().into_owned(),
+    );
+    let path = dir.join(format!("{stem}.{property}.json"));
+    let io = |source| InputError::Io {
+        file: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let text = serde_json::to_string_pretty(fixture).expect("fixtures serialise");
+    std::fs::write(&path, text + "\n").map_err(io)?;
+    Ok(path.display().to_string())
 }
