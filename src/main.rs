@@ -9,6 +9,9 @@ use arrival::card::fixture::Scenario;
 use arrival::card::policy::PolicyName;
 use arrival::card::sweep::SweepOptions;
 use arrival::card::{replay, table};
+use arrival::harness::explore::Strategy;
+use arrival::harness::junit::ExtraSuite;
+use arrival::harness::model_file::Overrides;
 use arrival::harness::InputError;
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -66,13 +69,60 @@ enum Command {
         /// No progress lines on stderr.
         #[arg(long)]
         quiet: bool,
+        /// Also write the results as JUnit XML to this file (one suite per model, one case
+        /// per property, a `verdict` case per model).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Checker threads (overrides the model files).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Search strategy: `bfs` (shortest traces) or `dfs` (little memory).
+        #[arg(long, value_parser = parse_strategy)]
+        strategy: Option<Strategy>,
+        /// Stop after about N states (the verdict is then `incomplete`).
+        #[arg(long, value_name = "N")]
+        state_limit: Option<usize>,
+        /// Fault budgets, comma-separated: card models `D,L,C,E` (duplicates, lost acks,
+        /// crashes, expiries); facts models `L,CB,CA,T,P,U` (lost answers, crashes before and
+        /// after commit, takeovers, poison entries, upgrade 0 or 1).
+        #[arg(long, value_delimiter = ',', value_name = "LIST")]
+        budgets: Option<Vec<u8>>,
+        /// The properties to check, comma-separated (overrides the model files).
+        #[arg(long, value_delimiter = ',', value_name = "LIST")]
+        properties: Option<Vec<String>>,
     },
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
     Gen(arrival::card::generate::GenOptions),
 }
 
+/// What `--help` adds: every policy and property by protocol, and the exit statuses.
+fn catalogue() -> String {
+    let card_properties: Vec<&str> = arrival::card::properties::Property::NAMES.to_vec();
+    let facts_policies: Vec<&str> = std::iter::once("spec")
+        .chain(
+            arrival::facts::mutants::Mutant::ALL
+                .iter()
+                .map(|m| m.name()),
+        )
+        .collect();
+    format!(
+        "Policies (--policy):\n  card:  {}\n  facts: {}\n\nProperties (--properties):\n  card:  {}\n  facts: {}\n\nExit status:\n  0  everything as expected (a model's expected verdict, a fixture's expect)\n  1  something is not as expected\n  2  bad input: the message names the file, the place and the problem",
+        PolicyName::all_names().join(", "),
+        facts_policies.join(", "),
+        card_properties.join(", "),
+        arrival::facts::properties::Property::NAMES.join(", "),
+    )
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command()
+        .mut_subcommand("check", |check| check.after_help(catalogue()))
+        .mut_subcommand("replay", |replay| replay.after_help(catalogue()));
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     let result = match cli.command {
         Command::Replay {
             fixture,
@@ -89,6 +139,12 @@ fn main() -> ExitCode {
             trace_out,
             explore,
             quiet,
+            junit,
+            threads,
+            strategy,
+            state_limit,
+            budgets,
+            properties,
         } => {
             let options = CheckRun {
                 policy,
@@ -96,6 +152,14 @@ fn main() -> ExitCode {
                 trace_out,
                 explore,
                 quiet,
+                junit,
+                overrides: Overrides {
+                    threads,
+                    strategy,
+                    state_limit,
+                    properties,
+                    budgets,
+                },
             };
             sweep_options(sweep, seed, &options)
                 .and_then(|sweep| run_check(&models, sweep, &options))
@@ -174,6 +238,16 @@ struct CheckRun {
     trace_out: Option<PathBuf>,
     explore: Option<String>,
     quiet: bool,
+    junit: Option<PathBuf>,
+    overrides: Overrides,
+}
+
+fn parse_strategy(text: &str) -> Result<Strategy, String> {
+    match text {
+        "bfs" => Ok(Strategy::Bfs),
+        "dfs" => Ok(Strategy::Dfs),
+        other => Err(format!("`{other}` is not a strategy: `bfs` or `dfs`")),
+    }
 }
 
 fn sweep_options(
@@ -202,12 +276,16 @@ enum Loaded {
     Facts(arrival::facts::model::LoadedModel),
 }
 
-fn load(path: &Path, policy: Option<&str>) -> Result<Loaded, InputError> {
+fn load(path: &Path, options: &CheckRun) -> Result<Loaded, InputError> {
+    let policy = options.policy.as_deref();
+    let overrides = &options.overrides;
     match arrival::harness::model_file::fixture_protocol(path).as_deref() {
-        Some("facts") => arrival::facts::model::load_model(path, policy).map(Loaded::Facts),
+        Some("facts") => {
+            arrival::facts::model::load_model_with(path, policy, overrides).map(Loaded::Facts)
+        }
         _ => {
             let policy = policy.map(card_policy).transpose()?;
-            check::load_model(path, policy).map(Loaded::Card)
+            check::load_model_with(path, policy, overrides).map(Loaded::Card)
         }
     }
 }
@@ -220,7 +298,7 @@ fn run_check(
     // Read every model file first: bad input stops the run before any work is done.
     let loaded = models
         .iter()
-        .map(|path| load(path, options.policy.as_deref()))
+        .map(|path| load(path, options))
         .collect::<Result<Vec<_>, _>>()?;
     if let (Some(address), Some(first)) = (&options.explore, loaded.first()) {
         eprintln!(
@@ -263,6 +341,17 @@ fn run_check(
     };
     let all_as_expected = reports.iter().all(|report| report.as_expected)
         && swept.as_ref().is_none_or(|report| report.as_expected);
+    if let Some(file) = &options.junit {
+        let extra: Vec<ExtraSuite> = swept
+            .iter()
+            .map(arrival::card::sweep::junit_suite)
+            .collect();
+        let xml = arrival::harness::junit::document(&reports, &extra);
+        std::fs::write(file, xml).map_err(|source| InputError::Io {
+            file: file.clone(),
+            source,
+        })?;
+    }
     if options.json {
         let mut document = serde_json::json!({ "models": reports });
         if let Some(report) = &swept {

@@ -716,3 +716,124 @@ fn check_of_the_ignore_pause_model_under_the_spec_policy_exits_1() {
     );
     assert!(out.contains("NOT AS EXPECTED"), "{out}");
 }
+
+/// Validates a JUnit file against `tests/schema/junit.xsd` with `xmllint`.
+fn validate_junit(file: &std::path::Path) {
+    let validated = Command::new("xmllint")
+        .args(["--noout", "--schema", "tests/schema/junit.xsd"])
+        .arg(file)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("xmllint is needed to validate JUnit output ({error}): install libxml2-utils (`apt-get install libxml2-utils`)")
+        });
+    assert!(
+        validated.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&validated.stderr)
+    );
+}
+
+#[test]
+fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_failure() {
+    let dir = std::env::temp_dir().join(format!("arrival-junit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("out.xml");
+    let out = arrival(&[
+        "check",
+        "--quiet",
+        "--junit",
+        file.to_str().unwrap(),
+        "models/b62-15-split.toml",
+        "models/mutant-ignore-pause.toml",
+        "models/acmeflow-mutant-ack-before-commit.toml",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testsuite ").count(), 3);
+    // Ten properties, the opt-in one and the verdict for each card model.
+    let cases = |suite: &str| {
+        let start = xml.find(&format!("<testsuite name=\"{suite}\"")).unwrap();
+        let end = start + xml[start..].find("</testsuite>").unwrap();
+        xml[start..end].matches("<testcase ").count()
+    };
+    assert_eq!(cases("models/b62-15-split.toml"), 12);
+    assert!(!xml[..xml.find("models/mutant-ignore-pause.toml").unwrap()].contains("<failure"));
+    // The mutant's violation is a failure carrying its shortest trace in domain terms.
+    assert!(
+        xml.contains("paused-frozen violated (the model file expects this violation) in 2 steps: 1. deliver #9 e-204; 2. deliver #10 e-205"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("c1 consumes, crashes before the inbox commit"),
+        "{xml}"
+    );
+    // The verdict cases pass: every model is as expected.
+    assert!(!xml.contains("not as expected"), "{xml}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn check_flags_override_the_model_file() {
+    // b62-15 with no faults at all is much smaller than the file's D=L=C=1.
+    let out = arrival(&[
+        "check",
+        "--quiet",
+        "--json",
+        "--budgets",
+        "0,0,0,0",
+        "--strategy",
+        "bfs",
+        "--threads",
+        "1",
+        "--properties",
+        "convergence,version-monotonic",
+        "models/b62-15.toml",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let model = &report["models"][0];
+    assert_eq!(model["unique_states"], 64_400, "{model}");
+    let status = |name: &str| {
+        model["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status("convergence"), "holds");
+    assert_eq!(status("paused-frozen"), "not checked");
+    // A wrong number of budgets is bad input, named.
+    let bad = arrival(&["check", "--budgets", "1,2", "models/b62-15.toml"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("--budgets") && stderr.contains("takes 4 budgets"),
+        "{stderr}"
+    );
+    // --help lists the policies, the properties and the exit codes.
+    let help = arrival(&["check", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "ack-before-commit",
+        "reevaluate-conflicted-first",
+        "ready-converges",
+        "authority-current",
+        "Exit status",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from --help");
+    }
+}

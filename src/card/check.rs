@@ -13,6 +13,7 @@ use crate::card::policy::PolicyName;
 use crate::card::properties::{Properties, Property};
 use crate::card::trace;
 pub use crate::harness::explore::Strategy;
+use crate::harness::model_file::Overrides;
 pub use crate::harness::report::{render, ModelReport, PropertyReport, TraceReport};
 use crate::harness::InputError;
 use crate::harness::{self, check::Subject, explore::Settings, Checked};
@@ -132,7 +133,31 @@ pub struct LoadedModel {
 
 /// Reads a model file and its fixture; `policy` overrides the file's policy.
 pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel, InputError> {
-    let file: ModelFile = crate::harness::model_file::parse(path)?;
+    load_model_with(path, policy, &Overrides::default())
+}
+
+/// The fault budgets `--budgets` sets for card models, in order.
+pub const BUDGETS: [&str; 4] = ["duplicates", "lost_acks", "crashes", "expiries"];
+
+/// Reads a model file with command-line overrides of its run options.
+pub fn load_model_with(
+    path: &Path,
+    policy: Option<PolicyName>,
+    overrides: &Overrides,
+) -> Result<LoadedModel, InputError> {
+    let mut file: ModelFile = crate::harness::model_file::parse(path)?;
+    overrides.apply(
+        &mut file.threads,
+        &mut file.strategy,
+        &mut file.state_limit,
+        &mut file.properties,
+    );
+    if let Some(budgets) = overrides.budgets(path, &BUDGETS)? {
+        file.duplicates = budgets[0];
+        file.lost_acks = budgets[1];
+        file.crashes = budgets[2];
+        file.expiries = budgets[3];
+    }
     let file_policy: PolicyName = file
         .policy
         .parse()

@@ -281,3 +281,25 @@ pub fn render(report: &SweepReport) -> String {
 pub fn fixture_path(dir: &Path, policy: PolicyName, seed: u64, property: &str) -> PathBuf {
     dir.join(format!("sweep-{policy}-{seed}.{property}.json"))
 }
+
+/// The sweep as a JUnit suite: one case per policy, failing when it is not as expected.
+pub fn junit_suite(report: &SweepReport) -> crate::harness::junit::ExtraSuite {
+    crate::harness::junit::ExtraSuite {
+        name: format!("sweep of {} fixtures (seed {})", report.count, report.seed),
+        cases: report
+            .policies
+            .iter()
+            .map(|policy| {
+                let failure = (!policy.as_expected).then(|| match policy.expected.as_str() {
+                    "pass" => format!(
+                        "{} broke {:?}; first: {:?}",
+                        policy.policy, policy.violations, policy.first
+                    ),
+                    property => format!("{} was not caught by {property}", policy.policy),
+                });
+                (policy.policy.clone(), failure)
+            })
+            .collect(),
+        seconds: report.seconds,
+    }
+}

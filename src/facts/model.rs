@@ -14,6 +14,7 @@ use super::world::{
 };
 use crate::harness::check::{check_parts, Subject};
 use crate::harness::explore::{Settings, Strategy};
+use crate::harness::model_file::Overrides;
 use crate::harness::report::{ModelReport, TraceReport};
 use crate::harness::{InputError, Protocol};
 use serde::{Deserialize, Serialize};
@@ -491,7 +492,40 @@ pub struct LoadedModel {
 
 /// Reads a facts model file and its fixture; `policy` overrides the file's.
 pub fn load_model(path: &Path, policy: Option<&str>) -> Result<LoadedModel, InputError> {
-    let file: ModelFile = crate::harness::model_file::parse(path)?;
+    load_model_with(path, policy, &Overrides::default())
+}
+
+/// The fault budgets `--budgets` sets for facts models, in order.
+pub const BUDGETS: [&str; 6] = [
+    "lost_responses",
+    "crashes_before_commit",
+    "crashes_after_commit",
+    "takeovers",
+    "poison",
+    "upgrade",
+];
+
+/// Reads a facts model file with command-line overrides of its run options.
+pub fn load_model_with(
+    path: &Path,
+    policy: Option<&str>,
+    overrides: &Overrides,
+) -> Result<LoadedModel, InputError> {
+    let mut file: ModelFile = crate::harness::model_file::parse(path)?;
+    overrides.apply(
+        &mut file.threads,
+        &mut file.strategy,
+        &mut file.state_limit,
+        &mut file.properties,
+    );
+    if let Some(budgets) = overrides.budgets(path, &BUDGETS)? {
+        file.lost_responses = budgets[0];
+        file.crashes_before_commit = budgets[1];
+        file.crashes_after_commit = budgets[2];
+        file.takeovers = budgets[3];
+        file.poison = budgets[4];
+        file.upgrade = budgets[5] > 0;
+    }
     let policy = policy.unwrap_or(&file.policy).to_owned();
     let mutant = match policy.as_str() {
         "spec" => None,

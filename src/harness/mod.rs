@@ -13,6 +13,7 @@
 pub mod check;
 pub mod explore;
 pub mod input;
+pub mod junit;
 pub mod model_file;
 pub mod report;
 pub mod timestamp;

@@ -1,6 +1,7 @@
 //! Model files: TOML read into a protocol's typed model file, with errors that name the
 //! line, the key and the problem; and which protocol a fixture speaks.
 
+use super::explore::Strategy;
 use super::input::{plain_types, InputError};
 use serde::de::DeserializeOwned;
 use std::path::Path;
@@ -100,4 +101,61 @@ pub fn write_trace(
     let text = serde_json::to_string_pretty(fixture).expect("fixtures serialise");
     std::fs::write(&path, text + "\n").map_err(io)?;
     Ok(path.display().to_string())
+}
+
+/// Run options given on the command line, overriding the model file's.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--threads`.
+    pub threads: Option<usize>,
+    /// `--strategy`.
+    pub strategy: Option<Strategy>,
+    /// `--state-limit`.
+    pub state_limit: Option<usize>,
+    /// `--properties` (names; the protocol checks them).
+    pub properties: Option<Vec<String>>,
+    /// `--budgets`: the protocol's fault budgets in its own order.
+    pub budgets: Option<Vec<u8>>,
+}
+
+impl Overrides {
+    /// Applies the common options to a model file's fields.
+    pub fn apply(
+        &self,
+        threads: &mut usize,
+        strategy: &mut Strategy,
+        state_limit: &mut Option<usize>,
+        properties: &mut Option<Vec<String>>,
+    ) {
+        if let Some(value) = self.threads {
+            *threads = value;
+        }
+        if let Some(value) = self.strategy {
+            *strategy = value;
+        }
+        if let Some(value) = self.state_limit {
+            *state_limit = Some(value);
+        }
+        if let Some(value) = &self.properties {
+            *properties = Some(value.clone());
+        }
+    }
+
+    /// The budgets, checked to be exactly `names.len()` numbers (named in the error).
+    pub fn budgets(&self, model: &Path, names: &[&str]) -> Result<Option<Vec<u8>>, InputError> {
+        match &self.budgets {
+            None => Ok(None),
+            Some(values) if values.len() == names.len() => Ok(Some(values.clone())),
+            Some(values) => Err(InputError::invalid(
+                model,
+                "--budgets",
+                format!(
+                    "this model takes {} budgets ({}), not {}",
+                    names.len(),
+                    names.join(","),
+                    values.len()
+                ),
+            )),
+        }
+    }
 }
