@@ -87,6 +87,11 @@ fn every_facts_mutant_is_caught_by_its_named_property_with_a_trace_that_replays(
             .and_then(|p| p.trace.as_ref())
             .expect("a violated property has a trace");
         let written = trace.fixture.as_ref().expect("written with trace_out");
+        let svg = std::fs::read_to_string(written.replace(".json", ".svg")).expect(".svg");
+        assert!(svg.contains("consumer c1") && svg.contains(&format!("VIOLATED {property}")));
+        assert!(std::fs::read_to_string(written.replace(".json", ".mmd"))
+            .expect(".mmd")
+            .contains("participant L0 as source"));
         let mut scenario = Scenario::load(Path::new(written)).expect("the trace loads");
         assert_eq!(
             scenario.schedule.as_ref().map(Vec::len),

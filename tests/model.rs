@@ -144,6 +144,12 @@ fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
         assert!(!trace.steps.is_empty());
         // The written fixture replays: the mutant breaks the property, SPEC does not.
         let written = trace.fixture.as_ref().expect("written with trace_out");
+        // The sequence diagram beside it: Mermaid text and an SVG, the violation marked.
+        let mermaid = std::fs::read_to_string(written.replace(".json", ".mmd")).expect(".mmd");
+        assert!(mermaid.starts_with("sequenceDiagram") && mermaid.contains("VIOLATED"));
+        assert_eq!(mermaid, trace.mermaid);
+        let svg = std::fs::read_to_string(written.replace(".json", ".svg")).expect(".svg");
+        assert!(svg.starts_with("<svg") && svg.contains(&format!("VIOLATED {property}")));
         let scenario = Scenario::load(Path::new(written)).expect("trace fixture loads");
         assert_eq!(
             scenario.schedule.as_ref().map(Vec::len),

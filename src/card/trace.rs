@@ -14,7 +14,7 @@ use crate::card::model::describe_step;
 use crate::card::network::{Fault, Step};
 use crate::card::policy::Spec;
 use crate::card::properties::Property;
-use crate::card::replay::{replay_steps, Report};
+use crate::card::replay::{replay_steps, Report, StepReport};
 use crate::card::table;
 use crate::harness::InputError;
 use std::path::Path;
@@ -101,7 +101,12 @@ pub fn report(
             &raw,
         )?),
     };
+    let diagram = diagram(loaded, property, steps, &replayed);
+    if let Some(fixture) = &written {
+        crate::harness::model_file::write_diagram(fixture, &diagram)?;
+    }
     Ok(TraceReport {
+        mermaid: diagram.mermaid(),
         steps: steps
             .iter()
             .map(|step| describe_step(scenario, step))
@@ -109,4 +114,174 @@ pub fn report(
         fixture: written,
         table: table::render(&replayed),
     })
+}
+
+/// The lanes of a card trace.
+const SENDER: usize = 0;
+const NETWORK: usize = 1;
+const RECEIVER: usize = 2;
+const AUTHORITY: usize = 3;
+
+/// What a step changed, from the replay's state after it and after the step before.
+fn changes(before: Option<&StepReport>, after: &StepReport) -> Option<String> {
+    let parts = |step: &StepReport| -> (Vec<String>, Vec<String>, Vec<String>) {
+        let (cards, paused, held) = match step {
+            StepReport::Deliver {
+                cards,
+                paused,
+                held,
+                ..
+            }
+            | StepReport::Reconcile {
+                cards,
+                paused,
+                held,
+                ..
+            }
+            | StepReport::Expire {
+                cards,
+                paused,
+                held,
+                ..
+            } => (cards, paused, held),
+        };
+        let cards = cards
+            .iter()
+            .map(|(name, card)| format!("{name} v{} {}", card.version, card.state))
+            .collect();
+        (cards, paused.clone(), held.clone())
+    };
+    let (cards, paused, held) = parts(after);
+    let (cards_before, paused_before, held_before) =
+        before.map_or_else(|| (Vec::new(), Vec::new(), Vec::new()), parts);
+    let mut out = Vec::new();
+    let changed: Vec<&String> = cards
+        .iter()
+        .filter(|card| !cards_before.contains(card))
+        .collect();
+    if !changed.is_empty() && before.is_some() {
+        out.push(
+            changed
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    if paused != paused_before {
+        out.push(format!(
+            "paused: {}",
+            if paused.is_empty() {
+                "-".into()
+            } else {
+                paused.join(",")
+            }
+        ));
+    }
+    if held != held_before {
+        out.push(format!(
+            "held: {}",
+            if held.is_empty() {
+                "-".into()
+            } else {
+                held.join(",")
+            }
+        ));
+    }
+    (!out.is_empty()).then(|| out.join("; "))
+}
+
+/// The counterexample as a sequence diagram: sender, network, receiver (with its store) and
+/// authority; each step's decision and acknowledgement, what it changed, the violating step.
+pub fn diagram(
+    loaded: &LoadedModel,
+    property: Property,
+    steps: &[Step],
+    replayed: &Report,
+) -> crate::harness::diagram::Diagram {
+    use crate::harness::diagram::{Diagram, Message};
+    let scenario = &loaded.scenario;
+    let message = |from, to, label: String, lost, changed| Message {
+        from,
+        to,
+        label,
+        lost,
+        changed,
+    };
+    let mut rows = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        let report = &replayed.steps[index];
+        let changed = changes(index.checked_sub(1).map(|i| &replayed.steps[i]), report);
+        let row = match (step, report) {
+            (Step::Deliver { fault, .. }, StepReport::Deliver { decision, ack, .. }) => {
+                let what = describe_step(scenario, step);
+                let decided = decision
+                    .clone()
+                    .unwrap_or_else(|| "crash before record".into());
+                let mut row = match fault {
+                    Some(Fault::Duplicate) => {
+                        vec![message(
+                            NETWORK,
+                            RECEIVER,
+                            format!("{what}: {decided}"),
+                            false,
+                            changed,
+                        )]
+                    }
+                    _ => vec![message(
+                        SENDER,
+                        RECEIVER,
+                        format!("{what}: {decided}"),
+                        false,
+                        changed,
+                    )],
+                };
+                if let Some(ack) = ack {
+                    let lost = *fault == Some(Fault::AckLost);
+                    let to = if *fault == Some(Fault::Duplicate) {
+                        NETWORK
+                    } else {
+                        SENDER
+                    };
+                    row.push(message(RECEIVER, to, format!("ack {ack}"), lost, None));
+                }
+                row
+            }
+            (
+                Step::Reconcile(_),
+                StepReport::Reconcile {
+                    object_id, outcome, ..
+                },
+            ) => {
+                vec![message(
+                    AUTHORITY,
+                    RECEIVER,
+                    format!("reconcile {object_id}: {outcome}"),
+                    false,
+                    changed,
+                )]
+            }
+            _ => vec![message(
+                RECEIVER,
+                RECEIVER,
+                describe_step(scenario, step),
+                false,
+                changed,
+            )],
+        };
+        rows.push(row);
+    }
+    let violation = replayed
+        .violations
+        .first()
+        .map(|violation| (violation.step, violation.property.clone()))
+        .or_else(|| Some((steps.len(), property.name().to_owned())));
+    Diagram {
+        title: format!("{}: {} under {}", scenario.name, property, loaded.policy),
+        lanes: ["sender", "network", "receiver + store", "authority"]
+            .map(String::from)
+            .to_vec(),
+        steps: rows,
+        violation,
+    }
 }

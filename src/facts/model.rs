@@ -669,7 +669,9 @@ fn trace(
     let mut replayed = Scenario::clone(scenario);
     replayed.setup = Setup::clone(&loaded.model.setup);
     replayed.schedule = Some(steps.to_vec());
-    let table = super::replay::render_table(&super::replay::replay(&replayed));
+    let report = super::replay::replay(&replayed);
+    let table = super::replay::render_table(&report);
+    let diagram = diagram(loaded, property, &report);
     let written = match out_dir {
         None => None,
         Some(dir) => {
@@ -702,11 +704,148 @@ fn trace(
             )?)
         }
     };
+    if let Some(fixture) = &written {
+        crate::harness::model_file::write_diagram(fixture, &diagram)?;
+    }
     Ok(TraceReport {
+        mermaid: diagram.mermaid(),
         steps: steps.iter().map(describe_step).collect(),
         fixture: written,
         table,
     })
+}
+
+/// The counterexample as a sequence diagram: the source, ingress, the stream, each
+/// consumer and the inbox; each step's answer or verdict, what it changed (pending entries,
+/// facts, READY), the violating step.
+fn diagram(
+    loaded: &LoadedModel,
+    property: Property,
+    report: &super::replay::Report,
+) -> crate::harness::diagram::Diagram {
+    use crate::harness::diagram::{Diagram, Message};
+    let consumers = &loaded.model.consumers;
+    let (source, ingress, stream, inbox) = (0, 1, 2, 3 + consumers.len());
+    let lane_of = |consumer: &Consumer| {
+        3 + consumers
+            .iter()
+            .position(|known| known == consumer)
+            .unwrap_or_default()
+    };
+    let message = |from, to, label: String, lost, changed| Message {
+        from,
+        to,
+        label,
+        lost,
+        changed,
+    };
+    let mut before = (0, 0, Vec::new());
+    let mut rows = Vec::new();
+    for step in &report.steps {
+        let now = (step.pending, step.facts, step.ready.clone());
+        let changed = (now != before).then(|| {
+            format!(
+                "pending {}, facts {}, READY {}",
+                now.0,
+                now.1,
+                if now.2.is_empty() {
+                    "-".to_owned()
+                } else {
+                    now.2.join(",")
+                }
+            )
+        });
+        before = now;
+        let row = match (&step.step, &step.response) {
+            (Step::Post { request, fault }, Some(response)) => {
+                let mut row = vec![message(
+                    source,
+                    ingress,
+                    format!("POST #{request}"),
+                    false,
+                    None,
+                )];
+                if let Some(entry) = step.entry {
+                    row.push(message(
+                        ingress,
+                        stream,
+                        format!("XADD entry {entry}"),
+                        false,
+                        None,
+                    ));
+                }
+                let lost = *fault == Some(PostFault::ResponseLost);
+                let answer = format!("{} {}", response.status(), response.reason());
+                row.push(message(ingress, source, answer, lost, changed));
+                row
+            }
+            (Step::Upgrade { .. }, _) | (Step::Poison, _) => {
+                vec![message(
+                    stream,
+                    stream,
+                    step.step_label.clone(),
+                    false,
+                    changed,
+                )]
+            }
+            _ => match (&step.consumer, step.entry) {
+                (Some(consumer), Some(entry)) => {
+                    let lane = lane_of(consumer);
+                    let mut row = vec![message(
+                        stream,
+                        lane,
+                        format!("entry {entry} to {consumer}"),
+                        false,
+                        None,
+                    )];
+                    let verdict = match &step.decision {
+                        Some(Decision::Verdict(verdict)) => verdict.as_str().to_owned(),
+                        Some(Decision::Retry { .. }) => "retry".into(),
+                        Some(Decision::DeadLetter { .. }) => "dead letter".into(),
+                        Some(Decision::Dropped { .. }) => "dropped".into(),
+                        None => "crash before commit".into(),
+                    };
+                    row.push(message(lane, inbox, verdict, step.decision.is_none(), None));
+                    let acked = step.acknowledged == Some(true);
+                    let label = match step.crash {
+                        Some(_) if !acked => "crash: no XACK".to_owned(),
+                        _ if acked => format!("XACK {entry}"),
+                        _ => "no XACK (retried later)".to_owned(),
+                    };
+                    row.push(message(lane, stream, label, !acked, changed));
+                    row
+                }
+                _ => vec![message(
+                    stream,
+                    stream,
+                    step.step_label.clone(),
+                    false,
+                    changed,
+                )],
+            },
+        };
+        rows.push(row);
+    }
+    let mut lanes = vec!["source".to_owned(), "ingress".into(), "stream".into()];
+    lanes.extend(
+        consumers
+            .iter()
+            .map(|consumer| format!("consumer {consumer}")),
+    );
+    lanes.push("inbox".into());
+    Diagram {
+        title: format!(
+            "{}: {} under {}",
+            loaded.model.scenario.name, property, loaded.policy
+        ),
+        lanes,
+        steps: rows,
+        violation: report
+            .violations
+            .first()
+            .map(|violation| (violation.step, violation.property.clone()))
+            .or_else(|| Some((report.steps.len(), property.name().to_owned()))),
+    }
 }
 
 /// Checks one facts model file.

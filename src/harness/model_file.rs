@@ -159,3 +159,18 @@ impl Overrides {
         }
     }
 }
+
+/// Writes a counterexample's diagram beside its fixture: `STEM.mmd` (Mermaid) and
+/// `STEM.svg`, where `fixture` is the `.json` path [`write_trace`] returned.
+pub fn write_diagram(fixture: &str, diagram: &super::diagram::Diagram) -> Result<(), InputError> {
+    let base = Path::new(fixture).with_extension("");
+    for (extension, text) in [("mmd", diagram.mermaid()), ("svg", diagram.svg())] {
+        let path = base.with_extension(format!(
+            "{}.{extension}",
+            base.extension()
+                .map_or_else(String::new, |e| e.to_string_lossy().into_owned())
+        ));
+        std::fs::write(&path, text).map_err(|source| InputError::Io { file: path, source })?;
+    }
+    Ok(())
+}

@@ -30,6 +30,9 @@ pub struct TraceReport {
     pub fixture: Option<String>,
     /// The step table, as replay prints it under the checked policy.
     pub table: String,
+    /// The trace as a Mermaid sequence diagram.
+    #[serde(default)]
+    pub mermaid: String,
 }
 
 /// One model's result.
