@@ -41,6 +41,10 @@ enum Command {
         /// Replay under this policy: `spec` (default) or a mutant's name (card or facts).
         #[arg(long, default_value = "spec")]
         policy: String,
+        /// Card tables: every cell on one line and every card after every step (the default
+        /// fits 120 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Model-check fixtures under every reordering, duplicate, lost ack and crash.
     Check {
@@ -128,8 +132,9 @@ fn main() -> ExitCode {
             fixture,
             json,
             policy,
+            wide,
         } => replay_facts(&fixture, json, &policy)
-            .unwrap_or_else(|| run_replay(&fixture, json, &policy)),
+            .unwrap_or_else(|| run_replay(&fixture, json, wide, &policy)),
         Command::Check {
             models,
             sweep,
@@ -219,12 +224,14 @@ fn card_policy(name: &str) -> Result<PolicyName, InputError> {
     })
 }
 
-fn run_replay(fixture: &Path, json: bool, policy: &str) -> Result<bool, InputError> {
+fn run_replay(fixture: &Path, json: bool, wide: bool, policy: &str) -> Result<bool, InputError> {
     let policy = card_policy(policy)?;
     let scenario = Scenario::load(fixture)?;
     let report = replay::replay(&scenario, policy.0, &policy.to_string());
     if json {
         print(&(serde_json::to_string_pretty(&report).expect("reports serialise") + "\n"));
+    } else if wide {
+        print(&table::render_wide(&report));
     } else {
         print(&table::render(&report));
     }
@@ -312,9 +319,11 @@ fn run_check(
         }
         return Ok(true);
     }
+    // Progress lines only for a person watching: never with --quiet or into a file or pipe.
+    let progress = !options.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let card_options = CheckOptions {
         trace_out: options.trace_out.clone(),
-        progress: !options.quiet,
+        progress,
     };
     let mut reports = Vec::new();
     for model in &loaded {

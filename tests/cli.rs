@@ -837,3 +837,29 @@ fn check_flags_override_the_model_file() {
         assert!(text.contains(needle), "{needle} missing from --help");
     }
 }
+
+#[test]
+fn replay_tables_fit_in_120_columns_unless_wide() {
+    for fixture in [
+        "fixtures/B62-15-events.json",
+        "fixtures/every-decision.json",
+        "fixtures/acmeflow-wf14.json",
+        "fixtures/facts-faults.json",
+    ] {
+        let out = arrival(&["replay", fixture]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let widest = text
+            .lines()
+            .map(|line| line.chars().count())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            widest <= 120,
+            "{fixture}: a line of {widest} columns\n{text}"
+        );
+    }
+    let wide = arrival(&["replay", "--wide", "fixtures/B62-15-events.json"]);
+    let text = String::from_utf8_lossy(&wide.stdout);
+    assert!(text.lines().any(|line| line.chars().count() > 120));
+    assert!(text.contains("card-7 v14 {label:Map v2,stage:archived}; card-8"));
+}

@@ -37,6 +37,95 @@ fn list(items: &[String]) -> String {
     }
 }
 
+/// The cards of a step's report.
+fn step_cards(step: &StepReport) -> &BTreeMap<String, CardReport> {
+    match step {
+        StepReport::Deliver { cards, .. }
+        | StepReport::Reconcile { cards, .. }
+        | StepReport::Expire { cards, .. } => cards,
+    }
+}
+
+/// Splits `text` into lines of at most `width` characters, breaking after `,`, `;` or a
+/// space where it can.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(8);
+    let mut lines = Vec::new();
+    let mut rest: Vec<char> = text.chars().collect();
+    while rest.len() > width {
+        let cut = rest[..width]
+            .iter()
+            .rposition(|&c| c == ',' || c == ';' || c == ' ')
+            .map_or(width, |at| at + 1);
+        let line: String = rest[..cut].iter().collect();
+        lines.push(line.trim_end().to_owned());
+        rest = rest[cut..].to_vec();
+        while rest.first() == Some(&' ') {
+            rest.remove(0);
+        }
+    }
+    lines.push(rest.into_iter().collect());
+    lines
+}
+
+/// The table in at most [`NARROW`] columns: every column but the last (the cards after the
+/// step) capped and wrapped, then the cards the step changed on a line under it.
+fn narrow(report: &Report, rows: &[Vec<String>]) -> String {
+    // step, delivery, event, card, version, decision, ack, paused, held.
+    const CAPS: [usize; 9] = [4, 11, 8, 9, 9, 26, 15, 13, 15];
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row[..row.len() - 1].to_vec())
+        .collect();
+    let widths: Vec<usize> = (0..CAPS.len())
+        .map(|column| {
+            let natural = table
+                .iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0);
+            natural.min(CAPS[column])
+        })
+        .collect();
+    let mut out = String::new();
+    let mut previous: Option<&BTreeMap<String, CardReport>> = None;
+    for (index, row) in table.iter().enumerate() {
+        let cells: Vec<Vec<String>> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &width)| wrap(cell, width))
+            .collect();
+        let height = cells.iter().map(Vec::len).max().unwrap_or(1);
+        for line in 0..height {
+            let mut text = String::new();
+            for (column, cell) in cells.iter().enumerate() {
+                let part = cell.get(line).map_or("", String::as_str);
+                let _ = write!(text, "{part:<width$}  ", width = widths[column]);
+            }
+            out.push_str(text.trim_end());
+            out.push('\n');
+        }
+        // The header row has no step; a step's changed cards go under it.
+        if index == 0 {
+            continue;
+        }
+        let cards = step_cards(&report.steps[index - 1]);
+        let changed: BTreeMap<String, CardReport> = cards
+            .iter()
+            .filter(|(name, card)| previous.is_none_or(|before| before.get(*name) != Some(*card)))
+            .map(|(name, card)| (name.clone(), card.clone()))
+            .collect();
+        previous = Some(cards);
+        if !changed.is_empty() {
+            let indent = widths[0] + 2;
+            for line in wrap(&format!("-> {}", cards_text(&changed)), NARROW - indent) {
+                let _ = writeln!(out, "{:indent$}{line}", "");
+            }
+        }
+    }
+    out
+}
+
 /// Renders rows as aligned columns.
 fn columns(rows: &[Vec<String>]) -> String {
     let width = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -65,8 +154,22 @@ fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The whole report as text.
+/// The whole report as text that fits in 120 columns: long cells wrap inside their column,
+/// and the cards a step changed go on a line of their own under it.
 pub fn render(report: &Report) -> String {
+    layout(report, false)
+}
+
+/// The whole report as text with every cell on one line and every card after every step
+/// (`replay --wide`).
+pub fn render_wide(report: &Report) -> String {
+    layout(report, true)
+}
+
+/// The widest a narrow table gets.
+pub const NARROW: usize = 120;
+
+fn layout(report: &Report, wide: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "fixture {} (policy {})", report.fixture, report.policy);
     let mut rows = vec![[
@@ -183,7 +286,11 @@ pub fn render(report: &Report) -> String {
         };
         rows.push(row);
     }
-    out.push_str(&columns(&rows));
+    if wide {
+        out.push_str(&columns(&rows));
+    } else {
+        out.push_str(&narrow(report, &rows));
+    }
     let _ = writeln!(out, "\nfinal: {}", cards_text(&report.final_cards));
     let _ = writeln!(out, "paused: {}", list(&report.paused));
     let _ = writeln!(
