@@ -372,7 +372,7 @@ impl Faults for KillPlan {
             .rng
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .chance(0.3);
+            .chance(0.5);
         if hit
             && self
                 .left
