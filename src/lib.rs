@@ -36,6 +36,7 @@
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
+//! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills, load generator (all I/O of `facts`) |
 //!
 //! The binary (`src/main.rs`) is a thin command line over replay and check.
 
@@ -44,3 +45,4 @@
 pub mod card;
 pub mod facts;
 pub mod harness;
+pub mod pipeline;

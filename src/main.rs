@@ -97,6 +97,11 @@ enum Command {
     },
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
     Gen(arrival::card::generate::GenOptions),
+    /// The real facts pipeline: HTTP ingress, Redis Stream, SQLite inbox (docs/pipeline.md).
+    Pipeline {
+        #[command(subcommand)]
+        command: arrival::pipeline::cli::PipelineCommand,
+    },
 }
 
 /// What `--help` adds: every policy and property by protocol, and the exit statuses.
@@ -170,6 +175,7 @@ fn main() -> ExitCode {
                 .and_then(|sweep| run_check(&models, sweep, &options))
         }
         Command::Gen(options) => arrival::card::generate::run(&options).map(|()| true),
+        Command::Pipeline { command } => arrival::pipeline::cli::run(command),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -94,6 +94,34 @@ impl Inbox {
         Inbox::default()
     }
 
+    /// An inbox rebuilt from its parts, as a durable store keeps them (the part a decision
+    /// needs, loaded inside its transaction). Facts are filed under their own identity.
+    pub fn restore(
+        facts: impl IntoIterator<Item = Envelope>,
+        evidence: impl IntoIterator<Item = Envelope>,
+        late: BTreeSet<LateMismatch>,
+        open_conflicts: BTreeSet<AppKey>,
+        ready: BTreeSet<AppKey>,
+        counters: Counters,
+    ) -> Inbox {
+        Inbox {
+            facts: facts
+                .into_iter()
+                .map(|fact| (fact.fact_id(), Arc::new(fact)))
+                .collect(),
+            evidence: evidence.into_iter().map(Arc::new).collect(),
+            late,
+            open_conflicts,
+            ready,
+            counters,
+        }
+    }
+
+    /// The applications marked READY by the last transaction.
+    pub fn ready_marks(&self) -> &BTreeSet<AppKey> {
+        &self.ready
+    }
+
     /// The accepted facts, in identity order.
     pub fn facts(&self) -> impl Iterator<Item = &Envelope> {
         self.facts.values().map(|fact| &**fact)

@@ -393,7 +393,8 @@ fn end_report(scenario: &Scenario, world: &World) -> EndReport {
     }
 }
 
-fn compare(expect: &super::fixture::Expect, end: &EndReport) -> Vec<String> {
+/// Where an end report differs from a fixture's `expect`, one line each (empty: it holds).
+pub fn compare(expect: &super::fixture::Expect, end: &EndReport) -> Vec<String> {
     let mut differences = Vec::new();
     let answer = |response: Option<&Response>| match response {
         Some(response) => format!("{} {}", response.status(), response.reason()),

@@ -565,8 +565,8 @@ fn handle(
     StepOutcome::Handled(handled)
 }
 
-/// Why an unparseable entry cannot be processed.
-fn unprocessable_reason(source: Option<Source>, body: &str) -> String {
+/// Why an unparseable entry cannot be processed (`source`: the one it was accepted for).
+pub fn unprocessable_reason(source: Option<Source>, body: &str) -> String {
     let error = match source {
         Some(source) => Envelope::parse(body.as_bytes(), source)
             .err()

@@ -1,0 +1,402 @@
+//! The HTTP ingress and the running pipeline: a thin axum handler that limits the body
+//! before reading it, calls [`facts::ingress::admit`](crate::facts::ingress::admit) (or a
+//! mutant's) with the clock injected, and answers 202 only after `XADD` returned the
+//! entry id (503 when Redis cannot be written); [`start`] runs it with N consumers, and
+//! [`Running::shutdown`] stops accepting, lets the consumers finish the batch in hand, and
+//! returns.
+
+use super::consumer::{Consumer, ConsumerOptions, Faults, Point};
+use super::store;
+use super::stream::{self, Names};
+use crate::facts::application::Applications;
+use crate::facts::envelope::Source;
+use crate::facts::ingress::{Admission, IngressConfig, Reason, Request, Response, Secret};
+use crate::facts::mutants::{admit_under, Mutant};
+use crate::harness::InputError;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The path ingress answers on.
+pub const WEBHOOK_PATH: &str = "/webhook";
+/// The response header that names the stream entry of a 202.
+pub const ENTRY_HEADER: &str = "x-arrival-entry";
+/// How long ingress waits for `XADD` before answering 503.
+pub const XADD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The receiver's clock: the real one, or the real one shifted by a number of seconds (the
+/// fixture runner sets the shift per request so each request's `received_at` is now).
+#[derive(Debug, Default)]
+pub struct Clock {
+    shift: Option<AtomicI64>,
+}
+
+impl Clock {
+    /// The real clock.
+    pub fn real() -> Clock {
+        Clock { shift: None }
+    }
+
+    /// A clock whose shift can be set.
+    pub fn shifted() -> Clock {
+        Clock {
+            shift: Some(AtomicI64::new(0)),
+        }
+    }
+
+    /// Sets the shift so that now reads `at` (Unix seconds); no effect on the real clock.
+    pub fn set_now(&self, at: i64) {
+        if let Some(shift) = &self.shift {
+            shift.store(at - store::now_ms() / 1000, Ordering::SeqCst);
+        }
+    }
+
+    /// Now, in Unix seconds.
+    pub fn now(&self) -> i64 {
+        let shift = self
+            .shift
+            .as_ref()
+            .map_or(0, |shift| shift.load(Ordering::SeqCst));
+        store::now_ms() / 1000 + shift
+    }
+}
+
+/// Reads a keys file: `{"finance": ["key", ...], "contracts": [...]}`. The keys are never
+/// printed.
+pub fn load_keys(path: &Path) -> Result<BTreeMap<Source, Vec<Secret>>, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_owned(),
+        source,
+    })?;
+    let raw: BTreeMap<Source, Vec<String>> = serde_json::from_str(&text).map_err(|error| {
+        InputError::invalid(
+            path,
+            format!("line {}:{}", error.line(), error.column()),
+            "expected {\"finance\": [\"key\", ...], \"contracts\": [...]}",
+        )
+    })?;
+    let mut keys = BTreeMap::new();
+    for (source, list) in raw {
+        if list.iter().any(String::is_empty) {
+            return Err(InputError::invalid(
+                path,
+                source.as_str(),
+                "an empty key signs nothing",
+            ));
+        }
+        keys.insert(
+            source,
+            list.iter().map(|key| Secret::new(key.as_bytes())).collect(),
+        );
+    }
+    Ok(keys)
+}
+
+struct AppsCache {
+    conn: rusqlite::Connection,
+    version: i64,
+    apps: Arc<Applications>,
+}
+
+/// What the handler needs.
+pub struct IngressState {
+    config: IngressConfig,
+    apps: Mutex<AppsCache>,
+    redis: redis::aio::ConnectionManager,
+    names: Names,
+    /// The receiver's clock.
+    pub clock: Clock,
+    mutant: Option<Mutant>,
+    /// When set, every accepted request is answered 503 as if `XADD` failed (the fixture
+    /// runner's `stream_unavailable` step).
+    pub stream_down: AtomicBool,
+}
+
+impl IngressState {
+    /// The applications as they stand (re-read when an upgrade changed them).
+    fn applications(&self) -> rusqlite::Result<Arc<Applications>> {
+        let mut cache = self.apps.lock().unwrap_or_else(|e| e.into_inner());
+        let version = store::applications_version(&cache.conn)?;
+        if version != cache.version {
+            cache.apps = Arc::new(store::applications(&cache.conn)?);
+            cache.version = version;
+        }
+        Ok(cache.apps.clone())
+    }
+}
+
+fn answer(response: Response, entry: Option<String>) -> axum::response::Response {
+    let mut reply = axum::response::Response::new(Body::from(response.body()));
+    *reply.status_mut() =
+        StatusCode::from_u16(response.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(value) = entry.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        reply.headers_mut().insert(ENTRY_HEADER, value);
+    }
+    reply
+}
+
+async fn webhook(
+    State(state): State<Arc<IngressState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> axum::response::Response {
+    let too_large = Response::Rejected(Reason::BodyTooLarge);
+    let limit = state.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return answer(too_large, None);
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return answer(too_large, None);
+    };
+    let Ok(apps) = state.applications() else {
+        return answer(Response::unavailable(), None);
+    };
+    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let request = Request {
+        source: text("x-acme-source"),
+        signature: text("x-acme-signature"),
+        body: &bytes,
+    };
+    let admission = admit_under(
+        state.mutant,
+        &request,
+        state.clock.now(),
+        &state.config,
+        &apps,
+    );
+    let envelope = match admission {
+        Admission::Reject(rejection) => return answer(rejection.response(), None),
+        Admission::Accept(envelope) => envelope,
+    };
+    if state.stream_down.load(Ordering::SeqCst) {
+        return answer(Response::unavailable(), None);
+    }
+    let command = stream::xadd_command(
+        &state.names,
+        envelope.source().as_str(),
+        &bytes,
+        store::now_ms(),
+    );
+    let mut redis = state.redis.clone();
+    match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {
+        Ok(Ok(id)) => answer(Response::accepted(), Some(id)),
+        _ => answer(Response::unavailable(), None),
+    }
+}
+
+/// How a pipeline runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Where ingress listens (loopback by default).
+    pub listen: SocketAddr,
+    /// The inbox database.
+    pub db: PathBuf,
+    /// Each source's active keys.
+    pub keys: BTreeMap<Source, Vec<Secret>>,
+    /// Redis URL.
+    pub redis_url: String,
+    /// Stream and group.
+    pub names: Names,
+    /// How many consumers to run.
+    pub consumers: usize,
+    /// Entries per batch.
+    pub count: usize,
+    /// Pending entries idle longer than this are taken over (ms).
+    pub min_idle_ms: u64,
+    /// Deliveries before an unprocessable entry is dead-lettered.
+    pub max_deliveries: u32,
+    /// SQLite busy timeout (ms).
+    pub busy_timeout_ms: u64,
+    /// Body limit in bytes.
+    pub max_body_bytes: usize,
+    /// Freshness window in seconds.
+    pub freshness_seconds: i64,
+    /// A wrong pipeline to run instead.
+    pub mutant: Option<Mutant>,
+    /// Use a clock the caller shifts ([`Clock::set_now`]) instead of the real one.
+    pub shifted_clock: bool,
+}
+
+impl ServeOptions {
+    /// Consumer `name`'s options.
+    pub fn consumer(&self, name: &str) -> ConsumerOptions {
+        ConsumerOptions {
+            redis_url: self.redis_url.clone(),
+            names: self.names.clone(),
+            name: name.to_owned(),
+            db: self.db.clone(),
+            count: self.count,
+            block_ms: 100,
+            min_idle_ms: self.min_idle_ms,
+            claim_every_ms: self.min_idle_ms.clamp(10, 1_000),
+            max_deliveries: self.max_deliveries,
+            busy_timeout_ms: self.busy_timeout_ms,
+            mutant: self.mutant,
+        }
+    }
+}
+
+/// Why the pipeline could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Redis failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The inbox database failed.
+    #[error("inbox database: {0}")]
+    Db(#[from] rusqlite::Error),
+    /// Socket or file trouble.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else, in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A running pipeline (ingress plus consumers).
+pub struct Running {
+    /// Where ingress listens.
+    pub addr: SocketAddr,
+    /// The handler's state (clock, fault switch).
+    pub state: Arc<IngressState>,
+    stop: Arc<AtomicBool>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    consumers: Vec<tokio::task::JoinHandle<Option<Point>>>,
+}
+
+/// Starts ingress and `options.consumers` consumer tasks (blocking tasks, each with its
+/// own Redis and SQLite connection).
+pub async fn start(
+    options: &ServeOptions,
+    faults: Arc<dyn Faults>,
+) -> Result<Running, PipelineError> {
+    let conn = store::open(&options.db, options.busy_timeout_ms)?;
+    let client = redis::Client::open(options.redis_url.as_str())?;
+    let manager_config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(XADD_TIMEOUT))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    let redis = redis::aio::ConnectionManager::new_lazy_with_config(client, manager_config)?;
+    let mut config = IngressConfig::new(options.keys.clone());
+    config.max_body_bytes = options.max_body_bytes;
+    config.freshness_seconds = options.freshness_seconds;
+    let state = Arc::new(IngressState {
+        config,
+        apps: Mutex::new(AppsCache {
+            conn,
+            version: -1,
+            apps: Arc::new(Applications::new()),
+        }),
+        redis,
+        names: options.names.clone(),
+        clock: if options.shifted_clock {
+            Clock::shifted()
+        } else {
+            Clock::real()
+        },
+        mutant: options.mutant,
+        stream_down: AtomicBool::new(false),
+    });
+    let router = axum::Router::new()
+        .route(WEBHOOK_PATH, axum::routing::post(webhook))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let addr = listener.local_addr()?;
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown_rx.await;
+            })
+            .await
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut consumers = Vec::new();
+    for index in 1..=options.consumers {
+        let consumer_options = options.consumer(&format!("c{index}"));
+        consumers.push(spawn_consumer(
+            consumer_options,
+            faults.clone(),
+            stop.clone(),
+        ));
+    }
+    Ok(Running {
+        addr,
+        state,
+        stop,
+        shutdown: Some(shutdown_tx),
+        server,
+        consumers,
+    })
+}
+
+/// Runs one consumer as a blocking task until `stop` (or a kill); a consumer that cannot
+/// connect keeps trying.
+pub fn spawn_consumer(
+    options: ConsumerOptions,
+    faults: Arc<dyn Faults>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Option<Point>> {
+    tokio::task::spawn_blocking(move || loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        match Consumer::connect(options.clone(), faults.clone()) {
+            Ok(mut consumer) => return consumer.run(&stop),
+            Err(error) => {
+                eprintln!("arrival consumer {}: {error}; retrying", options.name);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    })
+}
+
+impl Running {
+    /// Graceful stop: no new connections, in-flight requests answered, each consumer
+    /// finishes the batch in hand (commit, then `XACK`) and stops.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = self.server.await;
+        self.stop.store(true, Ordering::SeqCst);
+        for consumer in self.consumers {
+            let _ = consumer.await;
+        }
+    }
+}
+
+/// `arrival pipeline serve`: runs until SIGTERM or Ctrl-C, then shuts down gracefully.
+pub async fn serve(options: &ServeOptions) -> Result<(), PipelineError> {
+    let running = start(options, Arc::new(super::consumer::NoFaults)).await?;
+    eprintln!(
+        "arrival pipeline: listening on http://{}{WEBHOOK_PATH} with {} consumer(s), stream {}, group {}",
+        running.addr, options.consumers, options.names.stream, options.names.group
+    );
+    println!("listening {}", running.addr);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    eprintln!("arrival pipeline: stopping (finishing in-flight entries)");
+    running.shutdown().await;
+    eprintln!("arrival pipeline: stopped");
+    Ok(())
+}

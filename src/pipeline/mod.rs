@@ -1,0 +1,26 @@
+//! The real facts pipeline: signed HTTP ingress (axum), a Redis Stream with a consumer
+//! group, and a durable SQLite inbox, each decision made by the pure functions of
+//! [`crate::facts`] (the pipeline depends on `facts`, never the other way). All real I/O of
+//! the facts protocol lives here. The contract and how to run it: `docs/pipeline.md`.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`store`] | the inbox in SQLite: schema, one `BEGIN IMMEDIATE` transaction per batch, snapshots |
+//! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
+//! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
+//! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
+//! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
+//! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
+//! | [`drill`] | the drills: consumer kills, Redis down, inbox locked, poison |
+//! | [`load`] | the load generator: requests/s and request-to-commit latency |
+//! | [`cli`] | the `arrival pipeline` subcommands |
+
+pub mod cli;
+pub mod client;
+pub mod consumer;
+pub mod drill;
+pub mod ingress;
+pub mod load;
+pub mod run;
+pub mod store;
+pub mod stream;

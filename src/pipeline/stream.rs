@@ -1,0 +1,376 @@
+//! The Redis Stream and its consumer group, spoken to with plain commands (Redis 7.0):
+//! `XADD` for ingress, `XREADGROUP` (own pending with `0`, new with `>`), `XAUTOCLAIM`,
+//! `XPENDING`, `XACK`, and a script that copies an entry to the dead-letter stream and
+//! acknowledges it atomically, once per original entry id.
+
+use redis::{Connection, RedisResult, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The keys and names one pipeline uses in Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    /// The stream ingress appends to.
+    pub stream: String,
+    /// The consumer group.
+    pub group: String,
+}
+
+impl Names {
+    /// The dead-letter stream: `<stream>:dead`.
+    pub fn dead_letter(&self) -> String {
+        format!("{}:dead", self.stream)
+    }
+
+    /// The set of original entry ids already dead-lettered: `<stream>:dead:ids`.
+    pub fn dead_ids(&self) -> String {
+        format!("{}:dead:ids", self.stream)
+    }
+
+    /// Every key this pipeline writes.
+    pub fn keys(&self) -> [String; 3] {
+        [self.stream.clone(), self.dead_letter(), self.dead_ids()]
+    }
+}
+
+/// A stream entry as read: its id and fields (`None`: deleted from the stream while
+/// pending).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    /// The Redis entry id (`ms-seq`).
+    pub id: String,
+    /// Field -> bytes.
+    pub fields: Option<HashMap<String, Vec<u8>>>,
+}
+
+impl RawEntry {
+    /// A field's bytes.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields.as_ref()?.get(name).map(Vec::as_slice)
+    }
+}
+
+/// Opens a plain connection with timeouts.
+pub fn connect(url: &str, timeout: Duration) -> RedisResult<Connection> {
+    let client = redis::Client::open(url)?;
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_write_timeout(Some(timeout))?;
+    conn.set_read_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+/// Creates the group (and the stream) unless it exists.
+pub fn ensure_group(conn: &mut Connection, names: &Names) -> RedisResult<()> {
+    let created: RedisResult<Value> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(conn);
+    match created {
+        Err(error) if error.code() == Some("BUSYGROUP") => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// The `XADD` ingress sends: raw body, source, receive time.
+pub fn xadd_command(names: &Names, source: &str, body: &[u8], received_ms: i64) -> redis::Cmd {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(&names.stream)
+        .arg("*")
+        .arg("source")
+        .arg(source)
+        .arg("body")
+        .arg(body)
+        .arg("received_ms")
+        .arg(received_ms);
+    cmd
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        Value::Int(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::BulkString(bytes) => bytes.clone(),
+        Value::SimpleString(text) => text.as_bytes().to_vec(),
+        Value::Int(number) => number.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+/// Parses `[[id, [field, value, ...] | nil], ...]`.
+fn entries(value: &Value) -> Vec<RawEntry> {
+    let Value::Array(items) = value else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let Value::Array(parts) = item else {
+                return None;
+            };
+            let id = text(parts.first()?)?;
+            let fields = match parts.get(1) {
+                Some(Value::Array(flat)) => Some(
+                    flat.chunks(2)
+                        .filter_map(|pair| Some((text(&pair[0])?, bytes(pair.get(1)?))))
+                        .collect(),
+                ),
+                Some(Value::Map(pairs)) => Some(
+                    pairs
+                        .iter()
+                        .filter_map(|(k, v)| Some((text(k)?, bytes(v))))
+                        .collect(),
+                ),
+                _ => None,
+            };
+            Some(RawEntry { id, fields })
+        })
+        .collect()
+}
+
+/// `XREADGROUP GROUP g c COUNT n [BLOCK ms] STREAMS key <from>`: `from` is `0` (own
+/// pending) or `>` (new).
+pub fn read_group(
+    conn: &mut Connection,
+    names: &Names,
+    consumer: &str,
+    from: &str,
+    count: usize,
+    block_ms: Option<u64>,
+) -> RedisResult<Vec<RawEntry>> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(&names.group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count);
+    if let Some(block) = block_ms {
+        cmd.arg("BLOCK").arg(block);
+    }
+    cmd.arg("STREAMS").arg(&names.stream).arg(from);
+    let reply: Value = cmd.query(conn)?;
+    let streams = match reply {
+        Value::Array(streams) => streams,
+        Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| Value::Array(vec![k, v]))
+            .collect(),
+        _ => return Ok(Vec::new()),
+    };
+    Ok(streams
+        .iter()
+        .filter_map(|stream| match stream {
+            Value::Array(parts) => parts.get(1).map(entries),
+            _ => None,
+        })
+        .flatten()
+        .collect())
+}
+
+/// `XAUTOCLAIM key group consumer min_idle start COUNT n`: `(next cursor, claimed)`.
+pub fn autoclaim(
+    conn: &mut Connection,
+    names: &Names,
+    consumer: &str,
+    min_idle_ms: u64,
+    start: &str,
+    count: usize,
+) -> RedisResult<(String, Vec<RawEntry>)> {
+    let reply: Value = redis::cmd("XAUTOCLAIM")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg(consumer)
+        .arg(min_idle_ms)
+        .arg(start)
+        .arg("COUNT")
+        .arg(count)
+        .query(conn)?;
+    let Value::Array(parts) = reply else {
+        return Ok(("0-0".into(), Vec::new()));
+    };
+    let next = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
+    let claimed = parts.get(1).map(entries).unwrap_or_default();
+    Ok((next, claimed))
+}
+
+/// One pending entry: id, owner, delivery count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingEntry {
+    /// The entry id.
+    pub id: String,
+    /// The consumer holding it.
+    pub consumer: String,
+    /// How many times it has been delivered.
+    pub deliveries: u32,
+}
+
+/// `XPENDING key group start end count`: the pending entries in that range.
+pub fn pending_range(
+    conn: &mut Connection,
+    names: &Names,
+    start: &str,
+    end: &str,
+    count: usize,
+) -> RedisResult<Vec<PendingEntry>> {
+    let reply: Value = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg(start)
+        .arg(end)
+        .arg(count)
+        .query(conn)?;
+    let Value::Array(items) = reply else {
+        return Ok(Vec::new());
+    };
+    Ok(items
+        .iter()
+        .filter_map(|item| {
+            let Value::Array(parts) = item else {
+                return None;
+            };
+            Some(PendingEntry {
+                id: text(parts.first()?)?,
+                consumer: text(parts.get(1)?)?,
+                deliveries: text(parts.get(3)?)?.parse().ok()?,
+            })
+        })
+        .collect())
+}
+
+/// The delivery count of a pending entry (0 when it is not pending).
+pub fn deliveries(conn: &mut Connection, names: &Names, id: &str) -> RedisResult<u32> {
+    Ok(pending_range(conn, names, id, id, 1)?
+        .first()
+        .map_or(0, |entry| entry.deliveries))
+}
+
+/// How many entries the group has pending.
+pub fn pending_count(conn: &mut Connection, names: &Names) -> RedisResult<usize> {
+    let reply: Value = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .query(conn)?;
+    Ok(match reply {
+        Value::Array(parts) => parts
+            .first()
+            .and_then(text)
+            .and_then(|count| count.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    })
+}
+
+/// `XACK key group id...`.
+pub fn ack(conn: &mut Connection, names: &Names, ids: &[String]) -> RedisResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    redis::cmd("XACK")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg(ids)
+        .query::<Value>(conn)
+        .map(|_| ())
+}
+
+const DEAD_LETTER_SCRIPT: &str = r"
+if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
+  redis.call('XADD', KEYS[2], '*', 'entry', ARGV[1], 'reason', ARGV[2], 'source', ARGV[3], 'body', ARGV[4])
+end
+return redis.call('XACK', KEYS[1], ARGV[5], ARGV[1])
+";
+
+/// Copies an entry to the dead-letter stream with its reason (once per original id, even
+/// when delivered again after a crash) and acknowledges it, atomically.
+pub fn dead_letter(
+    conn: &mut Connection,
+    names: &Names,
+    entry: &RawEntry,
+    reason: &str,
+) -> RedisResult<()> {
+    redis::Script::new(DEAD_LETTER_SCRIPT)
+        .key(&names.stream)
+        .key(names.dead_letter())
+        .key(names.dead_ids())
+        .arg(&entry.id)
+        .arg(reason)
+        .arg(entry.field("source").unwrap_or_default())
+        .arg(entry.field("body").unwrap_or_default())
+        .arg(&names.group)
+        .invoke::<Value>(conn)
+        .map(|_| ())
+}
+
+/// Every entry of a stream, in order.
+pub fn range_all(conn: &mut Connection, key: &str) -> RedisResult<Vec<RawEntry>> {
+    let reply: Value = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query(conn)?;
+    Ok(entries(&reply))
+}
+
+/// Deletes every key of this pipeline.
+pub fn delete_keys(conn: &mut Connection, names: &Names) -> RedisResult<()> {
+    redis::cmd("DEL")
+        .arg(&names.keys())
+        .query::<Value>(conn)
+        .map(|_| ())
+}
+
+/// The group's last delivered id: entries after it are new (`>`).
+pub fn last_delivered(conn: &mut Connection, names: &Names) -> RedisResult<Option<String>> {
+    let reply: Value = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&names.stream)
+        .query(conn)?;
+    let Value::Array(groups) = reply else {
+        return Ok(None);
+    };
+    for group in &groups {
+        let pairs: Vec<(String, &Value)> = match group {
+            Value::Array(flat) => flat
+                .chunks(2)
+                .filter_map(|pair| Some((text(&pair[0])?, pair.get(1)?)))
+                .collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, v)))
+                .collect(),
+            _ => continue,
+        };
+        let name = pairs
+            .iter()
+            .find(|(k, _)| k == "name")
+            .and_then(|(_, v)| text(v));
+        if name.as_deref() == Some(names.group.as_str()) {
+            return Ok(pairs
+                .iter()
+                .find(|(k, _)| k == "last-delivered-id")
+                .and_then(|(_, v)| text(v)));
+        }
+    }
+    Ok(None)
+}
+
+/// Compares two entry ids (`ms-seq`) numerically.
+pub fn id_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let parse = |id: &str| {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (
+            ms.parse::<u64>().unwrap_or(0),
+            seq.parse::<u64>().unwrap_or(0),
+        )
+    };
+    parse(a).cmp(&parse(b))
+}

@@ -1,0 +1,255 @@
+//! The real pipeline against a real Redis (`ARRIVAL_REDIS_URL`, default the local one) and
+//! real SQLite files in temporary folders. Each test uses its own stream keys and files and
+//! removes them. Without a reachable Redis the tests fail and say what to install.
+
+use arrival::pipeline::client::Client;
+use arrival::pipeline::drill::{self, DrillOptions};
+use arrival::pipeline::run::{unique, TempDir};
+use arrival::pipeline::store;
+use arrival::pipeline::stream::{self, Names};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn redis_url() -> String {
+    let url =
+        std::env::var("ARRIVAL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let reachable = stream::connect(&url, Duration::from_secs(2))
+        .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
+        .is_ok();
+    assert!(
+        reachable,
+        "no Redis at {url}: install redis-server (apt-get install redis-server) and start it, \
+         set ARRIVAL_REDIS_URL, or run .ci/test (which starts a private one)"
+    );
+    url
+}
+
+fn options(requests: usize, kills: usize) -> DrillOptions {
+    DrillOptions {
+        redis_url: redis_url(),
+        requests,
+        kills,
+        consumers: 2,
+        count: 4,
+        seed: 7,
+        mutant: None,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn failures(report: &drill::DrillReport) -> Vec<String> {
+    report
+        .checks
+        .iter()
+        .filter(|check| !check.holds)
+        .map(|check| format!("{}: {}", check.name, check.detail))
+        .collect()
+}
+
+#[test]
+fn the_acceptance_fixture_reproduces_its_table_against_real_redis() {
+    let url = redis_url();
+    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(["pipeline", "run", "fixtures/acmeflow-wf14.json"])
+        .env("ARRIVAL_REDIS_URL", &url)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "202 accepted",
+        "400 bad_signature",
+        "400 unknown_application",
+        "400 material_version_mismatch",
+        "facts:        contracts/SIG-014, finance/PAY-014",
+        "deliveries:   2 duplicate",
+        "=READY",
+        "pending:      0",
+        "expect:       holds",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+}
+
+#[test]
+fn twenty_consumer_kills_lose_nothing_and_match_the_model() {
+    let report = runtime().block_on(drill::kill(&options(60, 20))).unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+    assert!(report.kills.values().sum::<usize>() >= 20);
+}
+
+#[test]
+fn ack_before_commit_loses_entries_in_the_kill_drill() {
+    let mut options = options(60, 20);
+    options.mutant = Some("ack-before-commit".parse().unwrap());
+    let report = runtime().block_on(drill::kill(&options)).unwrap();
+    assert!(!report.passed, "the drill must catch the wrong build");
+    let settled = report
+        .checks
+        .iter()
+        .find(|check| check.name == "every-202-settled-once")
+        .unwrap();
+    assert!(!settled.holds, "{}", settled.detail);
+}
+
+#[test]
+fn redis_down_answers_503_never_202_and_loses_nothing() {
+    let report = runtime()
+        .block_on(drill::redis_down(&options(45, 0)))
+        .unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+    assert!(report.answers.contains_key("503 unavailable"));
+}
+
+#[test]
+fn a_locked_inbox_leaves_entries_pending_and_unacknowledged() {
+    let report = runtime()
+        .block_on(drill::db_locked(&options(30, 0)))
+        .unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+}
+
+#[test]
+fn a_poison_entry_is_dead_lettered_and_the_rest_flows() {
+    let report = runtime().block_on(drill::poison(&options(40, 0))).unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+}
+
+/// Starts `arrival pipeline serve` as a child and returns it with its address.
+fn serve(dir: &Path, names: &Names, url: &str) -> (std::process::Child, std::net::SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.join("inbox.db"))
+        .arg("--keys")
+        .arg(dir.join("keys.json"))
+        .args(["--stream", &names.stream, "--group", &names.group])
+        .args(["--consumers", "1", "--count", "1", "--min-idle-ms", "200"])
+        .env("ARRIVAL_REDIS_URL", url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("listening ")
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+#[test]
+fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
+    let url = redis_url();
+    let dir = TempDir::new("arrival-test").unwrap();
+    let now = store::now_ms() / 1000;
+    let (apps, requests) = drill::requests(11, 40, now);
+    let mut conn = store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
+    store::put_applications(&mut conn, &apps).unwrap();
+    std::fs::write(
+        dir.0.join("keys.json"),
+        format!(
+            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
+            drill::KEY_FINANCE,
+            drill::KEY_CONTRACTS
+        ),
+    )
+    .unwrap();
+    let names = Names {
+        stream: unique("arrival-test"),
+        group: "inbox".into(),
+    };
+    let (mut child, addr) = serve(&dir.0, &names, &url);
+    let rt = runtime();
+    let mut accepted = Vec::new();
+    let mut client = Client::new(addr);
+    for request in &requests[..20] {
+        let reply = rt
+            .block_on(client.post(
+                request.source.as_deref(),
+                request.signature.as_deref(),
+                &request.body,
+            ))
+            .unwrap();
+        accepted.extend(reply.entry);
+    }
+    child.kill().unwrap(); // SIGKILL, wherever the consumer is
+    child.wait().unwrap();
+    let (mut child, addr) = serve(&dir.0, &names, &url);
+    let mut client = Client::new(addr);
+    for request in &requests[20..] {
+        let reply = rt
+            .block_on(client.post(
+                request.source.as_deref(),
+                request.signature.as_deref(),
+                &request.body,
+            ))
+            .unwrap();
+        accepted.extend(reply.entry);
+    }
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = store::verdict_count(&conn).unwrap() >= accepted.len()
+            && stream::pending_count(&mut redis, &names).unwrap() == 0;
+        if done || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM must stop serve with exit 0, got {status}"
+    );
+    let snapshot = store::snapshot(&mut conn).unwrap();
+    let missing: Vec<&String> = accepted
+        .iter()
+        .filter(|id| !snapshot.verdicts.contains_key(*id))
+        .collect();
+    assert!(missing.is_empty(), "202 without a verdict: {missing:?}");
+    assert_eq!(stream::pending_count(&mut redis, &names).unwrap(), 0);
+    let oracle = drill::model(&apps, &requests, 3);
+    assert_eq!(snapshot.facts.len(), oracle.inbox.fact_count());
+    assert_eq!(&snapshot.ready, oracle.inbox.ready_marks());
+    assert_eq!(store::integrity(&conn).unwrap(), "ok");
+    stream::delete_keys(&mut redis, &names).unwrap();
+}
+
+#[test]
+fn a_missing_keys_file_is_bad_input() {
+    let status = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args([
+            "pipeline",
+            "serve",
+            "--db",
+            "/nonexistent/x.db",
+            "--keys",
+            "/nonexistent/keys.json",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2));
+}
