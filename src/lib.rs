@@ -16,6 +16,7 @@
 //! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts and reports, model files' common keys, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
 //! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, replay, model |
+//! | [`store`] | the durable card receiver: the pure decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
 //!
@@ -37,10 +38,11 @@
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
 //!
-//! The binary (`src/main.rs`) is a thin command line over replay and check.
+//! The binary (`src/main.rs`) is a thin command line over replay, check and the store.
 
 #![warn(missing_docs)]
 
 pub mod card;
 pub mod facts;
 pub mod harness;
+pub mod store;

@@ -69,6 +69,9 @@ enum Command {
     },
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
     Gen(arrival::card::generate::GenOptions),
+    /// The durable receiver on SQLite or PostgreSQL: init, ingest, reconcile, show, drills.
+    #[command(subcommand)]
+    Store(arrival::store::cli::StoreCommand),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
                 .and_then(|sweep| run_check(&models, sweep, &options))
         }
         Command::Gen(options) => arrival::card::generate::run(&options).map(|()| true),
+        Command::Store(command) => arrival::store::cli::run(command),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
