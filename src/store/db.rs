@@ -177,10 +177,19 @@ pub struct Sqlite {
 }
 
 fn sqlite_error(error: rusqlite::Error) -> DbError {
-    let retry = matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    // A unique violation means another writer recorded the row first (only a store that
+    // reads outside its transaction can see one): retrying re-reads and answers duplicate.
+    let unique = matches!(
+        &error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
     );
+    let retry = unique
+        || matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
     DbError {
         message: format!("sqlite: {error}"),
         retry,

@@ -169,13 +169,17 @@ fn exe() -> Result<PathBuf, InputError> {
     })
 }
 
-fn ingest_child(url: &DbUrl, mutant: Option<StoreMutant>) -> Result<Child, InputError> {
+fn ingest_child(
+    url: &DbUrl,
+    mutant: Option<StoreMutant>,
+    stderr: Stdio,
+) -> Result<Child, InputError> {
     let mut command = Command::new(exe()?);
     command
         .args(["store", "ingest", "--db", &url.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(stderr);
     if let Some(mutant) = mutant {
         command.args(["--mutant", mutant.name()]);
     }
@@ -232,7 +236,7 @@ fn round(
     kill_after: Option<Duration>,
 ) -> Result<(Vec<Acknowledgement>, bool, Duration), InputError> {
     let started = Instant::now();
-    let mut child = ingest_child(url, mutant)?;
+    let mut child = ingest_child(url, mutant, Stdio::null())?;
     let mut stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
     let writer = std::thread::spawn(move || {
@@ -460,7 +464,7 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
         }
         let mut children = Vec::new();
         for share in &shares {
-            let mut child = ingest_child(url, options.mutant)?;
+            let mut child = ingest_child(url, options.mutant, Stdio::piped())?;
             report.processes += 1;
             report.sent += share.len();
             let mut stdin = child.stdin.take().expect("piped");
@@ -491,11 +495,16 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
                 source,
             })?;
             if !status.success() || acks.len() != share.len() {
+                let mut said = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+                }
                 report.passed = false;
                 report.failures = vec![format!(
-                    "run {run}: a receiver ended with {status} after {} of {} acknowledgements",
+                    "run {run}: a receiver ended with {status} after {} of {} acknowledgements: {}",
                     acks.len(),
-                    share.len()
+                    share.len(),
+                    said.trim()
                 )];
                 break;
             }
