@@ -16,6 +16,7 @@
 //! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts and reports, model files' common keys, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
 //! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, replay, model |
+//! | [`store`] | the durable card receiver: the pure decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
 //!
@@ -38,7 +39,7 @@
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
 //! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills, load generator (all I/O of `facts`) |
 //!
-//! The binary (`src/main.rs`) is a thin command line over replay and check.
+//! The binary (`src/main.rs`) is a thin command line over replay, check and the store.
 
 #![warn(missing_docs)]
 
@@ -46,3 +47,4 @@ pub mod card;
 pub mod facts;
 pub mod harness;
 pub mod pipeline;
+pub mod store;

@@ -102,6 +102,9 @@ enum Command {
         #[command(subcommand)]
         command: arrival::pipeline::cli::PipelineCommand,
     },
+    /// The durable receiver on SQLite or PostgreSQL: init, ingest, reconcile, show, drills.
+    #[command(subcommand)]
+    Store(arrival::store::cli::StoreCommand),
 }
 
 /// What `--help` adds: every policy and property by protocol, and the exit statuses.
@@ -176,6 +179,7 @@ fn main() -> ExitCode {
         }
         Command::Gen(options) => arrival::card::generate::run(&options).map(|()| true),
         Command::Pipeline { command } => arrival::pipeline::cli::run(command),
+        Command::Store(command) => arrival::store::cli::run(command),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

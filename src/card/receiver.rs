@@ -547,6 +547,24 @@ impl Receiver {
         }
     }
 
+    /// A receiver from its parts, as a durable store loads them: the cards, the identity
+    /// records, the records of inputs without an event id, and the holds (each list in
+    /// arrival order). Every hold must refer to a loaded record and every waiting loaded
+    /// record must be held ([`Receiver::invariants`] says what is wrong otherwise).
+    pub fn from_parts(
+        cards: CardTable,
+        identities: IdentityTable,
+        anonymous: BTreeMap<u32, Record>,
+        holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+    ) -> Receiver {
+        Receiver {
+            cards,
+            identities,
+            anonymous,
+            holds,
+        }
+    }
+
     /// The known cards.
     pub fn cards(&self) -> &CardTable {
         &self.cards

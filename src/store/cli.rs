@@ -1,0 +1,495 @@
+//! `arrival store`: the durable receiver's commands (init, ingest, reconcile, show, drills).
+//!
+//! Bad input (a malformed JSON line, an unknown database scheme, an unreadable file) is an
+//! [`InputError`] naming the source and the line; a database failure is reported the same
+//! way, naming the database. Both end in exit status 2.
+
+use crate::card::fixture::Scenario;
+use crate::harness::timestamp::parse_rfc3339;
+use crate::harness::InputError;
+use crate::store::drill::{self, ConcurrentOptions, CrashOptions};
+use crate::store::{
+    Acknowledgement, AuthoritySnapshot, DbUrl, Incoming, Store, StoreError, StoreMutant,
+};
+use clap::Subcommand;
+use serde_json::Value;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// The default database.
+pub const DEFAULT_DB: &str = "sqlite:arrival.db";
+
+/// `arrival store ...`
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create or upgrade the schema and add a fixture's initial cards.
+    Init {
+        /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
+        #[arg(long, default_value = DEFAULT_DB)]
+        db: String,
+        /// Add this fixture's `initial` cards (those not there yet).
+        #[arg(long)]
+        fixture: Option<PathBuf>,
+        /// Drop every table of the store first.
+        #[arg(long)]
+        reset: bool,
+    },
+    /// Decide deliveries, one transaction each; one acknowledgement JSON line out per
+    /// delivery, in order, each written after its commit.
+    Ingest {
+        /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
+        #[arg(long, default_value = DEFAULT_DB)]
+        db: String,
+        /// JSON lines, each `{"delivery": N, "event": {...}}` or a raw event (standard
+        /// input when neither this nor `--fixture` is given).
+        #[arg(long, conflicts_with = "fixture")]
+        file: Option<PathBuf>,
+        /// Take the deliveries of this fixture, in array order.
+        #[arg(long)]
+        fixture: Option<PathBuf>,
+        /// Deliveries per transaction (acknowledgements still only after the commit).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Run a deliberately broken store (for the drills): ack-before-commit,
+        /// two-transactions or no-lock.
+        #[arg(long)]
+        mutant: Option<String>,
+    },
+    /// Apply authority snapshots in the default order's passes, one transaction each.
+    Reconcile {
+        /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
+        #[arg(long, default_value = DEFAULT_DB)]
+        db: String,
+        /// Take the fixture's `authority` snapshots.
+        #[arg(long, conflicts_with = "file")]
+        fixture: Option<PathBuf>,
+        /// JSON lines, each `{"object_id": ..., "version": N, "state": {...}}`.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Print the cards, paused cards, holds, unresolved inputs and counters.
+    Show {
+        /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
+        #[arg(long, default_value = DEFAULT_DB)]
+        db: String,
+        /// As JSON (the shape of replay's final report).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drills that kill receivers or run several at once, checked against the model.
+    #[command(subcommand)]
+    Drill(DrillCommand),
+}
+
+/// `arrival store drill ...`
+#[derive(Debug, Subcommand)]
+pub enum DrillCommand {
+    /// Kill an ingesting receiver with SIGKILL at random points while a sender retries.
+    Crash {
+        /// The fixture whose deliveries are sent.
+        fixture: PathBuf,
+        /// How many kills in all.
+        #[arg(long, default_value_t = 500)]
+        kills: usize,
+        /// The database (default: a fresh SQLite file in a temporary folder).
+        #[arg(long)]
+        db: Option<String>,
+        /// Seed of the schedules and kill times.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Drill a deliberately broken store: ack-before-commit or two-transactions.
+        #[arg(long)]
+        mutant: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run K receiver processes on one database, duplicates spread across them.
+    Concurrent {
+        /// The fixture whose deliveries are sent.
+        fixture: PathBuf,
+        /// Receiver processes per run.
+        #[arg(long, default_value_t = 4)]
+        receivers: usize,
+        /// Runs, each on a fresh schema.
+        #[arg(long, default_value_t = 200)]
+        runs: usize,
+        /// The database (default: a fresh SQLite file in a temporary folder).
+        #[arg(long)]
+        db: Option<String>,
+        /// Seed of the splits.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Drill a deliberately broken store: no-lock.
+        #[arg(long)]
+        mutant: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Reads `--db`.
+pub fn db_url(text: &str) -> Result<DbUrl, InputError> {
+    DbUrl::parse(text)
+        .map_err(|message| InputError::invalid(Path::new("--db"), "command line", message))
+}
+
+/// A store failure as the command line reports it.
+pub fn store_error(url: &DbUrl, error: StoreError) -> InputError {
+    InputError::invalid(Path::new(&url.to_string()), "database", error.to_string())
+}
+
+fn mutant(text: Option<&str>) -> Result<Option<StoreMutant>, InputError> {
+    text.map(|name| {
+        name.parse()
+            .map_err(|message| InputError::invalid(Path::new("--mutant"), "command line", message))
+    })
+    .transpose()
+}
+
+fn open(url: &DbUrl) -> Result<Store, InputError> {
+    let mut store = Store::open(url).map_err(|error| store_error(url, error))?;
+    store.migrate().map_err(|error| store_error(url, error))?;
+    Ok(store)
+}
+
+fn print_line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// Runs one `arrival store` command: `Ok(true)` when all is as expected, `Ok(false)` when
+/// a drill found a broken promise.
+pub fn run(command: StoreCommand) -> Result<bool, InputError> {
+    match command {
+        StoreCommand::Init { db, fixture, reset } => {
+            let url = db_url(&db)?;
+            let mut store = Store::open(&url).map_err(|error| store_error(&url, error))?;
+            if reset {
+                store.reset().map_err(|error| store_error(&url, error))?;
+            }
+            let version = store.migrate().map_err(|error| store_error(&url, error))?;
+            let cards = match &fixture {
+                Some(path) => initial_cards(&Scenario::load(path)?),
+                None => Vec::new(),
+            };
+            let added = store
+                .seed(&cards)
+                .map_err(|error| store_error(&url, error))?;
+            print_line(&format!(
+                "{url}: schema version {version}, {added} initial card(s) added"
+            ));
+            Ok(true)
+        }
+        StoreCommand::Ingest {
+            db,
+            file,
+            fixture,
+            batch,
+            mutant: broken,
+        } => {
+            let url = db_url(&db)?;
+            let broken = mutant(broken.as_deref())?;
+            let mut store = open(&url)?.with_mutant(broken);
+            let mut emit = |ack: &Acknowledgement| {
+                print_line(&serde_json::to_string(ack).expect("acknowledgements serialise"));
+            };
+            let batch = batch.max(1);
+            let mut pending = Vec::with_capacity(batch);
+            let mut flush = |store: &mut Store, pending: &mut Vec<Incoming>| {
+                if pending.is_empty() {
+                    return Ok(());
+                }
+                let result = store.deliver_batch(pending, &mut emit);
+                pending.clear();
+                result.map(|_| ()).map_err(|error| store_error(&url, error))
+            };
+            match fixture {
+                Some(path) => {
+                    for incoming in fixture_deliveries(&Scenario::load(&path)?) {
+                        pending.push(incoming);
+                        if pending.len() >= batch {
+                            flush(&mut store, &mut pending)?;
+                        }
+                    }
+                }
+                None => {
+                    let (source, reader): (PathBuf, Box<dyn BufRead>) = match &file {
+                        Some(path) => {
+                            let opened =
+                                std::fs::File::open(path).map_err(|source| InputError::Io {
+                                    file: path.clone(),
+                                    source,
+                                })?;
+                            (path.clone(), Box::new(std::io::BufReader::new(opened)))
+                        }
+                        None => (PathBuf::from("stdin"), Box::new(std::io::stdin().lock())),
+                    };
+                    for (index, line) in reader.lines().enumerate() {
+                        let line = line.map_err(|error| InputError::Io {
+                            file: source.clone(),
+                            source: error,
+                        })?;
+                        let Some(incoming) = parse_delivery(&source, index + 1, &line)? else {
+                            continue;
+                        };
+                        pending.push(incoming);
+                        if pending.len() >= batch {
+                            flush(&mut store, &mut pending)?;
+                        }
+                    }
+                }
+            }
+            flush(&mut store, &mut pending)?;
+            Ok(true)
+        }
+        StoreCommand::Reconcile { db, fixture, file } => {
+            let url = db_url(&db)?;
+            let snapshots = match (fixture, file) {
+                (Some(path), _) => authority(&Scenario::load(&path)?),
+                (None, Some(path)) => read_snapshots(&path)?,
+                (None, None) => {
+                    return Err(InputError::invalid(
+                        Path::new("reconcile"),
+                        "command line",
+                        "give the snapshots with --fixture FIXTURE or --file LINES",
+                    ))
+                }
+            };
+            let mut store = open(&url)?;
+            for report in store
+                .reconcile_all(&snapshots)
+                .map_err(|error| store_error(&url, error))?
+            {
+                print_line(&serde_json::to_string(&report).expect("reports serialise"));
+            }
+            Ok(true)
+        }
+        StoreCommand::Show { db, json } => {
+            let url = db_url(&db)?;
+            let mut store = open(&url)?;
+            let report = store.report().map_err(|error| store_error(&url, error))?;
+            if json {
+                print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
+            } else {
+                print_line(&render(&report));
+            }
+            Ok(true)
+        }
+        StoreCommand::Drill(DrillCommand::Crash {
+            fixture,
+            kills,
+            db,
+            seed,
+            mutant: broken,
+            json,
+        }) => {
+            let options = CrashOptions {
+                scenario: Scenario::load(&fixture)?,
+                fixture,
+                kills,
+                db: db.as_deref().map(db_url).transpose()?,
+                seed,
+                mutant: mutant(broken.as_deref())?,
+            };
+            let report = drill::crash(&options)?;
+            if json {
+                print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
+            } else {
+                print_line(&report.render());
+            }
+            Ok(report.passed)
+        }
+        StoreCommand::Drill(DrillCommand::Concurrent {
+            fixture,
+            receivers,
+            runs,
+            db,
+            seed,
+            mutant: broken,
+            json,
+        }) => {
+            let options = ConcurrentOptions {
+                scenario: Scenario::load(&fixture)?,
+                fixture,
+                receivers: receivers.max(1),
+                runs,
+                db: db.as_deref().map(db_url).transpose()?,
+                seed,
+                mutant: mutant(broken.as_deref())?,
+            };
+            let report = drill::concurrent(&options)?;
+            if json {
+                print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
+            } else {
+                print_line(&report.render());
+            }
+            Ok(report.passed)
+        }
+    }
+}
+
+/// A fixture's initial cards, as the store seeds them.
+pub fn initial_cards(scenario: &Scenario) -> Vec<(String, u64, Value)> {
+    scenario
+        .raw
+        .initial
+        .iter()
+        .map(|(name, card)| {
+            (
+                name.clone(),
+                card.version,
+                Value::Object(card.state.clone()),
+            )
+        })
+        .collect()
+}
+
+/// A fixture's deliveries, in array order.
+pub fn fixture_deliveries(scenario: &Scenario) -> Vec<Incoming> {
+    scenario
+        .raw
+        .deliveries
+        .iter()
+        .map(|delivery| Incoming {
+            delivery: delivery.delivery,
+            received_at: delivery.received_at.as_deref().and_then(parse_rfc3339),
+            event: delivery.event.clone(),
+        })
+        .collect()
+}
+
+/// A fixture's authority snapshots, in file order.
+pub fn authority(scenario: &Scenario) -> Vec<AuthoritySnapshot> {
+    scenario
+        .raw
+        .authority
+        .iter()
+        .map(|snapshot| AuthoritySnapshot {
+            object_id: snapshot.object_id.clone(),
+            version: snapshot.version,
+            state: Value::Object(snapshot.state.clone()),
+        })
+        .collect()
+}
+
+/// One JSON line of `ingest`: `{"delivery": N, "event": {...}}` (optionally with
+/// `received_at`, RFC 3339 or Unix seconds) or a raw event, whose delivery number is then the line number. Blank
+/// lines are skipped (`None`).
+pub fn parse_delivery(
+    source: &Path,
+    line_number: usize,
+    line: &str,
+) -> Result<Option<Incoming>, InputError> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let place = || format!("line {line_number}");
+    let value: Value = serde_json::from_str(line).map_err(|error| {
+        InputError::invalid(source, place(), format!("not valid JSON: {error}"))
+    })?;
+    let wrapped = value.as_object().is_some_and(|object| {
+        object.contains_key("event")
+            && object.keys().all(|key| {
+                matches!(
+                    key.as_str(),
+                    "delivery" | "event" | "received_at" | "ack_lost"
+                )
+            })
+    });
+    if !wrapped {
+        let delivery = u32::try_from(line_number).map_err(|_| {
+            InputError::invalid(source, place(), "too many lines for a delivery number")
+        })?;
+        return Ok(Some(Incoming {
+            delivery,
+            received_at: None,
+            event: value,
+        }));
+    }
+    let object = value.as_object().expect("checked");
+    let delivery = match object.get("delivery") {
+        None => u32::try_from(line_number).ok(),
+        Some(number) => number
+            .as_u64()
+            .and_then(|number| u32::try_from(number).ok()),
+    }
+    .ok_or_else(|| {
+        InputError::invalid(
+            source,
+            place(),
+            "`delivery` must be an integer from 0 to 4294967295",
+        )
+    })?;
+    let received_at = match object.get("received_at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(parse_rfc3339(text).ok_or_else(|| {
+            InputError::invalid(
+                source,
+                place(),
+                format!("`received_at` is not RFC 3339: {text}"),
+            )
+        })?),
+        Some(Value::Number(number)) if number.is_i64() => number.as_i64(),
+        Some(_) => {
+            return Err(InputError::invalid(
+                source,
+                place(),
+                "`received_at` must be an RFC 3339 string or Unix seconds",
+            ))
+        }
+    };
+    Ok(Some(Incoming {
+        delivery,
+        received_at,
+        event: object["event"].clone(),
+    }))
+}
+
+/// Authority snapshots as JSON lines.
+pub fn read_snapshots(path: &Path) -> Result<Vec<AuthoritySnapshot>, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+        file: path.to_owned(),
+        source,
+    })?;
+    let mut snapshots = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let snapshot: AuthoritySnapshot = serde_json::from_str(line).map_err(|error| {
+            InputError::invalid(
+                path,
+                format!("line {}", index + 1),
+                crate::harness::input::plain_types(&error.to_string()),
+            )
+        })?;
+        if !snapshot.state.is_object() {
+            return Err(InputError::invalid(
+                path,
+                format!("line {}", index + 1),
+                "`state` must be a JSON object",
+            ));
+        }
+        snapshots.push(snapshot);
+    }
+    Ok(snapshots)
+}
+
+/// The text form of `show`.
+pub fn render(report: &crate::store::StoreReport) -> String {
+    let mut out = format!("store ({})\n", report.backend);
+    for (name, card) in &report.final_cards {
+        out += &format!("  {name}: v{} {}\n", card.version, card.state);
+    }
+    out += &format!("paused: {:?}\n", report.paused);
+    out += &format!("held: {:?}\n", report.held);
+    out += &format!(
+        "replacements: {} event, {} authority\n",
+        report.replacements.event, report.replacements.authority
+    );
+    out += &format!("unresolved: {:?}", report.unresolved);
+    out
+}

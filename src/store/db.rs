@@ -1,0 +1,438 @@
+//! The one database trait the store is written against, and its two backends: SQLite
+//! (embedded, one writer at a time) and PostgreSQL (several receiver processes).
+//!
+//! The trait is deliberately small: statements with typed parameters, rows of plain
+//! values, and explicit transaction boundaries. Both backends run the same SQL text
+//! (`$1`, `$2`, ... placeholders, which SQLite reads as numbered parameters); only the
+//! migrations and the way a transaction starts differ.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A statement parameter, typed so PostgreSQL can bind a NULL.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Param {
+    /// A 64-bit integer or NULL.
+    Int(Option<i64>),
+    /// A text or NULL.
+    Text(Option<String>),
+}
+
+/// A value read from a row.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    /// NULL.
+    Null,
+    /// A 64-bit integer.
+    Int(i64),
+    /// A text.
+    Text(String),
+}
+
+impl Val {
+    /// The integer, or `None` for NULL or a text.
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Val::Int(value) => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// The text, or `None` for NULL or an integer.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Val::Text(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// A database error, with whether retrying the whole transaction is the right answer
+/// (serialization failure, deadlock, unique violation, busy database).
+#[derive(Clone, Debug)]
+pub struct DbError {
+    /// What the database said.
+    pub message: String,
+    /// Retry the transaction from its start.
+    pub retry: bool,
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// One versioned schema migration.
+#[derive(Clone, Copy, Debug)]
+pub struct Migration {
+    /// Applied in increasing order; recorded in `schema_migrations`.
+    pub version: i64,
+    /// A short name.
+    pub name: &'static str,
+    /// The SQL, several statements.
+    pub sql: &'static str,
+}
+
+/// SQLite's migrations, in order.
+pub const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "schema",
+    sql: include_str!("migrations/sqlite/0001_schema.sql"),
+}];
+
+/// PostgreSQL's migrations, in order.
+pub const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "schema",
+    sql: include_str!("migrations/postgres/0001_schema.sql"),
+}];
+
+/// Where the store lives: `sqlite:PATH` or `postgres://...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DbUrl {
+    /// An SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection string.
+    Postgres(String),
+}
+
+impl DbUrl {
+    /// Reads `sqlite:PATH`, `postgres://...` or `postgresql://...`.
+    pub fn parse(text: &str) -> Result<DbUrl, String> {
+        if let Some(path) = text.strip_prefix("sqlite:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            if path.is_empty() {
+                return Err("`sqlite:` needs a file path, e.g. sqlite:arrival.db".into());
+            }
+            return Ok(DbUrl::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(DbUrl::Postgres(text.to_owned()));
+        }
+        Err(format!(
+            "unknown database `{text}`: use sqlite:PATH or postgres://USER@HOST:PORT/DATABASE"
+        ))
+    }
+}
+
+impl fmt::Display for DbUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DbUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            DbUrl::Postgres(url) => f.write_str(url),
+        }
+    }
+}
+
+/// How a write transaction starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// The store's choice: SQLite's `BEGIN IMMEDIATE` (the write lock up front),
+    /// PostgreSQL's SERIALIZABLE.
+    Serial,
+    /// The `no-lock` mutant's: SQLite's `BEGIN IMMEDIATE` still, PostgreSQL's READ
+    /// COMMITTED (the mutant reads before the transaction starts, so neither protects it).
+    Weak,
+}
+
+/// The store's view of a database connection.
+pub trait Database: Send {
+    /// Runs one statement; the number of rows changed.
+    fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError>;
+    /// Runs one query; its rows.
+    fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Val>>, DbError>;
+    /// Runs several statements without parameters.
+    fn batch(&mut self, sql: &str) -> Result<(), DbError>;
+    /// Starts a write transaction.
+    fn begin(&mut self, isolation: Isolation) -> Result<(), DbError>;
+    /// Commits; the acknowledgement may go out only after this returns `Ok`.
+    fn commit(&mut self) -> Result<(), DbError>;
+    /// Rolls back, ignoring errors (the connection may be broken already).
+    fn rollback(&mut self);
+    /// This backend's migrations, in order.
+    fn migrations(&self) -> &'static [Migration];
+    /// The backend's own consistency check: SQLite's `PRAGMA integrity_check` (`ok` when
+    /// sound); PostgreSQL has none without extensions and answers `ok (not checked)`.
+    fn integrity(&mut self) -> Result<String, DbError>;
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+}
+
+/// Opens a connection.
+pub fn connect(url: &DbUrl) -> Result<Box<dyn Database>, DbError> {
+    match url {
+        DbUrl::Sqlite(path) => Ok(Box::new(Sqlite::open(path)?)),
+        DbUrl::Postgres(url) => Ok(Box::new(Postgres::connect(url)?)),
+    }
+}
+
+/// The SQLite backend: WAL, `synchronous=FULL`, a busy timeout, `BEGIN IMMEDIATE`.
+pub struct Sqlite {
+    connection: rusqlite::Connection,
+}
+
+fn sqlite_error(error: rusqlite::Error) -> DbError {
+    // A unique violation means another writer recorded the row first (only a store that
+    // reads outside its transaction can see one): retrying re-reads and answers duplicate.
+    let unique = matches!(
+        &error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+    );
+    let retry = unique
+        || matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+    DbError {
+        message: format!("sqlite: {error}"),
+        retry,
+    }
+}
+
+impl Sqlite {
+    /// Opens (creating) the file and sets the durability pragmas.
+    pub fn open(path: &std::path::Path) -> Result<Sqlite, DbError> {
+        let connection = rusqlite::Connection::open(path).map_err(sqlite_error)?;
+        connection
+            .busy_timeout(Duration::from_secs(60))
+            .map_err(sqlite_error)?;
+        let mode: String = connection
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .map_err(sqlite_error)?;
+        if mode != "wal" {
+            return Err(DbError {
+                message: format!("sqlite: journal_mode is {mode}, not wal"),
+                retry: false,
+            });
+        }
+        connection
+            .execute_batch("PRAGMA synchronous=FULL;")
+            .map_err(sqlite_error)?;
+        Ok(Sqlite { connection })
+    }
+}
+
+fn sqlite_params(params: &[Param]) -> Vec<&dyn rusqlite::ToSql> {
+    params
+        .iter()
+        .map(|param| match param {
+            Param::Int(value) => value as &dyn rusqlite::ToSql,
+            Param::Text(value) => value as &dyn rusqlite::ToSql,
+        })
+        .collect()
+}
+
+impl Database for Sqlite {
+    fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        let mut statement = self.connection.prepare_cached(sql).map_err(sqlite_error)?;
+        let changed = statement
+            .execute(sqlite_params(params).as_slice())
+            .map_err(sqlite_error)?;
+        Ok(changed as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Val>>, DbError> {
+        let mut statement = self.connection.prepare_cached(sql).map_err(sqlite_error)?;
+        let columns = statement.column_count();
+        let mut rows = statement
+            .query(sqlite_params(params).as_slice())
+            .map_err(sqlite_error)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(sqlite_error)? {
+            let mut values = Vec::with_capacity(columns);
+            for index in 0..columns {
+                use rusqlite::types::ValueRef;
+                let value = match row.get_ref(index).map_err(sqlite_error)? {
+                    ValueRef::Null => Val::Null,
+                    ValueRef::Integer(value) => Val::Int(value),
+                    ValueRef::Text(bytes) => Val::Text(String::from_utf8_lossy(bytes).into()),
+                    ValueRef::Real(value) => Val::Text(value.to_string()),
+                    ValueRef::Blob(bytes) => Val::Text(String::from_utf8_lossy(bytes).into()),
+                };
+                values.push(value);
+            }
+            out.push(values);
+        }
+        Ok(out)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        self.connection.execute_batch(sql).map_err(sqlite_error)
+    }
+
+    fn begin(&mut self, _isolation: Isolation) -> Result<(), DbError> {
+        // IMMEDIATE: the write lock is taken now, so the busy timeout applies; a deferred
+        // transaction that reads and then writes fails with SQLITE_BUSY at once in WAL mode.
+        self.connection
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(sqlite_error)
+    }
+
+    fn commit(&mut self) -> Result<(), DbError> {
+        self.connection
+            .execute_batch("COMMIT")
+            .map_err(sqlite_error)
+    }
+
+    fn rollback(&mut self) {
+        let _ = self.connection.execute_batch("ROLLBACK");
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        SQLITE_MIGRATIONS
+    }
+
+    fn integrity(&mut self) -> Result<String, DbError> {
+        let rows = self.query("PRAGMA integrity_check", &[])?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| row.first().and_then(Val::text).map(str::to_owned))
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+/// The PostgreSQL backend: SERIALIZABLE transactions, retried by the store on
+/// serialization failures, deadlocks and unique violations.
+pub struct Postgres {
+    client: postgres::Client,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+fn postgres_error(error: postgres::Error) -> DbError {
+    use postgres::error::SqlState;
+    let retry = error.code().is_some_and(|code| {
+        *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::UNIQUE_VIOLATION
+    });
+    let message = match error.as_db_error() {
+        Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
+        None => format!("postgres: {error}"),
+    };
+    DbError { message, retry }
+}
+
+impl Postgres {
+    /// Connects (no TLS: the server is local or on a trusted network).
+    pub fn connect(url: &str) -> Result<Postgres, DbError> {
+        let client = postgres::Client::connect(url, postgres::NoTls).map_err(|error| DbError {
+            message: format!(
+                "postgres: cannot connect to {url}: {error} (is PostgreSQL installed and running? \
+                 `apt-get install postgresql` then `service postgresql start`, or set --db / \
+                 ARRIVAL_DATABASE_URL to a server that answers)"
+            ),
+            retry: false,
+        })?;
+        let mut this = Postgres {
+            client,
+            statements: HashMap::new(),
+        };
+        // The store's own notices (CREATE TABLE IF NOT EXISTS ...) are not worth a line.
+        this.batch("SET client_min_messages = warning")?;
+        Ok(this)
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, DbError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).map_err(postgres_error)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+fn postgres_params(params: &[Param]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    params
+        .iter()
+        .map(|param| match param {
+            Param::Int(value) => value as &(dyn postgres::types::ToSql + Sync),
+            Param::Text(value) => value as &(dyn postgres::types::ToSql + Sync),
+        })
+        .collect()
+}
+
+impl Database for Postgres {
+    fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        let statement = self.statement(sql)?;
+        self.client
+            .execute(&statement, &postgres_params(params))
+            .map_err(postgres_error)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Val>>, DbError> {
+        use postgres::types::Type;
+        let statement = self.statement(sql)?;
+        let rows = self
+            .client
+            .query(&statement, &postgres_params(params))
+            .map_err(postgres_error)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut values = Vec::with_capacity(row.len());
+            for (index, column) in row.columns().iter().enumerate() {
+                let value = match *column.type_() {
+                    Type::INT8 => row
+                        .try_get::<_, Option<i64>>(index)
+                        .map_err(postgres_error)?
+                        .map_or(Val::Null, Val::Int),
+                    Type::INT4 => row
+                        .try_get::<_, Option<i32>>(index)
+                        .map_err(postgres_error)?
+                        .map_or(Val::Null, |value| Val::Int(value.into())),
+                    _ => row
+                        .try_get::<_, Option<String>>(index)
+                        .map_err(postgres_error)?
+                        .map_or(Val::Null, Val::Text),
+                };
+                values.push(value);
+            }
+            out.push(values);
+        }
+        Ok(out)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        self.client.batch_execute(sql).map_err(postgres_error)
+    }
+
+    fn begin(&mut self, isolation: Isolation) -> Result<(), DbError> {
+        let sql = match isolation {
+            Isolation::Serial => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            Isolation::Weak => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        };
+        self.batch(sql)
+    }
+
+    fn commit(&mut self) -> Result<(), DbError> {
+        self.batch("COMMIT")
+    }
+
+    fn rollback(&mut self) {
+        let _ = self.client.batch_execute("ROLLBACK");
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        POSTGRES_MIGRATIONS
+    }
+
+    fn integrity(&mut self) -> Result<String, DbError> {
+        Ok("ok (not checked)".into())
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}

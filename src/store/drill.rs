@@ -1,0 +1,883 @@
+//! The store's drills: receivers killed with SIGKILL while a sender retries, and several
+//! receiver processes on one database; after each, the store is checked against the
+//! promises of the contract and against the SPEC receiver's end state for the fixture.
+
+use crate::card::fixture::Scenario;
+use crate::card::generate::SplitMix;
+use crate::card::policy::Spec;
+use crate::card::receiver::{Card, Receiver, Verdict};
+use crate::card::replay::replay;
+use crate::card::wire::{Catalog, Snapshot};
+use crate::harness::InputError;
+use crate::store::cli::{authority, fixture_deliveries, initial_cards, store_error};
+use crate::store::{content_hash, Acknowledgement, DbUrl, Incoming, Store, StoreMutant, Val};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `arrival store drill crash` options.
+pub struct CrashOptions {
+    /// The fixture, loaded.
+    pub scenario: Scenario,
+    /// Its path (the reconcile child reads it).
+    pub fixture: PathBuf,
+    /// Kills in all.
+    pub kills: usize,
+    /// The database; `None`: a fresh SQLite file in a temporary folder.
+    pub db: Option<DbUrl>,
+    /// Seed of the schedules and kill times.
+    pub seed: u64,
+    /// A broken store to drill instead of the real one.
+    pub mutant: Option<StoreMutant>,
+}
+
+/// `arrival store drill concurrent` options.
+pub struct ConcurrentOptions {
+    /// The fixture, loaded.
+    pub scenario: Scenario,
+    /// Its path.
+    pub fixture: PathBuf,
+    /// Receiver processes per run.
+    pub receivers: usize,
+    /// Runs.
+    pub runs: usize,
+    /// The database; `None`: a fresh SQLite file in a temporary folder.
+    pub db: Option<DbUrl>,
+    /// Seed of the splits.
+    pub seed: u64,
+    /// A broken store to drill instead of the real one.
+    pub mutant: Option<StoreMutant>,
+}
+
+/// What a drill did and found.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrillReport {
+    /// `crash` or `concurrent`.
+    pub drill: String,
+    /// The fixture's name.
+    pub fixture: String,
+    /// `sqlite` or `postgres`.
+    pub backend: String,
+    /// The store mutant drilled, if any.
+    pub mutant: Option<String>,
+    /// Trials (crash: fresh schema, whole schedule, kills) or runs (concurrent).
+    pub trials: usize,
+    /// Receiver processes killed with SIGKILL.
+    pub kills: usize,
+    /// Receiver processes started.
+    pub processes: usize,
+    /// Deliveries sent, retries and copies included.
+    pub sent: usize,
+    /// Acknowledgements the sender received.
+    pub acknowledged: usize,
+    /// Whether every check held in every trial.
+    pub passed: bool,
+    /// What broke, in the first failing trial.
+    pub failures: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl DrillReport {
+    /// A few lines for people.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "store drill {} on {} ({}{}): {} trial(s), {} kill(s), {} process(es), {} sent, {} acknowledged, {:.1} s\n",
+            self.drill,
+            self.fixture,
+            self.backend,
+            self.mutant
+                .as_ref()
+                .map_or(String::new(), |mutant| format!(", mutant {mutant}")),
+            self.trials,
+            self.kills,
+            self.processes,
+            self.sent,
+            self.acknowledged,
+            self.seconds
+        );
+        if self.passed {
+            out += "every check held";
+        } else {
+            out += "FAILED:";
+            for failure in &self.failures {
+                out += &format!("\n  {failure}");
+            }
+        }
+        out
+    }
+}
+
+/// A scratch database for a drill: the given one, or an SQLite file in a temporary folder
+/// removed at the end.
+struct Scratch {
+    url: DbUrl,
+    folder: Option<PathBuf>,
+}
+
+impl Scratch {
+    fn new(db: Option<&DbUrl>, seed: u64) -> Result<Scratch, InputError> {
+        if let Some(url) = db {
+            return Ok(Scratch {
+                url: url.clone(),
+                folder: None,
+            });
+        }
+        let folder = std::env::temp_dir().join(format!(
+            "arrival-drill-{}-{seed}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        ));
+        std::fs::create_dir_all(&folder).map_err(|source| InputError::Io {
+            file: folder.clone(),
+            source,
+        })?;
+        Ok(Scratch {
+            url: DbUrl::Sqlite(folder.join("drill.db")),
+            folder: Some(folder),
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(folder) = &self.folder {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    }
+}
+
+fn fresh(url: &DbUrl, scenario: &Scenario) -> Result<Store, InputError> {
+    let mut store = Store::open(url).map_err(|error| store_error(url, error))?;
+    store.reset().map_err(|error| store_error(url, error))?;
+    store
+        .seed(&initial_cards(scenario))
+        .map_err(|error| store_error(url, error))?;
+    Ok(store)
+}
+
+fn exe() -> Result<PathBuf, InputError> {
+    std::env::current_exe().map_err(|source| InputError::Io {
+        file: PathBuf::from("current executable"),
+        source,
+    })
+}
+
+fn ingest_child(
+    url: &DbUrl,
+    mutant: Option<StoreMutant>,
+    stderr: Stdio,
+) -> Result<Child, InputError> {
+    let mut command = Command::new(exe()?);
+    command
+        .args(["store", "ingest", "--db", &url.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    if let Some(mutant) = mutant {
+        command.args(["--mutant", mutant.name()]);
+    }
+    command.spawn().map_err(|source| InputError::Io {
+        file: PathBuf::from("store ingest child"),
+        source,
+    })
+}
+
+/// Kills `child` with SIGKILL after `delay` unless `done` is set first.
+fn killer(
+    child: Arc<Mutex<Child>>,
+    delay: Duration,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < delay {
+            if done.load(Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200).min(delay - start.elapsed().min(delay)));
+        }
+        let mut child = child.lock().expect("child lock");
+        matches!(child.try_wait(), Ok(None)) && child.kill().is_ok()
+    })
+}
+
+/// How an entry of the sender's schedule treats the acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Send {
+    /// The sender waits for it.
+    Wait,
+    /// The acknowledgement is lost on the way back; a retry follows in the schedule.
+    AckLost,
+    /// A copy made by the network; nobody waits for its acknowledgement.
+    Copy,
+}
+
+fn line(incoming: &Incoming) -> String {
+    let mut object = json!({"delivery": incoming.delivery, "event": incoming.event});
+    if let Some(at) = incoming.received_at {
+        object["received_at"] = Value::from(at);
+    }
+    object.to_string()
+}
+
+/// One round: a child ingests `pending` until done or killed. The acknowledgements read,
+/// whether it was killed, and the time taken.
+fn round(
+    url: &DbUrl,
+    mutant: Option<StoreMutant>,
+    lines: Vec<String>,
+    kill_after: Option<Duration>,
+) -> Result<(Vec<Acknowledgement>, bool, Duration), InputError> {
+    let started = Instant::now();
+    let mut child = ingest_child(url, mutant, Stdio::null())?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let writer = std::thread::spawn(move || {
+        for text in lines {
+            if writeln!(stdin, "{text}").is_err() {
+                return;
+            }
+        }
+    });
+    let child = Arc::new(Mutex::new(child));
+    let done = Arc::new(AtomicBool::new(false));
+    let kill = kill_after.map(|delay| killer(Arc::clone(&child), delay, Arc::clone(&done)));
+    let mut acks = Vec::new();
+    for text in BufReader::new(stdout).lines() {
+        let Ok(text) = text else { break };
+        match serde_json::from_str::<Acknowledgement>(&text) {
+            Ok(ack) => acks.push(ack),
+            Err(_) => break,
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let killed = kill.is_some_and(|handle| handle.join().unwrap_or(false));
+    let status = child
+        .lock()
+        .expect("child lock")
+        .wait()
+        .map_err(|source| InputError::Io {
+            file: PathBuf::from("store ingest child"),
+            source,
+        })?;
+    let _ = writer.join();
+    if !killed && !status.success() {
+        return Err(InputError::invalid(
+            std::path::Path::new(&url.to_string()),
+            "drill",
+            format!(
+                "the ingest child failed ({status}) after {} acknowledgement(s)",
+                acks.len()
+            ),
+        ));
+    }
+    Ok((acks, killed, started.elapsed()))
+}
+
+/// The crash drill.
+pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
+    let started = Instant::now();
+    let scratch = Scratch::new(options.db.as_ref(), options.seed)?;
+    let url = &scratch.url;
+    let mut rng = SplitMix::new(options.seed);
+    let deliveries = fixture_deliveries(&options.scenario);
+    let mut report = DrillReport {
+        drill: "crash".into(),
+        fixture: options.scenario.name.clone(),
+        backend: backend_name(url).into(),
+        mutant: options.mutant.map(|mutant| mutant.name().to_owned()),
+        trials: 0,
+        kills: 0,
+        processes: 0,
+        sent: 0,
+        acknowledged: 0,
+        passed: true,
+        failures: Vec::new(),
+        seconds: 0.0,
+    };
+    // Per-line and start-up times, learnt as the drill goes.
+    let mut per_line = Duration::from_millis(2);
+    let startup = Duration::from_millis(5);
+    let per_trial = (deliveries.len() / 40).clamp(1, 25);
+    while report.kills < options.kills || report.trials == 0 {
+        report.trials += 1;
+        let mut store = fresh(url, &options.scenario)?;
+        // The schedule: every delivery in order, lost acknowledgements (a retry follows),
+        // network copies at random later places.
+        let mut schedule: Vec<(usize, Send)> = Vec::new();
+        for index in 0..deliveries.len() {
+            if rng.chance(0.15) {
+                schedule.push((index, Send::AckLost));
+            }
+            schedule.push((index, Send::Wait));
+        }
+        for index in 0..deliveries.len() {
+            if rng.chance(0.15) {
+                let after = schedule
+                    .iter()
+                    .position(|&(at, _)| at == index)
+                    .expect("scheduled");
+                let place = after + 1 + rng.below((schedule.len() - after) as u64) as usize;
+                schedule.insert(place, (index, Send::Copy));
+            }
+        }
+        let mut pending = schedule;
+        let mut acked: Vec<(usize, Acknowledgement)> = Vec::new();
+        let mut kills_left = per_trial.min(options.kills.saturating_sub(report.kills));
+        while !pending.is_empty() {
+            let kill_after = (kills_left > 0).then(|| {
+                let estimate = startup + per_line * pending.len() as u32;
+                let span = (estimate.as_micros() as u64 / kills_left as u64).max(1);
+                Duration::from_micros(rng.below(span))
+            });
+            let lines = pending
+                .iter()
+                .map(|&(index, _)| line(&deliveries[index]))
+                .collect();
+            report.processes += 1;
+            report.sent += pending.len();
+            let (acks, killed, took) = round(url, options.mutant, lines, kill_after)?;
+            if !acks.is_empty() {
+                per_line = (took / acks.len() as u32).max(Duration::from_micros(50));
+            }
+            if killed {
+                report.kills += 1;
+                kills_left -= 1;
+            }
+            for ((index, send), ack) in pending.iter().zip(&acks) {
+                if *send == Send::Wait {
+                    acked.push((*index, ack.clone()));
+                }
+            }
+            report.acknowledged += acks.len();
+            // Everything without an acknowledgement is sent again, in order.
+            pending.drain(..acks.len().min(pending.len()));
+            if !killed && !pending.is_empty() {
+                break;
+            }
+        }
+        // Reconciliation, killed at random too.
+        loop {
+            let kill_after = (kills_left > 0).then(|| {
+                Duration::from_micros(rng.below((startup + per_line * 4).as_micros() as u64))
+            });
+            let mut command = Command::new(exe()?);
+            command
+                .args(["store", "reconcile", "--db", &url.to_string(), "--fixture"])
+                .arg(&options.fixture)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = Arc::new(Mutex::new(command.spawn().map_err(|source| {
+                InputError::Io {
+                    file: PathBuf::from("store reconcile child"),
+                    source,
+                }
+            })?));
+            report.processes += 1;
+            let done = Arc::new(AtomicBool::new(false));
+            let kill = kill_after.map(|delay| killer(Arc::clone(&child), delay, Arc::clone(&done)));
+            let status = loop {
+                if let Some(status) = child.lock().expect("child lock").try_wait().ok().flatten() {
+                    break status;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            };
+            done.store(true, Ordering::SeqCst);
+            let killed = kill.is_some_and(|handle| handle.join().unwrap_or(false));
+            if killed {
+                report.kills += 1;
+                kills_left = kills_left.saturating_sub(1);
+                continue;
+            }
+            if status.success() {
+                break;
+            }
+            return Err(InputError::invalid(
+                std::path::Path::new(&url.to_string()),
+                "drill",
+                format!("the reconcile child failed ({status})"),
+            ));
+        }
+        let mut failures = check_store(
+            &mut store,
+            url,
+            &options.scenario,
+            &deliveries,
+            &acked,
+            true,
+        )?;
+        failures.extend(compare_with_spec(&mut store, url, &options.scenario, true)?);
+        if !failures.is_empty() {
+            report.passed = false;
+            report.failures = failures;
+            report
+                .failures
+                .insert(0, format!("trial {}:", report.trials));
+            break;
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The concurrency drill.
+pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError> {
+    let started = Instant::now();
+    let scratch = Scratch::new(options.db.as_ref(), options.seed)?;
+    let url = &scratch.url;
+    let mut rng = SplitMix::new(options.seed);
+    let deliveries = fixture_deliveries(&options.scenario);
+    let mut report = DrillReport {
+        drill: "concurrent".into(),
+        fixture: options.scenario.name.clone(),
+        backend: backend_name(url).into(),
+        mutant: options.mutant.map(|mutant| mutant.name().to_owned()),
+        trials: 0,
+        kills: 0,
+        processes: 0,
+        sent: 0,
+        acknowledged: 0,
+        passed: true,
+        failures: Vec::new(),
+        seconds: 0.0,
+    };
+    for run in 1..=options.runs {
+        report.trials += 1;
+        let mut store = fresh(url, &options.scenario)?;
+        // Each delivery goes to one receiver, and to a second one now and then.
+        let mut shares: Vec<Vec<usize>> = vec![Vec::new(); options.receivers];
+        for index in 0..deliveries.len() {
+            let first = rng.below(options.receivers as u64) as usize;
+            shares[first].push(index);
+            if options.receivers > 1 && rng.chance(0.3) {
+                let second = (first + 1 + rng.below(options.receivers as u64 - 1) as usize)
+                    % options.receivers;
+                shares[second].push(index);
+            }
+        }
+        let mut children = Vec::new();
+        for share in &shares {
+            let mut child = ingest_child(url, options.mutant, Stdio::piped())?;
+            report.processes += 1;
+            report.sent += share.len();
+            let mut stdin = child.stdin.take().expect("piped");
+            let lines: Vec<String> = share
+                .iter()
+                .map(|&index| line(&deliveries[index]))
+                .collect();
+            let writer = std::thread::spawn(move || {
+                for text in lines {
+                    if writeln!(stdin, "{text}").is_err() {
+                        return;
+                    }
+                }
+            });
+            children.push((child, writer));
+        }
+        let mut acked = Vec::new();
+        for ((mut child, writer), share) in children.into_iter().zip(&shares) {
+            let stdout = child.stdout.take().expect("piped");
+            let acks: Vec<Acknowledgement> = BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|text| serde_json::from_str(&text).ok())
+                .collect();
+            let _ = writer.join();
+            let status = child.wait().map_err(|source| InputError::Io {
+                file: PathBuf::from("store ingest child"),
+                source,
+            })?;
+            if !status.success() || acks.len() != share.len() {
+                let mut said = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+                }
+                report.passed = false;
+                report.failures = vec![format!(
+                    "run {run}: a receiver ended with {status} after {} of {} acknowledgements: {}",
+                    acks.len(),
+                    share.len(),
+                    said.trim()
+                )];
+                break;
+            }
+            report.acknowledged += acks.len();
+            acked.extend(share.iter().copied().zip(acks));
+        }
+        if !report.passed {
+            break;
+        }
+        store
+            .reconcile_all(&authority(&options.scenario))
+            .map_err(|error| store_error(url, error))?;
+        let mut failures = check_store(
+            &mut store,
+            url,
+            &options.scenario,
+            &deliveries,
+            &acked,
+            false,
+        )?;
+        failures.extend(compare_with_spec(
+            &mut store,
+            url,
+            &options.scenario,
+            false,
+        )?);
+        if !failures.is_empty() {
+            report.passed = false;
+            report.failures = failures;
+            report.failures.insert(0, format!("run {run}:"));
+            break;
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn backend_name(url: &DbUrl) -> &'static str {
+    match url {
+        DbUrl::Sqlite(_) => "sqlite",
+        DbUrl::Postgres(_) => "postgres",
+    }
+}
+
+/// The identity key of a delivery's content: (event id, content hash), or the delivery
+/// number for an input without an event id.
+fn content_key(catalog: &mut Catalog, incoming: &Incoming) -> (Option<String>, String) {
+    let event = catalog.event(&incoming.event);
+    match event.event_id {
+        Some(id) => (
+            Some(catalog.name(id).to_owned()),
+            content_hash(catalog.content_text(event.content)),
+        ),
+        None => (None, incoming.delivery.to_string()),
+    }
+}
+
+/// The store's own promises, read back from its tables:
+/// - the database's integrity check passes and the receiver's invariants hold;
+/// - every acknowledged delivery has its recorded decision, and the acknowledgement agrees
+///   with it;
+/// - no decision was recorded twice;
+/// - no card moved to a lower version;
+/// - each card's event-replacement counter equals its applied records;
+/// - with `serial_audit` (one receiver at a time): the audit trail, replayed through the
+///   SPEC receiver in commit order, gives every recorded decision and the stored state.
+fn check_store(
+    store: &mut Store,
+    url: &DbUrl,
+    scenario: &Scenario,
+    deliveries: &[Incoming],
+    acked: &[(usize, Acknowledgement)],
+    serial_audit: bool,
+) -> Result<Vec<String>, InputError> {
+    let fail = |error| store_error(url, error);
+    let mut failures = Vec::new();
+    let integrity = store
+        .database()
+        .integrity()
+        .map_err(|error| fail(error.into()))?;
+    if !integrity.starts_with("ok") {
+        failures.push(format!("integrity_check: {integrity}"));
+    }
+    let loaded = match store.load_all() {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            failures.push(format!("the stored state does not load: {error}"));
+            return Ok(failures);
+        }
+    };
+    let query = |store: &mut Store, sql: &str| {
+        store
+            .database()
+            .query(sql, &[])
+            .map_err(|error| fail(error.into()))
+    };
+    // Recorded decisions by content key.
+    let mut recorded: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
+    for row in query(
+        store,
+        "SELECT event_id, content_hash, decision FROM records",
+    )? {
+        let id = row[0].text().map(str::to_owned);
+        let hash = row[1].text().unwrap_or_default().to_owned();
+        recorded.insert((id, hash), row[2].text().unwrap_or_default().to_owned());
+    }
+    for row in query(store, "SELECT delivery, decision FROM anonymous")? {
+        let number = row[0].int().unwrap_or(-1).to_string();
+        recorded.insert((None, number), row[1].text().unwrap_or_default().to_owned());
+    }
+    // Decided audit entries by content key.
+    let audit = query(
+        store,
+        "SELECT seq, entry, delivery, event_id, content_hash, card_id, decision, previous, \
+         version, state FROM audit ORDER BY seq",
+    )?;
+    let mut decided: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
+    for row in audit.iter().filter(|row| row[1].text() == Some("decided")) {
+        let key = match row[3].text() {
+            Some(id) => (
+                Some(id.to_owned()),
+                row[4].text().unwrap_or_default().to_owned(),
+            ),
+            None => (None, row[2].int().unwrap_or(-1).to_string()),
+        };
+        decided
+            .entry(key)
+            .or_default()
+            .push(row[6].text().unwrap_or_default().to_owned());
+    }
+    for (key, decisions) in &decided {
+        if decisions.len() > 1 {
+            failures.push(format!(
+                "{} decided {} times: {decisions:?}",
+                key.0
+                    .clone()
+                    .unwrap_or_else(|| format!("delivery-{}", key.1)),
+                decisions.len()
+            ));
+        }
+    }
+    let mut catalog = Catalog::new();
+    for (index, ack) in acked {
+        let key = content_key(&mut catalog, &deliveries[*index]);
+        let name = key
+            .0
+            .clone()
+            .unwrap_or_else(|| format!("delivery-{}", deliveries[*index].delivery));
+        let Some(decision) = recorded.get(&key) else {
+            failures.push(format!(
+                "delivery {} ({name}) was acknowledged `{}` but no decision is recorded",
+                ack.delivery, ack.ack
+            ));
+            continue;
+        };
+        let agrees = match ack.ack.as_str() {
+            "applied" => decision == "applied",
+            "ignored" => decision == "stale" || decision == "equal",
+            _ => true,
+        };
+        if !agrees {
+            failures.push(format!(
+                "delivery {} ({name}) was acknowledged `{}` but its record says `{decision}`",
+                ack.delivery, ack.ack
+            ));
+        }
+        if ack.decision != "duplicate" {
+            let first = decided.get(&key).and_then(|list| list.first());
+            if first != Some(&ack.decision) {
+                failures.push(format!(
+                    "delivery {} ({name}) was answered `{}` but the audit decided {first:?}",
+                    ack.delivery, ack.decision
+                ));
+            }
+        }
+    }
+    // Cards never move back.
+    let mut versions: BTreeMap<String, u64> = BTreeMap::new();
+    for row in audit.iter().filter(|row| row[1].text() == Some("card")) {
+        let card = row[5].text().unwrap_or_default().to_owned();
+        let version = row[8].int().unwrap_or(0) as u64;
+        if let Some(&before) = versions.get(&card) {
+            if version < before {
+                failures.push(format!(
+                    "{card} moved back from v{before} to v{version} (audit #{:?})",
+                    row[0].int()
+                ));
+            }
+        }
+        versions.insert(card, version);
+    }
+    // Counters agree with the applied records.
+    let mut applied: BTreeMap<String, i64> = BTreeMap::new();
+    for row in query(
+        store,
+        "SELECT object_id, COUNT(*) FROM records WHERE decision = 'applied' GROUP BY object_id",
+    )? {
+        applied.insert(
+            row[0].text().unwrap_or_default().to_owned(),
+            row[1].int().unwrap_or(0),
+        );
+    }
+    for (card, &(event, _)) in &loaded.counters {
+        let count = applied.get(card).copied().unwrap_or(0);
+        if count != event {
+            failures.push(format!(
+                "{card}: {event} event replacement(s) counted but {count} applied record(s)"
+            ));
+        }
+    }
+    if serial_audit {
+        failures.extend(replay_audit(scenario, &audit, store, url, &loaded)?);
+    }
+    Ok(failures)
+}
+
+/// Replays the audit trail, in commit order, through the SPEC receiver: every decision
+/// and reconciliation it records must be what the SPEC receiver decides at that point, and
+/// the end must be the stored cards.
+fn replay_audit(
+    scenario: &Scenario,
+    audit: &[Vec<Val>],
+    store: &mut Store,
+    url: &DbUrl,
+    loaded: &crate::store::Loaded,
+) -> Result<Vec<String>, InputError> {
+    let fail = |error: crate::store::DbError| store_error(url, error.into());
+    let mut contents: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
+    for row in store
+        .database()
+        .query("SELECT event_id, content_hash, content FROM records", &[])
+        .map_err(fail)?
+    {
+        contents.insert(
+            (
+                row[0].text().map(str::to_owned),
+                row[1].text().unwrap_or_default().to_owned(),
+            ),
+            row[2].text().unwrap_or_default().to_owned(),
+        );
+    }
+    for row in store
+        .database()
+        .query("SELECT delivery, content FROM anonymous", &[])
+        .map_err(fail)?
+    {
+        contents.insert(
+            (None, row[0].int().unwrap_or(-1).to_string()),
+            row[1].text().unwrap_or_default().to_owned(),
+        );
+    }
+    let mut catalog = Catalog::new();
+    let initial: Vec<_> = scenario
+        .raw
+        .initial
+        .iter()
+        .map(|(name, card)| {
+            let state = catalog.state(&Value::Object(card.state.clone()));
+            (catalog.sym(name), Card::new(card.version, state))
+        })
+        .collect();
+    let mut receiver = Receiver::new(initial);
+    let mut failures = Vec::new();
+    for row in audit {
+        let seq = row[0].int().unwrap_or(0);
+        match row[1].text() {
+            Some(entry @ ("decided" | "duplicate")) => {
+                let delivery = row[2].int().unwrap_or(0) as u32;
+                let key = match row[3].text() {
+                    Some(id) => (
+                        Some(id.to_owned()),
+                        row[4].text().unwrap_or_default().to_owned(),
+                    ),
+                    None => (None, delivery.to_string()),
+                };
+                let Some(text) = contents.get(&key) else {
+                    failures.push(format!("audit #{seq}: {entry} of {key:?} has no record"));
+                    continue;
+                };
+                let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+                let event = catalog.event(&value);
+                let answer = receiver.deliver(Spec, delivery, None, &event);
+                let expected = match answer.verdict {
+                    Verdict::Decided(decision) => (decision.name(), None),
+                    Verdict::Duplicate(of) => ("duplicate", Some(of.name())),
+                };
+                let actual = (row[6].text().unwrap_or_default(), row[7].text());
+                if expected.0 != actual.0 || (entry == "duplicate" && expected.1 != actual.1) {
+                    failures.push(format!(
+                        "audit #{seq}: delivery {delivery} recorded {actual:?} where the SPEC receiver, in commit order, decides {expected:?}"
+                    ));
+                }
+            }
+            Some("reconciled") => {
+                let card = catalog.sym(row[5].text().unwrap_or_default());
+                let state: Value =
+                    serde_json::from_str(row[9].text().unwrap_or("{}")).unwrap_or(json!({}));
+                let snapshot = Snapshot {
+                    object_id: card,
+                    version: row[8].int().unwrap_or(0) as u64,
+                    state: catalog.state(&state),
+                };
+                let outcome = receiver.reconcile(Spec, &snapshot).outcome;
+                if Some(outcome.name()) != row[6].text() {
+                    failures.push(format!(
+                        "audit #{seq}: reconciliation recorded {:?} where the SPEC receiver gives {}",
+                        row[6].text(),
+                        outcome.name()
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let cards = |catalog: &Catalog, receiver: &Receiver| -> BTreeMap<String, (u64, Value, bool)> {
+        receiver
+            .cards()
+            .iter()
+            .map(|(&id, card)| {
+                (
+                    catalog.name(id).to_owned(),
+                    (
+                        card.version,
+                        catalog.state_value(card.state).clone(),
+                        card.paused,
+                    ),
+                )
+            })
+            .collect()
+    };
+    let replayed = cards(&catalog, &receiver);
+    let stored = cards(&loaded.catalog, &loaded.receiver);
+    if replayed != stored {
+        failures.push(format!(
+            "the audit trail replayed ends in {replayed:?} but the store holds {stored:?}"
+        ));
+    }
+    Ok(failures)
+}
+
+/// The store's end against the SPEC receiver's end state for the fixture (replay's default
+/// order): the cards, the paused cards and the unresolved inputs; with `counts`, the
+/// replacement counters too (the crash drill keeps the fixture's order of first decisions).
+fn compare_with_spec(
+    store: &mut Store,
+    url: &DbUrl,
+    scenario: &Scenario,
+    counts: bool,
+) -> Result<Vec<String>, InputError> {
+    let spec = replay(scenario, Spec, "spec");
+    let ours = store.report().map_err(|error| store_error(url, error))?;
+    let mut failures = Vec::new();
+    if ours.final_cards != spec.final_cards {
+        failures.push(format!(
+            "final cards {} differ from SPEC's {}",
+            serde_json::to_string(&ours.final_cards).unwrap_or_default(),
+            serde_json::to_string(&spec.final_cards).unwrap_or_default()
+        ));
+    }
+    if ours.paused != spec.paused {
+        failures.push(format!("paused {:?}, SPEC {:?}", ours.paused, spec.paused));
+    }
+    if ours.unresolved != spec.unresolved {
+        failures.push(format!(
+            "unresolved {:?}, SPEC {:?}",
+            ours.unresolved, spec.unresolved
+        ));
+    }
+    if counts && ours.replacements != spec.replacements {
+        failures.push(format!(
+            "replacements {:?}, SPEC {:?}",
+            ours.replacements, spec.replacements
+        ));
+    }
+    Ok(failures)
+}

@@ -1,0 +1,397 @@
+//! The durable store against real databases: SQLite files in temporary folders and the
+//! PostgreSQL server at `ARRIVAL_DATABASE_URL` (default the local one), one fresh database
+//! per test, dropped after. A PostgreSQL that does not answer fails the test with what to
+//! install and run: it is never skipped.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const ARRIVAL: &str = env!("CARGO_BIN_EXE_arrival");
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn b62() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/B62-15-events.json")
+}
+
+fn arrival(args: &[&str]) -> Output {
+    Command::new(ARRIVAL)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("arrival runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let output = arrival(args);
+    assert!(
+        output.status.success(),
+        "arrival {args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+/// A fresh PostgreSQL database, dropped when the value goes.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    fn new() -> PgDatabase {
+        let admin = std::env::var("ARRIVAL_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.into());
+        let mut client =
+            postgres::Client::connect(&admin, postgres::NoTls).unwrap_or_else(|error| {
+                panic!(
+                    "PostgreSQL does not answer at {admin}: {error}\n\
+                 The store's tests need a real server. Install and start one \
+                 (`apt-get install postgresql && service postgresql start`, trust auth for \
+                 user postgres on 127.0.0.1), or run `bash .ci/test`, which starts a private \
+                 one, or set ARRIVAL_DATABASE_URL to a server that answers."
+                )
+            });
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_nanos();
+        let name = format!("arrival_test_{}_{nanos}", std::process::id());
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the test database");
+        let base = admin.split('?').next().expect("a url");
+        let cut = base.rfind('/').expect("a database path");
+        let url = if cut > "postgres://".len() {
+            format!("{}/{name}", &base[..cut])
+        } else {
+            format!("{base}/{name}")
+        };
+        PgDatabase { admin, name, url }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = client.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+fn report_keys(value: &Value) -> Value {
+    serde_json::json!({
+        "final": value["final"],
+        "paused": value["paused"],
+        "replacements": value["replacements"],
+        "unresolved": value["unresolved"],
+        "unresolved_detail": value["unresolved_detail"],
+    })
+}
+
+/// init, ingest and reconcile B62-15, then compare `show --json` with `replay --json`.
+fn b62_ends_as_replay(db: &str) {
+    let fixture = b62();
+    let fixture = fixture.to_str().expect("a UTF-8 path");
+    ok(&["store", "init", "--db", db, "--fixture", fixture]);
+    let acks = ok(&["store", "ingest", "--db", db, "--fixture", fixture]);
+    let acks: Vec<Value> = acks
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an acknowledgement line"))
+        .collect();
+    assert_eq!(acks.len(), 10, "one acknowledgement per delivery");
+    assert_eq!(acks[1]["decision"], "duplicate");
+    assert_eq!(acks[5]["decision"], "conflict_changed_payload");
+    ok(&["store", "reconcile", "--db", db, "--fixture", fixture]);
+    let store: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+    let replay: Value = serde_json::from_str(&ok(&["replay", "--json", fixture])).expect("JSON");
+    assert_eq!(report_keys(&store), report_keys(&replay));
+    assert_eq!(store["unresolved"], serde_json::json!(["e-204", "e-300"]));
+    assert_eq!(
+        store["replacements"],
+        serde_json::json!({"event": 2, "authority": 2})
+    );
+    // Reconciling again changes nothing: no card is paused any more.
+    assert_eq!(
+        ok(&["store", "reconcile", "--db", db, "--fixture", fixture]),
+        ""
+    );
+}
+
+#[test]
+fn b62_15_on_sqlite_ends_in_the_contracts_final_state() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join("b62.db").display());
+    b62_ends_as_replay(&db);
+}
+
+#[test]
+fn b62_15_on_postgres_ends_in_the_contracts_final_state() {
+    let database = PgDatabase::new();
+    b62_ends_as_replay(&database.url);
+}
+
+#[test]
+fn migrations_are_recorded_once_and_init_is_idempotent() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let path = folder.path().join("m.db");
+    let db = format!("sqlite:{}", path.display());
+    let fixture = b62();
+    let fixture = fixture.to_str().expect("a UTF-8 path");
+    assert!(ok(&["store", "init", "--db", &db, "--fixture", fixture])
+        .contains("2 initial card(s) added"));
+    assert!(ok(&["store", "init", "--db", &db, "--fixture", fixture])
+        .contains("0 initial card(s) added"));
+    let connection = rusqlite::Connection::open(&path).expect("open");
+    let versions: Vec<i64> = connection
+        .prepare("SELECT version FROM schema_migrations")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .map(|row| row.expect("a row"))
+        .collect();
+    assert_eq!(versions, vec![1]);
+    let mode: String = connection
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .expect("pragma");
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn an_exact_redelivery_on_stdin_is_a_duplicate_and_acks_follow_the_input_order() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join("s.db").display());
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        &db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    let event = r#"{"event_id":"e-1","object_id":"card-7","object_version":11,"type":"card.snapshot","state":{"stage":"x"}}"#;
+    let input = format!("{{\"delivery\": 5, \"event\": {event}}}\n\n{event}\n");
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", &db])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), input.as_bytes())
+        .expect("write");
+    let output = child.wait_with_output().expect("ends");
+    assert!(output.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["delivery"], 5);
+    assert_eq!(lines[0]["decision"], "applied");
+    assert_eq!(
+        lines[1]["delivery"], 3,
+        "a raw event's delivery number is its line number"
+    );
+    assert_eq!(lines[1]["decision"], "duplicate");
+    assert_eq!(lines[1]["ack"], "applied");
+}
+
+#[test]
+fn bad_input_is_exit_2_naming_the_source_and_line() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join("bad.db").display());
+    let lines = folder.path().join("deliveries.jsonl");
+    std::fs::write(&lines, "{\"delivery\": 1, \"event\": {}}\n{not json\n").expect("write");
+    let output = arrival(&[
+        "store",
+        "ingest",
+        "--db",
+        &db,
+        "--file",
+        lines.to_str().expect("UTF-8"),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("deliveries.jsonl") && stderr.contains("line 2"),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).lines().count(),
+        1,
+        "line 1 was acknowledged"
+    );
+
+    let output = arrival(&["store", "show", "--db", "mysql://localhost/x"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown database"));
+}
+
+fn drill(args: &[&str]) -> (bool, Value) {
+    let output = arrival(args);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "arrival {args:?}: no JSON report ({error}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    match output.status.code() {
+        Some(0) => (true, report),
+        Some(1) => (false, report),
+        other => panic!(
+            "arrival {args:?} ended with {other:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+#[test]
+fn crash_drill_on_sqlite_survives_kills_of_b62_15() {
+    let fixture = b62();
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "crash",
+        fixture.to_str().expect("UTF-8"),
+        "--kills",
+        "20",
+        "--json",
+    ]);
+    assert!(passed, "{report:#}");
+    assert!(report["kills"].as_u64().expect("kills") >= 20);
+}
+
+#[test]
+fn crash_drill_on_postgres_survives_kills_of_b62_15() {
+    let database = PgDatabase::new();
+    let fixture = b62();
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "crash",
+        fixture.to_str().expect("UTF-8"),
+        "--kills",
+        "20",
+        "--db",
+        &database.url,
+        "--json",
+    ]);
+    assert!(passed, "{report:#}");
+    assert_eq!(report["backend"], "postgres");
+}
+
+#[test]
+fn crash_drill_catches_a_store_that_acknowledges_before_it_commits() {
+    let fixture = b62();
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "crash",
+        fixture.to_str().expect("UTF-8"),
+        "--kills",
+        "200",
+        "--mutant",
+        "ack-before-commit",
+        "--json",
+    ]);
+    assert!(!passed, "the mutant survived: {report:#}");
+}
+
+#[test]
+fn crash_drill_catches_a_store_that_commits_card_and_record_separately() {
+    let fixture = b62();
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "crash",
+        fixture.to_str().expect("UTF-8"),
+        "--kills",
+        "200",
+        "--mutant",
+        "two-transactions",
+        "--json",
+    ]);
+    assert!(!passed, "the mutant survived: {report:#}");
+}
+
+fn generated(folder: &Path) -> PathBuf {
+    let path = folder.join("gen.json");
+    ok(&[
+        "gen",
+        "--cards",
+        "2",
+        "--deliveries",
+        "120",
+        "--out",
+        path.to_str().expect("UTF-8"),
+    ]);
+    path
+}
+
+#[test]
+fn concurrent_drill_on_postgres_ends_in_the_spec_state() {
+    let database = PgDatabase::new();
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let fixture = generated(folder.path());
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "concurrent",
+        fixture.to_str().expect("UTF-8"),
+        "--receivers",
+        "4",
+        "--runs",
+        "3",
+        "--db",
+        &database.url,
+        "--json",
+    ]);
+    assert!(passed, "{report:#}");
+}
+
+#[test]
+fn concurrent_drill_on_one_sqlite_file_ends_in_the_spec_state() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let fixture = generated(folder.path());
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "concurrent",
+        fixture.to_str().expect("UTF-8"),
+        "--receivers",
+        "4",
+        "--runs",
+        "3",
+        "--json",
+    ]);
+    assert!(passed, "{report:#}");
+}
+
+#[test]
+fn concurrent_drill_catches_a_store_that_reads_before_it_locks() {
+    let database = PgDatabase::new();
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let fixture = generated(folder.path());
+    let (passed, report) = drill(&[
+        "store",
+        "drill",
+        "concurrent",
+        fixture.to_str().expect("UTF-8"),
+        "--receivers",
+        "4",
+        "--runs",
+        "20",
+        "--db",
+        &database.url,
+        "--mutant",
+        "no-lock",
+        "--json",
+    ]);
+    assert!(!passed, "the mutant survived: {report:#}");
+}
