@@ -576,3 +576,38 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
     assert!(replay(&scenario, Spec, "spec").passed());
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
+    // Nothing can pause card-7 (one newer snapshot with its own id), so it is never
+    // reconciled: whatever its authority says, every order ends at v11. The precondition
+    // concerns only cards that some input can pause. With an input that pauses the card in
+    // some orders only (v10 with another state: a conflict before e-1, stale after it), the
+    // same newer authority is reported: the card ends at v11 or v12 by arrival order.
+    let dir = std::env::temp_dir().join(format!("arrival-unread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = |extra: &str| {
+        format!(
+            r#"{{"initial": {{"card-7": {{"version": 10, "state": {{"stage": "a"}}}}}},
+            "deliveries": [{{"delivery": 1, "event": {{"event_id": "e-1", "object_id": "card-7",
+                "object_version": 11, "type": "card.snapshot", "state": {{"stage": "b"}}}}}}{extra}],
+            "authority": [{{"object_id": "card-7", "version": 12, "state": {{"stage": "c"}}}}],
+            "expect": {{"final": {{"card-7": {{"version": 11, "state": {{"stage": "b"}}}}}}, "unresolved": []}}}}"#
+        )
+    };
+    std::fs::write(dir.join("unread.json"), fixture("")).unwrap();
+    let pausing = r#", {"delivery": 2, "event": {"event_id": "e-2", "object_id": "card-7",
+        "object_version": 10, "type": "card.snapshot", "state": {"stage": "x"}}}"#;
+    std::fs::write(dir.join("read.json"), fixture(pausing)).unwrap();
+    for (name, expected) in [("unread", "pass"), ("read", "authority-current")] {
+        let model = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &model,
+            format!("fixture = \"{name}.json\"\nduplicates = 1\nlost_acks = 1\nexpect = \"{expected}\"\n"),
+        )
+        .unwrap();
+        let report = run(&load(model.to_str().unwrap()), None);
+        assert!(report.as_expected, "{}", check::render(&report));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

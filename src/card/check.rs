@@ -80,7 +80,7 @@ pub struct ModelFile {
     /// within its own budget; the totals above still apply.
     #[serde(default)]
     pub per_delivery: Option<BTreeMap<String, DeliveryBudget>>,
-    /// The properties to check; SPEC's nine when absent. `redelivery-recognised` is only
+    /// The properties to check; the contract's ten when absent. `redelivery-recognised` is only
     /// checked when listed.
     #[serde(default)]
     pub properties: Option<Vec<String>>,
@@ -174,7 +174,7 @@ pub fn load_model_with(
             return Err(InputError::invalid(
                 path,
                 "properties",
-                "lists no property; leave it out to check SPEC's nine",
+                "lists no property; leave it out to check the contract's ten",
             ))
         }
         Some(names) => names
@@ -214,9 +214,7 @@ pub fn load_model_with(
             Some(budgets)
         }
     };
-    if file.threads == 0 {
-        return Err(InputError::invalid(path, "threads", "must be at least 1"));
-    }
+    crate::harness::model_file::check_run_options(path, file.threads, file.state_limit)?;
     let scenario = crate::harness::model_file::load_fixture(path, &file.fixture, Scenario::load)?;
     if let Some(budgets) = &per_delivery {
         if let Some(number) = budgets

@@ -490,16 +490,24 @@ impl AuthorityBehind {
     }
 }
 
-/// SPEC's precondition, "the authority is current": each authority snapshot must be at
-/// least as new as its card's initial version and every version delivered for that card
-/// that could ever be applied (an input that can never be decided on a card, such as an
-/// unsupported type, a missing version or a missing event id, carries no version the card
-/// could reach). The project reads one more case into it: a known card that some input can
-/// pause must have an authority snapshot, or it stays paused and its held inputs depend on
-/// arrival order. Returns the first card, in authority then initial order, that breaks it.
+/// The contract's precondition, "the authority is current", for every card that some input
+/// can pause (the others are never reconciled once they exist, so their authority is never
+/// read): its authority snapshot must be at least as new as the card's initial version and
+/// every version delivered for it that could ever be applied (an input that can never be
+/// decided, such as an unsupported type, a missing version or a missing event id, carries no
+/// version the card could reach); when the card may escape a pause in some orders, the
+/// authority must be exactly the newest snapshot it reaches; and it must exist. Returns the
+/// first card, in authority then initial order, that breaks it.
 pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
+    // A card that no input can pause is never reconciled once it exists: whatever its
+    // authority says, it ends as its newest snapshot in every order. Only a card that can be
+    // paused needs a current authority.
+    let pausable = |card| pausing_delivery(scenario, card).is_some();
     let behind = scenario.authority.iter().find_map(|snapshot| {
         let card = snapshot.object_id;
+        if !pausable(card) {
+            return None;
+        }
         let initial = scenario
             .initial
             .iter()
@@ -542,7 +550,8 @@ pub fn authority_behind(scenario: &Scenario) -> Option<AuthorityBehind> {
             let newest = newest_snapshot(scenario, card)?;
             let (number, version, state) = newest;
             let differs = (version, state) != (snapshot.version, snapshot.state);
-            (differs && !surely_paused(scenario, card)).then_some(AuthorityBehind {
+            let sometimes_paused = pausable(card) && !surely_paused(scenario, card);
+            (differs && sometimes_paused).then_some(AuthorityBehind {
                 card,
                 authority: Some(snapshot.version),
                 ahead: Ahead::MaybeNeverPaused { number, version },

@@ -198,12 +198,15 @@ impl FactsModel {
         self.checked[property as usize]
     }
 
-    fn has_work(world: &World, consumer: &Consumer) -> bool {
-        world
-            .pending
-            .values()
-            .any(|pending| pending.consumer == *consumer)
-            || (world.last_delivered as usize) < world.stream.len()
+    /// Whether `consume` would read something: its own pending entry (if the policy reads
+    /// them) or a new one.
+    fn has_work(&self, world: &World, consumer: &Consumer) -> bool {
+        let own = super::mutants::reads_own_pending(self.setup.mutant)
+            && world
+                .pending
+                .values()
+                .any(|pending| pending.consumer == *consumer);
+        own || (world.last_delivered as usize) < world.stream.len()
     }
 }
 
@@ -257,7 +260,7 @@ impl Protocol for FactsModel {
                 });
                 continue;
             }
-            if FactsModel::has_work(world, consumer) {
+            if self.has_work(world, consumer) {
                 let make = |crash| Step::Consume {
                     consumer: consumer.clone(),
                     crash,
@@ -569,9 +572,7 @@ pub fn load_model_with(
     if !(1..=3).contains(&file.consumers) {
         return Err(InputError::invalid(path, "consumers", "must be 1, 2 or 3"));
     }
-    if file.threads == 0 {
-        return Err(InputError::invalid(path, "threads", "must be at least 1"));
-    }
+    crate::harness::model_file::check_run_options(path, file.threads, file.state_limit)?;
     let scenario = crate::harness::model_file::load_fixture(path, &file.fixture, Scenario::load)?;
     let upgrade = match (file.upgrade, scenario.applications.iter().next()) {
         (false, _) => None,

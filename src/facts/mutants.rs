@@ -29,6 +29,9 @@ pub enum Mutant {
     LastFactDecidesReady,
     /// Acknowledges an entry it cannot parse at once, without a dead-letter copy.
     AckAndDropPoison,
+    /// Reads only new entries (`>`), never its own pending ones (`0`): an entry a consumer
+    /// was holding when it crashed stays pending for good unless another consumer claims it.
+    ForgetOwnPending,
     /// Recomputes READY only when a signature fact arrives, as if payment always came
     /// first: a payment that arrives after the signature never makes the application
     /// READY.
@@ -40,13 +43,14 @@ pub enum Mutant {
 
 impl Mutant {
     /// The catalogue.
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::AckBeforeCommit,
         Mutant::DedupeByStreamEntry,
         Mutant::BusinessKeyCorrelation,
         Mutant::IngressOnlyCorrelation,
         Mutant::LastFactDecidesReady,
         Mutant::AckAndDropPoison,
+        Mutant::ForgetOwnPending,
         Mutant::ReadyOnSignatureOnly,
         Mutant::AcceptStaleSignature,
     ];
@@ -60,6 +64,7 @@ impl Mutant {
             Mutant::IngressOnlyCorrelation => "ingress-only-correlation",
             Mutant::LastFactDecidesReady => "last-fact-decides-ready",
             Mutant::AckAndDropPoison => "ack-and-drop-poison",
+            Mutant::ForgetOwnPending => "forget-own-pending",
             Mutant::ReadyOnSignatureOnly => "ready-on-signature-only",
             Mutant::AcceptStaleSignature => "accept-stale-signature",
         }
@@ -73,7 +78,8 @@ impl Mutant {
             Mutant::BusinessKeyCorrelation => Some(Property::Correlated),
             Mutant::IngressOnlyCorrelation => Some(Property::Correlated),
             Mutant::LastFactDecidesReady => Some(Property::ReadySound),
-            Mutant::AckAndDropPoison => Some(Property::NoLoss),
+            Mutant::AckAndDropPoison => Some(Property::AckAfterCommit),
+            Mutant::ForgetOwnPending => Some(Property::NoLoss),
             Mutant::ReadyOnSignatureOnly => Some(Property::ReadyConverges),
             Mutant::AcceptStaleSignature => None,
         }
@@ -208,6 +214,11 @@ pub fn consume_under(
         }
         _ => inbox::consume(inbox, apps, envelope),
     }
+}
+
+/// Whether a consumer reads its own pending entries before new ones under a policy.
+pub fn reads_own_pending(mutant: Option<Mutant>) -> bool {
+    mutant != Some(Mutant::ForgetOwnPending)
 }
 
 /// Whether an upgrade recomputes READY under a policy (the last-fact mutant never clears

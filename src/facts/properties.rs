@@ -27,7 +27,8 @@ pub enum Property {
     Correlated,
     /// READY only with both facts for the current material version and no open conflict.
     ReadySound,
-    /// Every acknowledged entry carrying an envelope has its inbox verdict committed.
+    /// Every acknowledged entry has its outcome made durable first: an envelope's inbox
+    /// verdict committed, an unparseable entry's dead-letter copy written.
     AckAfterCommit,
     /// At the end, every stream entry has an inbox verdict or a dead-letter entry, and
     /// nothing is pending.
@@ -186,11 +187,15 @@ pub fn check_state(
     let apps = || world.applications.iter().map(|(key, _)| key);
     let ready_sound =
         || apps().all(|key| !world.inbox.marked_ready(key) || ready_by_rule(world, key));
+    // An entry is acknowledged only once its outcome is durable: an envelope's verdict
+    // committed in the inbox, an unparseable entry's copy in the dead-letter stream.
     let ack_after_commit = || {
         world.stream.iter().all(|entry| {
             !world.acknowledged(entry.id)
-                || matches!(entry.payload, Payload::Unparseable(_))
-                || world.committed.contains(&entry.id)
+                || match entry.payload {
+                    Payload::Envelope(_) => world.committed.contains(&entry.id),
+                    Payload::Unparseable(_) => world.dead_letter.contains_key(&entry.id),
+                }
         })
     };
     let no_loss = || {

@@ -13,7 +13,9 @@ use super::application::{AppKey, Applications};
 use super::envelope::{parse_json_object, Envelope, Source};
 use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
 use super::ingress::{Admission, IngressConfig, Request, Response};
-use super::mutants::{admit_under, consume_under, upgrade_refreshes_ready, Mutant};
+use super::mutants::{
+    admit_under, consume_under, reads_own_pending, upgrade_refreshes_ready, Mutant,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -368,7 +370,7 @@ pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome 
             if world.is_down(consumer) {
                 return StepOutcome::ConsumerDown(consumer.clone());
             }
-            let own = own_pending(world, consumer);
+            let own = own_pending(world, consumer).filter(|_| reads_own_pending(setup.mutant));
             let read = match own {
                 Some(id) => Some((id, Read::OwnPending)),
                 None if (world.last_delivered as usize) < world.stream.len() => {
@@ -384,7 +386,7 @@ pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome 
         }
         Step::Recover { consumer, crash } => {
             world.in_hand.remove(consumer);
-            match own_pending(world, consumer) {
+            match own_pending(world, consumer).filter(|_| reads_own_pending(setup.mutant)) {
                 Some(id) => handle(setup, world, consumer, id, Read::OwnPending, *crash),
                 None => StepOutcome::Idle(consumer.clone()),
             }

@@ -174,3 +174,30 @@ pub fn write_diagram(fixture: &str, diagram: &super::diagram::Diagram) -> Result
     }
     Ok(())
 }
+
+/// The most checker threads a run may ask for (the checker spawns them all at once).
+pub const MAX_THREADS: usize = 256;
+
+/// Checks the run options every model file has: `threads` from 1 to [`MAX_THREADS`], a
+/// `state_limit` of at least 1.
+pub fn check_run_options(
+    model: &Path,
+    threads: usize,
+    state_limit: Option<usize>,
+) -> Result<(), InputError> {
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(InputError::invalid(
+            model,
+            "threads",
+            format!("must be from 1 to {MAX_THREADS}, not {threads}"),
+        ));
+    }
+    if state_limit == Some(0) {
+        return Err(InputError::invalid(
+            model,
+            "state_limit",
+            "must be at least 1 (leave it out for no limit)",
+        ));
+    }
+    Ok(())
+}
