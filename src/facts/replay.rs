@@ -118,7 +118,9 @@ pub struct Report {
     pub scheduled: bool,
     /// The steps.
     pub steps: Vec<StepReport>,
-    /// The end.
+    /// The end: `responses`, `facts`, `duplicates`, `ready`, `pending`, `dead_letter`, ...
+    /// (flattened into the report's top level in JSON).
+    #[serde(flatten)]
     pub end: EndReport,
     /// Whether the fixture has an `expect`.
     pub expect_checked: bool,

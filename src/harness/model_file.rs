@@ -189,7 +189,7 @@ pub fn check_run_options(
         return Err(InputError::invalid(
             model,
             "threads",
-            format!("must be from 1 to {MAX_THREADS}, not {threads}"),
+            format!("must be at least 1 and at most {MAX_THREADS}, not {threads}"),
         ));
     }
     if state_limit == Some(0) {
