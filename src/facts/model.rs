@@ -369,6 +369,69 @@ impl Protocol for FactsModel {
     }
 }
 
+/// Whether nothing is left to do at the end of a replay of `scenario` (its setup's policy
+/// included): the model, with the consumers the replay used (`c1` when none) and no fault
+/// budget, has no step from `world`. Requests the replay never posted count as unsent.
+pub fn nothing_left(
+    scenario: &Scenario,
+    world: &World,
+    steps: &[super::replay::StepReport],
+) -> bool {
+    let mut consumers: Vec<Consumer> = steps
+        .iter()
+        .filter_map(|step| match &step.step {
+            Step::Consume { consumer, .. }
+            | Step::Recover { consumer, .. }
+            | Step::Claim { consumer, .. } => Some(consumer.clone()),
+            _ => None,
+        })
+        .collect();
+    consumers.sort();
+    consumers.dedup();
+    if consumers.is_empty() {
+        consumers.push(Consumer(super::fixture::DEFAULT_CONSUMER.to_owned()));
+    }
+    let posted: BTreeSet<u32> = steps
+        .iter()
+        .filter_map(|step| match step.step {
+            Step::Post { request, .. } => Some(request),
+            _ => None,
+        })
+        .collect();
+    let none = Budgets {
+        lost_responses: 0,
+        crashes_before_commit: 0,
+        crashes_after_commit: 0,
+        takeovers: 0,
+        poison: 0,
+        upgrades: 0,
+    };
+    let model = FactsModel {
+        scenario: Arc::new(scenario.clone()),
+        setup: Arc::new(scenario.setup.clone()),
+        consumers,
+        budgets: none,
+        upgrade: None,
+        checked: [true; 6],
+        coverage: Arc::default(),
+    };
+    let state = State {
+        world: world.clone(),
+        unsent: scenario
+            .setup
+            .requests
+            .keys()
+            .filter(|request| !posted.contains(request))
+            .copied()
+            .collect(),
+        budgets: none,
+        violation: None,
+    };
+    let mut next = Vec::new();
+    model.steps(&state, &mut next);
+    next.is_empty()
+}
+
 /// A step in domain terms.
 pub fn describe_step(step: &Step) -> String {
     let crash = |crash: &Option<Crash>| match crash {

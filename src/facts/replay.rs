@@ -191,9 +191,10 @@ pub fn replay(scenario: &Scenario) -> Report {
             }
         }
     }
-    // The end is terminal when nothing is left to do: every entry settled, no answer owed,
-    // no consumer down. Then the end-of-run properties are judged too.
-    let terminal = world.is_drained() && world.owed.is_empty() && world.in_hand.is_empty();
+    // The end is terminal when the model, with no faults left, could take no further step:
+    // every request sent, no answer owed, no consumer down, nothing a consumer would still
+    // read. Then the end-of-run properties are judged too.
+    let terminal = super::model::nothing_left(scenario, &world, &steps);
     if broken.is_none() && terminal {
         let everything = |_: Property| true;
         broken = check_state(&everything, &world, true, None, false, &|key| {
