@@ -1,22 +1,27 @@
 //! `arrival`: a verification harness for event receivers that must not treat arrival order
 //! as truth.
 //!
-//! It holds one pure decision function for the card.snapshot protocol, replays fixtures
-//! through it, and model-checks it with stateright under every reordering, duplicate, lost
-//! acknowledgement, crash and (if asked) passing of the retention window. The protocol's
-//! contract, in the project's words, is `docs/protocol.md` in the repository.
+//! It holds pure decision functions for two protocols, replays fixtures through them, and
+//! model-checks them with stateright under every reordering, duplicate, lost
+//! acknowledgement, crash, takeover and (if asked) retention expiry or material upgrade;
+//! then it drills the real systems built on the same functions. The contracts, in the
+//! project's words, are `docs/protocol.md` (card.snapshot) and `docs/facts.md` (application
+//! facts) in the repository; `docs/store.md` and `docs/pipeline.md` describe the real parts.
 //!
 //! # Architecture
 //!
-//! The tree shows it: one harness, a folder per protocol beside it, and a thin command
-//! line. Dependencies point one way: `harness` <- `card` (and later protocols) <- `main`.
+//! The tree shows it: one harness, a folder per protocol beside it, the real parts beside
+//! those, and a thin command line. Dependencies point one way: `harness` <- `card`, `facts`
+//! <- `store`, `pipeline` <- `main`. The harness never imports a protocol; the decision
+//! functions never do I/O or read a clock; the real parts acknowledge only after a commit.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts and reports, model files' common keys, typed input errors |
+//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, exploration, shortest counterexamples, verdicts, JSON/text/JUnit reports, sequence diagrams, model-file parsing, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
-//! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, replay, model |
-//! | [`store`] | the durable card receiver: the pure decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
+//! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, properties, mutants, replay, model |
+//! | [`store`] | the durable card receiver: the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
+//! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills, load generator (all the I/O of `facts`) |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
 //!
@@ -37,9 +42,9 @@
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
-//! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills, load generator (all I/O of `facts`) |
 //!
-//! The binary (`src/main.rs`) is a thin command line over replay, check and the store.
+//! The facts protocol's modules are listed in [`facts`]. The binary (`src/main.rs`) is a
+//! thin command line over replay, check, the store and the pipeline.
 
 #![warn(missing_docs)]
 
