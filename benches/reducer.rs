@@ -4,8 +4,8 @@
 //! their ratios mean something (criterion reports `thrpt` in deliveries per second):
 //!
 //! - `decide`: [`Receiver::deliver`] under [`Spec`] over typed events parsed beforehand;
-//! - `parse_and_decide`: the same stream from raw JSON bytes: `serde_json::from_slice`, then
-//!   [`Catalog::event`], then `deliver`, all timed;
+//! - `parse_and_decide`: the same stream from raw JSON bytes: [`Catalog::event_from_bytes`]
+//!   (the receiver's edge), then `deliver`, both timed;
 //! - `baseline`: a bare `std::collections::HashMap` upsert of event id -> record plus
 //!   card -> version over the same typed events: the speed of light for the bookkeeping;
 //! - `baseline_dense`: the same upserts into vectors indexed by the interned symbols, the
@@ -114,6 +114,15 @@ fn build(options: &GenOptions) -> Stream {
         })
         .collect();
     drop(parsing);
+    // The timed loop reads the bytes with `Catalog::event_from_bytes`: it must give the very
+    // same events (tests/wire_bytes.rs checks this on generated envelopes; this is the bench's
+    // own stream).
+    let mut from_bytes = catalog.clone();
+    for (bytes, event) in raw.iter().zip(&events) {
+        let fast = from_bytes.event_from_bytes(bytes).expect("events parse");
+        assert_eq!(&fast, event, "event_from_bytes differs from event");
+    }
+    drop(from_bytes);
     let receiver = Receiver::new(cards.iter().copied());
     let versions = cards
         .iter()
@@ -215,8 +224,7 @@ fn reducer(c: &mut Criterion) {
             || (stream.catalog.clone(), stream.receiver.clone()),
             |(mut catalog, mut receiver)| {
                 for (index, bytes) in stream.raw.iter().enumerate() {
-                    let value: Value = serde_json::from_slice(bytes).expect("events parse");
-                    let event = catalog.event(&value);
+                    let event = catalog.event_from_bytes(bytes).expect("events parse");
                     black_box(receiver.deliver(Spec, delivery_number(index), None, &event));
                 }
                 (catalog, receiver)

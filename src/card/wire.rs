@@ -6,11 +6,12 @@
 //! Strings, whole envelopes and card states are interned in a [`Catalog`], so the decision
 //! function compares small integers and never touches JSON.
 
+use crate::card::canonical::{self, Envelope, Token};
 use crate::harness::timestamp::parse_rfc3339;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The only event type the receiver applies.
 pub const SUPPORTED_TYPE: &str = "card.snapshot";
@@ -81,11 +82,12 @@ pub struct Snapshot {
 }
 
 /// Interns JSON values by their canonical text, keeping the parsed values (card states,
-/// which reports show).
+/// which reports show). A value interned from its canonical text (the byte path) is parsed
+/// only when first asked for.
 #[derive(Clone, Debug, Default)]
 struct Interner {
-    values: Vec<Value>,
-    index: HashMap<String, u32>,
+    texts: TextInterner,
+    values: Vec<OnceLock<Value>>,
 }
 
 /// The canonical text of a value: serde_json's default map is ordered by key, so equal
@@ -130,18 +132,26 @@ fn positive_zeros(value: Value) -> Value {
 
 impl Interner {
     fn intern(&mut self, value: &Value) -> u32 {
-        let key = canonical(value);
-        if let Some(&id) = self.index.get(&key) {
-            return id;
+        let id = self.texts.intern(value);
+        if id as usize == self.values.len() {
+            self.values.push(OnceLock::from(value.clone()));
         }
-        let id = u32::try_from(self.values.len()).expect("fewer than 2^32 interned values");
-        self.values.push(value.clone());
-        self.index.insert(key, id);
+        id
+    }
+
+    /// Interns a value by its text, which the caller knows is canonical.
+    fn intern_text(&mut self, text: &str) -> u32 {
+        let id = self.texts.intern_text(text);
+        if id as usize == self.values.len() {
+            self.values.push(OnceLock::new());
+        }
         id
     }
 
     fn get(&self, id: u32) -> &Value {
-        &self.values[id as usize]
+        self.values[id as usize].get_or_init(|| {
+            serde_json::from_str(self.texts.get(id)).expect("canonical text is JSON")
+        })
     }
 }
 
@@ -155,12 +165,17 @@ struct TextInterner {
 
 impl TextInterner {
     fn intern(&mut self, value: &Value) -> u32 {
-        let key = canonical(value);
-        if let Some(&id) = self.index.get(key.as_str()) {
+        self.intern_text(&canonical(value))
+    }
+
+    /// Interns a value by its text, which the caller knows is canonical: allocates only
+    /// when the text is new.
+    fn intern_text(&mut self, text: &str) -> u32 {
+        if let Some(&id) = self.index.get(text) {
             return id;
         }
         let id = u32::try_from(self.texts.len()).expect("fewer than 2^32 interned values");
-        let text: Arc<str> = key.into();
+        let text: Arc<str> = text.into();
         self.texts.push(Arc::clone(&text));
         self.index.insert(text, id);
         id
@@ -174,8 +189,8 @@ impl TextInterner {
 /// Everything interned for one scenario: names, envelopes and card states.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
-    names: Vec<String>,
-    name_index: HashMap<String, u32>,
+    names: Vec<Arc<str>>,
+    name_index: HashMap<Arc<str>, u32>,
     contents: TextInterner,
     states: Interner,
 }
@@ -192,8 +207,9 @@ impl Catalog {
             return Sym(id);
         }
         let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
-        self.names.push(name.to_owned());
-        self.name_index.insert(name.to_owned(), id);
+        let name: Arc<str> = name.into();
+        self.names.push(Arc::clone(&name));
+        self.name_index.insert(name, id);
         Sym(id)
     }
 
@@ -250,6 +266,54 @@ impl Catalog {
             state,
             occurred_at: field("occurred_at")
                 .and_then(Value::as_str)
+                .and_then(parse_rfc3339),
+        }
+    }
+
+    /// Parses a raw envelope from its bytes: the same [`Event`] as [`Catalog::event`] of
+    /// `serde_json::from_slice(bytes)`, the same symbols, contents and states interned in
+    /// the same order. Fails only when the bytes are not one JSON value (serde_json's
+    /// error); every protocol anomaly is still a typed value.
+    ///
+    /// Bytes that are already the envelope's canonical text (keys sorted, no whitespace,
+    /// no escapes, integers only: what serde_json writes) are recognised in one pass and
+    /// interned by their own text, so no `Value` is built and a delivery of known ids,
+    /// content and state allocates nothing. Anything else takes the slow path.
+    pub fn event_from_bytes(&mut self, bytes: &[u8]) -> Result<Event, serde_json::Error> {
+        match canonical::scan(bytes) {
+            Some(envelope) => Ok(self.event_from_canonical(&envelope)),
+            None => Ok(self.event(&serde_json::from_slice(bytes)?)),
+        }
+    }
+
+    fn event_from_canonical(&mut self, envelope: &Envelope<'_>) -> Event {
+        let content = ContentId(self.contents.intern_text(envelope.text));
+        let event_id = envelope
+            .event_id
+            .and_then(Token::as_str)
+            .map(|name| self.sym(name));
+        let object_id = envelope
+            .object_id
+            .and_then(Token::as_str)
+            .map(|name| self.sym(name));
+        let state = match envelope.state {
+            Some(Token::Object(text)) => Some(StateId(self.states.intern_text(text))),
+            _ => None,
+        };
+        Event {
+            content,
+            event_id,
+            object_id,
+            supported: envelope.kind.and_then(Token::as_str) == Some(SUPPORTED_TYPE),
+            version: match envelope.object_version {
+                None => Version::Missing,
+                Some(Token::Unsigned(version)) => Version::Valid(version),
+                Some(_) => Version::Invalid,
+            },
+            state,
+            occurred_at: envelope
+                .occurred_at
+                .and_then(Token::as_str)
                 .and_then(parse_rfc3339),
         }
     }
