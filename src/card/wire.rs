@@ -8,10 +8,11 @@
 
 use crate::card::canonical::{self, Envelope, Token};
 use crate::harness::timestamp::parse_rfc3339;
+use hashbrown::HashTable;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 /// The only event type the receiver applies.
 pub const SUPPORTED_TYPE: &str = "card.snapshot";
@@ -155,12 +156,28 @@ impl Interner {
     }
 }
 
-/// Interns JSON values by their canonical text only (whole envelopes: only their identity
-/// matters to the receiver), sharing one copy of each text between lookup and listing.
+/// Interns texts (names, and JSON values by their canonical text: whole envelopes, whose
+/// identity is all the receiver needs). The texts are stored end to end in large chunks, so
+/// a new text costs no allocation of its own; the index holds each text's hash and id and
+/// is probed with the borrowed text, hashed once. The hasher is foldhash with a seed drawn
+/// per catalog (faster than SipHash on the ~170-byte envelopes the receiver sees, and still
+/// seeded, so ids chosen by a sender cannot be made to collide without knowing the seed).
 #[derive(Clone, Debug, Default)]
 struct TextInterner {
-    texts: Vec<Arc<str>>,
-    index: HashMap<Arc<str>, u32>,
+    /// The texts, end to end; a chunk is never grown past its capacity, so never moved.
+    chunks: Vec<String>,
+    /// Where text `id` is: chunk, start, end.
+    spans: Vec<(u32, u32, u32)>,
+    /// Hash and id of every text.
+    index: HashTable<(u64, u32)>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// The smallest chunk a [`TextInterner`] allocates, and the largest it grows to.
+const CHUNK_BYTES: (usize, usize) = (1 << 10, 1 << 20);
+
+fn span_text(chunks: &[String], span: (u32, u32, u32)) -> &str {
+    &chunks[span.0 as usize][span.1 as usize..span.2 as usize]
 }
 
 impl TextInterner {
@@ -168,29 +185,61 @@ impl TextInterner {
         self.intern_text(&canonical(value))
     }
 
-    /// Interns a value by its text, which the caller knows is canonical: allocates only
-    /// when the text is new.
+    /// The id of a text already interned.
+    fn find(&self, text: &str) -> Option<u32> {
+        self.find_hashed(self.hasher.hash_one(text), text)
+    }
+
+    fn find_hashed(&self, hash: u64, text: &str) -> Option<u32> {
+        let (chunks, spans) = (&self.chunks, &self.spans);
+        self.index
+            .find(hash, |&(other, id)| {
+                other == hash && span_text(chunks, spans[id as usize]) == text
+            })
+            .map(|&(_, id)| id)
+    }
+
+    /// Interns a text (for a value, the caller knows it is canonical): allocates nothing
+    /// when the text is known.
     fn intern_text(&mut self, text: &str) -> u32 {
-        if let Some(&id) = self.index.get(text) {
+        let hash = self.hasher.hash_one(text);
+        if let Some(id) = self.find_hashed(hash, text) {
             return id;
         }
-        let id = u32::try_from(self.texts.len()).expect("fewer than 2^32 interned values");
-        let text: Arc<str> = text.into();
-        self.texts.push(Arc::clone(&text));
-        self.index.insert(text, id);
+        let id = u32::try_from(self.spans.len()).expect("fewer than 2^32 interned texts");
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|chunk| chunk.capacity() - chunk.len() >= text.len());
+        if !fits {
+            let last = self.chunks.last().map_or(0, String::capacity);
+            let size = (2 * last)
+                .clamp(CHUNK_BYTES.0, CHUNK_BYTES.1)
+                .max(text.len());
+            self.chunks.push(String::with_capacity(size));
+        }
+        let chunk_index = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[chunk_index];
+        let start = chunk.len();
+        chunk.push_str(text);
+        let offset = |at: usize| u32::try_from(at).expect("chunks under 4 GiB");
+        let chunk_index = offset(chunk_index);
+        self.spans
+            .push((chunk_index, offset(start), offset(chunk.len())));
+        self.index
+            .insert_unique(hash, (hash, id), |&(hash, _)| hash);
         id
     }
 
     fn get(&self, id: u32) -> &str {
-        &self.texts[id as usize]
+        span_text(&self.chunks, self.spans[id as usize])
     }
 }
 
 /// Everything interned for one scenario: names, envelopes and card states.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
-    names: Vec<Arc<str>>,
-    name_index: HashMap<Arc<str>, u32>,
+    names: TextInterner,
     contents: TextInterner,
     states: Interner,
 }
@@ -203,24 +252,17 @@ impl Catalog {
 
     /// Interns a name.
     pub fn sym(&mut self, name: &str) -> Sym {
-        if let Some(&id) = self.name_index.get(name) {
-            return Sym(id);
-        }
-        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
-        let name: Arc<str> = name.into();
-        self.names.push(Arc::clone(&name));
-        self.name_index.insert(name, id);
-        Sym(id)
+        Sym(self.names.intern_text(name))
     }
 
     /// Looks a name up without interning it.
     pub fn find(&self, name: &str) -> Option<Sym> {
-        self.name_index.get(name).map(|&id| Sym(id))
+        self.names.find(name).map(Sym)
     }
 
     /// The text of a name.
     pub fn name(&self, sym: Sym) -> &str {
-        &self.names[sym.0 as usize]
+        self.names.get(sym.0)
     }
 
     /// Interns a card state. The caller has checked it is an object.
