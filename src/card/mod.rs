@@ -4,6 +4,7 @@
 //! `docs/protocol.md`.
 
 pub mod audit;
+mod canonical;
 pub mod check;
 pub mod fixture;
 pub mod generate;

@@ -6,11 +6,13 @@
 //! Strings, whole envelopes and card states are interned in a [`Catalog`], so the decision
 //! function compares small integers and never touches JSON.
 
+use crate::card::canonical::{self, Envelope, Token};
 use crate::harness::timestamp::parse_rfc3339;
+use hashbrown::HashTable;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 /// The only event type the receiver applies.
 pub const SUPPORTED_TYPE: &str = "card.snapshot";
@@ -81,11 +83,12 @@ pub struct Snapshot {
 }
 
 /// Interns JSON values by their canonical text, keeping the parsed values (card states,
-/// which reports show).
+/// which reports show). A value interned from its canonical text (the byte path) is parsed
+/// only when first asked for.
 #[derive(Clone, Debug, Default)]
 struct Interner {
-    values: Vec<Value>,
-    index: HashMap<String, u32>,
+    texts: TextInterner,
+    values: Vec<OnceLock<Value>>,
 }
 
 /// The canonical text of a value: serde_json's default map is ordered by key, so equal
@@ -130,52 +133,113 @@ fn positive_zeros(value: Value) -> Value {
 
 impl Interner {
     fn intern(&mut self, value: &Value) -> u32 {
-        let key = canonical(value);
-        if let Some(&id) = self.index.get(&key) {
-            return id;
+        let id = self.texts.intern(value);
+        if id as usize == self.values.len() {
+            self.values.push(OnceLock::from(value.clone()));
         }
-        let id = u32::try_from(self.values.len()).expect("fewer than 2^32 interned values");
-        self.values.push(value.clone());
-        self.index.insert(key, id);
+        id
+    }
+
+    /// Interns a value by its text, which the caller knows is canonical.
+    fn intern_text(&mut self, text: &str) -> u32 {
+        let id = self.texts.intern_text(text);
+        if id as usize == self.values.len() {
+            self.values.push(OnceLock::new());
+        }
         id
     }
 
     fn get(&self, id: u32) -> &Value {
-        &self.values[id as usize]
+        self.values[id as usize].get_or_init(|| {
+            serde_json::from_str(self.texts.get(id)).expect("canonical text is JSON")
+        })
     }
 }
 
-/// Interns JSON values by their canonical text only (whole envelopes: only their identity
-/// matters to the receiver), sharing one copy of each text between lookup and listing.
+/// Interns texts (names, and JSON values by their canonical text: whole envelopes, whose
+/// identity is all the receiver needs). The texts are stored end to end in large chunks, so
+/// a new text costs no allocation of its own; the index holds each text's hash and id and
+/// is probed with the borrowed text, hashed once. The hasher is foldhash with a seed drawn
+/// per catalog (faster than SipHash on the ~170-byte envelopes the receiver sees, and still
+/// seeded, so ids chosen by a sender cannot be made to collide without knowing the seed).
 #[derive(Clone, Debug, Default)]
 struct TextInterner {
-    texts: Vec<Arc<str>>,
-    index: HashMap<Arc<str>, u32>,
+    /// The texts, end to end; a chunk is never grown past its capacity, so never moved.
+    chunks: Vec<String>,
+    /// Where text `id` is: chunk, start, end.
+    spans: Vec<(u32, u32, u32)>,
+    /// Hash and id of every text.
+    index: HashTable<(u64, u32)>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// The smallest chunk a [`TextInterner`] allocates, and the largest it grows to.
+const CHUNK_BYTES: (usize, usize) = (1 << 10, 1 << 20);
+
+fn span_text(chunks: &[String], span: (u32, u32, u32)) -> &str {
+    &chunks[span.0 as usize][span.1 as usize..span.2 as usize]
 }
 
 impl TextInterner {
     fn intern(&mut self, value: &Value) -> u32 {
-        let key = canonical(value);
-        if let Some(&id) = self.index.get(key.as_str()) {
+        self.intern_text(&canonical(value))
+    }
+
+    /// The id of a text already interned.
+    fn find(&self, text: &str) -> Option<u32> {
+        self.find_hashed(self.hasher.hash_one(text), text)
+    }
+
+    fn find_hashed(&self, hash: u64, text: &str) -> Option<u32> {
+        let (chunks, spans) = (&self.chunks, &self.spans);
+        self.index
+            .find(hash, |&(other, id)| {
+                other == hash && span_text(chunks, spans[id as usize]) == text
+            })
+            .map(|&(_, id)| id)
+    }
+
+    /// Interns a text (for a value, the caller knows it is canonical): allocates nothing
+    /// when the text is known.
+    fn intern_text(&mut self, text: &str) -> u32 {
+        let hash = self.hasher.hash_one(text);
+        if let Some(id) = self.find_hashed(hash, text) {
             return id;
         }
-        let id = u32::try_from(self.texts.len()).expect("fewer than 2^32 interned values");
-        let text: Arc<str> = key.into();
-        self.texts.push(Arc::clone(&text));
-        self.index.insert(text, id);
+        let id = u32::try_from(self.spans.len()).expect("fewer than 2^32 interned texts");
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|chunk| chunk.capacity() - chunk.len() >= text.len());
+        if !fits {
+            let last = self.chunks.last().map_or(0, String::capacity);
+            let size = (2 * last)
+                .clamp(CHUNK_BYTES.0, CHUNK_BYTES.1)
+                .max(text.len());
+            self.chunks.push(String::with_capacity(size));
+        }
+        let chunk_index = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[chunk_index];
+        let start = chunk.len();
+        chunk.push_str(text);
+        let offset = |at: usize| u32::try_from(at).expect("chunks under 4 GiB");
+        let chunk_index = offset(chunk_index);
+        self.spans
+            .push((chunk_index, offset(start), offset(chunk.len())));
+        self.index
+            .insert_unique(hash, (hash, id), |&(hash, _)| hash);
         id
     }
 
     fn get(&self, id: u32) -> &str {
-        &self.texts[id as usize]
+        span_text(&self.chunks, self.spans[id as usize])
     }
 }
 
 /// Everything interned for one scenario: names, envelopes and card states.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
-    names: Vec<String>,
-    name_index: HashMap<String, u32>,
+    names: TextInterner,
     contents: TextInterner,
     states: Interner,
 }
@@ -188,23 +252,17 @@ impl Catalog {
 
     /// Interns a name.
     pub fn sym(&mut self, name: &str) -> Sym {
-        if let Some(&id) = self.name_index.get(name) {
-            return Sym(id);
-        }
-        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 names");
-        self.names.push(name.to_owned());
-        self.name_index.insert(name.to_owned(), id);
-        Sym(id)
+        Sym(self.names.intern_text(name))
     }
 
     /// Looks a name up without interning it.
     pub fn find(&self, name: &str) -> Option<Sym> {
-        self.name_index.get(name).map(|&id| Sym(id))
+        self.names.find(name).map(Sym)
     }
 
     /// The text of a name.
     pub fn name(&self, sym: Sym) -> &str {
-        &self.names[sym.0 as usize]
+        self.names.get(sym.0)
     }
 
     /// Interns a card state. The caller has checked it is an object.
@@ -250,6 +308,54 @@ impl Catalog {
             state,
             occurred_at: field("occurred_at")
                 .and_then(Value::as_str)
+                .and_then(parse_rfc3339),
+        }
+    }
+
+    /// Parses a raw envelope from its bytes: the same [`Event`] as [`Catalog::event`] of
+    /// `serde_json::from_slice(bytes)`, the same symbols, contents and states interned in
+    /// the same order. Fails only when the bytes are not one JSON value (serde_json's
+    /// error); every protocol anomaly is still a typed value.
+    ///
+    /// Bytes that are already the envelope's canonical text (keys sorted, no whitespace,
+    /// no escapes, integers only: what serde_json writes) are recognised in one pass and
+    /// interned by their own text, so no `Value` is built and a delivery of known ids,
+    /// content and state allocates nothing. Anything else takes the slow path.
+    pub fn event_from_bytes(&mut self, bytes: &[u8]) -> Result<Event, serde_json::Error> {
+        match canonical::scan(bytes) {
+            Some(envelope) => Ok(self.event_from_canonical(&envelope)),
+            None => Ok(self.event(&serde_json::from_slice(bytes)?)),
+        }
+    }
+
+    fn event_from_canonical(&mut self, envelope: &Envelope<'_>) -> Event {
+        let content = ContentId(self.contents.intern_text(envelope.text));
+        let event_id = envelope
+            .event_id
+            .and_then(Token::as_str)
+            .map(|name| self.sym(name));
+        let object_id = envelope
+            .object_id
+            .and_then(Token::as_str)
+            .map(|name| self.sym(name));
+        let state = match envelope.state {
+            Some(Token::Object(text)) => Some(StateId(self.states.intern_text(text))),
+            _ => None,
+        };
+        Event {
+            content,
+            event_id,
+            object_id,
+            supported: envelope.kind.and_then(Token::as_str) == Some(SUPPORTED_TYPE),
+            version: match envelope.object_version {
+                None => Version::Missing,
+                Some(Token::Unsigned(version)) => Version::Valid(version),
+                Some(_) => Version::Invalid,
+            },
+            state,
+            occurred_at: envelope
+                .occurred_at
+                .and_then(Token::as_str)
                 .and_then(parse_rfc3339),
         }
     }
