@@ -253,3 +253,72 @@ fn a_missing_keys_file_is_bad_input() {
         .unwrap();
     assert_eq!(status.code(), Some(2));
 }
+
+#[test]
+fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
+    // Redis 7.0 answers `[id, nil]` for a pending entry whose entry was deleted, and does not
+    // count its deliveries up: a consumer that waited for max_deliveries would spin on it.
+    let url = redis_url();
+    let dir = TempDir::new("arrival-test").unwrap();
+    std::fs::write(
+        dir.0.join("keys.json"),
+        format!(
+            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
+            drill::KEY_FINANCE,
+            drill::KEY_CONTRACTS
+        ),
+    )
+    .unwrap();
+    store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
+    let names = Names {
+        stream: unique("arrival-test"),
+        group: "inbox".into(),
+    };
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut raw = client.get_connection().unwrap();
+    let _: redis::Value = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut raw)
+        .unwrap();
+    let id: String = redis::cmd("XADD")
+        .arg(&names.stream)
+        .arg("*")
+        .arg("source")
+        .arg("finance")
+        .arg("body")
+        .arg("{}")
+        .query(&mut raw)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(&names.group)
+        .arg("consumer-1")
+        .arg("STREAMS")
+        .arg(&names.stream)
+        .arg(">")
+        .query(&mut raw)
+        .unwrap();
+    let _: i64 = redis::cmd("XDEL")
+        .arg(&names.stream)
+        .arg(&id)
+        .query(&mut raw)
+        .unwrap();
+    let (mut child, _) = serve(&dir.0, &names, &url);
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stream::pending_count(&mut redis, &names).unwrap() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pending = stream::pending_count(&mut redis, &names).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let dead = stream::range_all(&mut redis, &names.dead_letter()).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+    assert_eq!(pending, 0, "the deleted entry stays pending");
+    assert_eq!(dead.len(), 1, "dead-lettered once: {dead:?}");
+    assert_eq!(dead[0].field("entry"), Some(id.as_bytes()));
+}

@@ -395,3 +395,37 @@ fn concurrent_drill_catches_a_store_that_reads_before_it_locks() {
     ]);
     assert!(!passed, "the mutant survived: {report:#}");
 }
+
+#[test]
+fn reconciliation_keeps_passing_while_re_evaluated_holds_pause_the_card_again() {
+    // A card paused by an input without a version, then 30 more inputs without versions
+    // held behind the pause: each reconciliation pass supersedes what it can and pauses the
+    // card again on the next one, so it takes one pass per hold. The store must keep going
+    // until the card is quiet, as replay's default order does.
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let deliveries: Vec<Value> = (1..=31)
+        .map(|n| {
+            serde_json::json!({"delivery": n, "event": {
+                "event_id": format!("m{n}"), "object_id": "c0", "type": "card.snapshot",
+                "state": {"s": format!("y{n}")}}})
+        })
+        .collect();
+    let fixture = serde_json::json!({
+        "initial": {"c0": {"version": 1, "state": {"s": "a"}}},
+        "deliveries": deliveries,
+        "authority": [{"object_id": "c0", "version": 2, "state": {"s": "auth"}}]
+    });
+    let path = folder.path().join("many-holds.json");
+    std::fs::write(&path, fixture.to_string()).expect("written");
+    let fixture = path.to_str().expect("a UTF-8 path");
+    let db = format!("sqlite:{}", folder.path().join("h.db").display());
+    ok(&["store", "init", "--db", &db, "--fixture", fixture]);
+    ok(&["store", "ingest", "--db", &db, "--fixture", fixture]);
+    ok(&["store", "reconcile", "--db", &db, "--fixture", fixture]);
+    let shown: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+    let replayed: Value = serde_json::from_str(&ok(&["replay", "--json", fixture])).expect("JSON");
+    assert_eq!(shown["paused"], replayed["paused"], "{shown}");
+    assert_eq!(shown["paused"], serde_json::json!([]));
+    assert_eq!(shown["unresolved"], replayed["unresolved"]);
+}

@@ -277,7 +277,16 @@ impl Consumer {
                 stream::ack(&mut self.redis, &names, std::slice::from_ref(&entry.id))?;
                 (Decision::Dropped { reason }, true)
             } else {
-                match on_unprocessable(deliveries, self.options.max_deliveries) {
+                // An entry deleted while pending has no body left to retry: Redis 7.0 does not
+                // even count its deliveries up, so waiting for max_deliveries would hold the
+                // consumer on it for ever. It goes to the dead-letter stream at once.
+                let gone = entry.fields.is_none();
+                let action = if gone {
+                    PoisonAction::DeadLetter
+                } else {
+                    on_unprocessable(deliveries, self.options.max_deliveries)
+                };
+                match action {
                     PoisonAction::Retry => {
                         self.own_first = true;
                         (Decision::Retry { reason }, false)

@@ -198,7 +198,18 @@ pub fn autoclaim(
         return Ok(("0-0".into(), Vec::new()));
     };
     let next = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
-    let claimed = parts.get(1).map(entries).unwrap_or_default();
+    let mut claimed = parts.get(1).map(entries).unwrap_or_default();
+    // Since 7.0 the third element lists pending ids whose entries were deleted: Redis drops
+    // them from the pending list. They come back as entries without fields, so the consumer
+    // dead-letters them instead of losing them without a trace.
+    if let Some(Value::Array(deleted)) = parts.get(2) {
+        claimed.extend(
+            deleted
+                .iter()
+                .filter_map(text)
+                .map(|id| RawEntry { id, fields: None }),
+        );
+    }
     Ok((next, claimed))
 }
 

@@ -646,7 +646,10 @@ impl Store {
         for snapshot in snapshots {
             done.extend(self.reconcile(snapshot, true)?);
         }
-        for _ in 0..snapshots.len() * 4 + 16 {
+        // Each further pass re-evaluates at least one held input (a re-evaluation that
+        // pauses the card again consumes the hold it settled), so the passes end once the
+        // holds run out; the guard only stops a broken receiver from looping for ever.
+        for _ in 0..1_000_000 {
             let mut any = false;
             for snapshot in snapshots {
                 if let Some(report) = self.reconcile(snapshot, false)? {
