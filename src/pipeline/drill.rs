@@ -568,12 +568,7 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
         options.mutant,
     )
     .await?;
-    let mut report = DrillReport {
-        drill: "kill".into(),
-        mutant: options.mutant.map(|m| m.name().to_owned()),
-        requests: requests.len(),
-        ..DrillReport::default()
-    };
+    let mut report = DrillReport::new("kill", options, requests.len());
     let plan = Arc::new(KillPlan {
         rng: Mutex::new(SplitMix::new(options.seed ^ 0x5eed)),
         left: AtomicUsize::new(options.kills),
@@ -690,6 +685,35 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
     Ok(finish(rig, report, started).await)
 }
 
+/// Consumers `c1` .. `cN` (at least one) with no injected faults, until `stop` is set.
+fn plain_consumers(
+    rig: &Rig,
+    count: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Option<Point>>> {
+    (1..=count.max(1))
+        .map(|index| {
+            spawn_consumer(
+                rig.options.consumer(&format!("c{index}")),
+                Arc::new(super::consumer::NoFaults),
+                stop.clone(),
+            )
+        })
+        .collect()
+}
+
+impl DrillReport {
+    /// An empty report of drill `name` over `requests` requests.
+    fn new(name: &str, options: &DrillOptions, requests: usize) -> DrillReport {
+        DrillReport {
+            drill: name.into(),
+            mutant: options.mutant.map(|m| m.name().to_owned()),
+            requests,
+            ..DrillReport::default()
+        }
+    }
+}
+
 /// The poison drill.
 pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError> {
     let started = Instant::now();
@@ -705,22 +729,9 @@ pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError
         options.mutant,
     )
     .await?;
-    let mut report = DrillReport {
-        drill: "poison".into(),
-        mutant: options.mutant.map(|m| m.name().to_owned()),
-        requests: requests.len(),
-        ..DrillReport::default()
-    };
+    let mut report = DrillReport::new("poison", options, requests.len());
     let stop = Arc::new(AtomicBool::new(false));
-    let consumers: Vec<_> = (1..=options.consumers.max(1))
-        .map(|index| {
-            spawn_consumer(
-                rig.options.consumer(&format!("c{index}")),
-                Arc::new(super::consumer::NoFaults),
-                stop.clone(),
-            )
-        })
-        .collect();
+    let consumers = plain_consumers(&rig, options.consumers, &stop);
     report.consumer_starts = consumers.len();
     let mut client = Client::new(rig.running.addr);
     let mut accepted = BTreeMap::new();
@@ -797,24 +808,11 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
         options.mutant,
     )
     .await?;
-    let mut report = DrillReport {
-        drill: "db-locked".into(),
-        mutant: options.mutant.map(|m| m.name().to_owned()),
-        requests: requests.len(),
-        ..DrillReport::default()
-    };
+    let mut report = DrillReport::new("db-locked", options, requests.len());
     let blocker = store::open(&rig.options.db, 100)?;
     blocker.execute_batch("BEGIN EXCLUSIVE")?;
     let stop = Arc::new(AtomicBool::new(false));
-    let consumers: Vec<_> = (1..=options.consumers.max(1))
-        .map(|index| {
-            spawn_consumer(
-                rig.options.consumer(&format!("c{index}")),
-                Arc::new(super::consumer::NoFaults),
-                stop.clone(),
-            )
-        })
-        .collect();
+    let consumers = plain_consumers(&rig, options.consumers, &stop);
     report.consumer_starts = consumers.len();
     let mut client = Client::new(rig.running.addr);
     let mut accepted = BTreeMap::new();
@@ -957,22 +955,9 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
         options.mutant,
     )
     .await?;
-    let mut report = DrillReport {
-        drill: "redis-down".into(),
-        mutant: options.mutant.map(|m| m.name().to_owned()),
-        requests: requests.len(),
-        ..DrillReport::default()
-    };
+    let mut report = DrillReport::new("redis-down", options, requests.len());
     let stop = Arc::new(AtomicBool::new(false));
-    let consumers: Vec<_> = (1..=options.consumers.max(1))
-        .map(|index| {
-            spawn_consumer(
-                rig.options.consumer(&format!("c{index}")),
-                Arc::new(super::consumer::NoFaults),
-                stop.clone(),
-            )
-        })
-        .collect();
+    let consumers = plain_consumers(&rig, options.consumers, &stop);
     report.consumer_starts = consumers.len();
     let mut client = Client::new(rig.running.addr);
     let mut accepted = BTreeMap::new();
