@@ -1,58 +1,71 @@
-//! Time to exhaust the B62-15 model (issue "Performance", item 2).
+//! Time to exhaust the B62-15 model with each checker, in one run.
 //!
-//! Group `check`, function `b62-15`: `models/b62-15.toml` loaded through
-//! [`arrival::card::check::load_model`] once, then [`arrival::card::check::run`] (progress off) to
-//! exhaustion in each iteration. The throughput is the number of states one run generates
-//! (repeats included, as `arrival check` counts them), so criterion's `thrpt` is states per
-//! second; the time per iteration is the time to exhaust. One untimed run first prints the
-//! checker's own report (states, unique states, depth, seconds, states/s) and checks the
-//! verdict.
+//! Group `check`: `models/b62-15.toml` (DFS, 2 threads, as the file says) loaded once, then
+//! [`arrival::card::check::run`] (progress off) to exhaustion in each iteration, once with
+//! arrival's own checker (`b62-15/arrival`) and once with stateright 0.31's
+//! (`b62-15/stateright`, the figure before arrival had its own). The throughput is the
+//! number of distinct states one run finds, so criterion's `thrpt` is unique states per
+//! second. One untimed run of each first prints the checker's own report (states, unique
+//! states, depth, seconds) and checks that both reach the same states and verdict.
 //!
-//! A run takes about ten seconds on two cores, so the group takes ten samples of one run
-//! each: about two minutes in all.
+//! The binary uses mimalloc, as `arrival` does. A run takes one to four seconds on two
+//! cores; ten samples of each: about a minute in all.
 
-use arrival::card::check::{self, CheckOptions};
+use arrival::card::check::{self, CheckOptions, Engine};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use std::path::Path;
 use std::time::Duration;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn b62_15(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/b62-15.toml");
     let loaded = check::load_model(&path, None).expect("models/b62-15.toml loads");
-    let options = CheckOptions {
-        progress: false,
-        ..CheckOptions::default()
-    };
-    let report = check::run(&loaded, &options).expect("the model runs");
-    assert!(
-        report.as_expected,
-        "B62-15: verdict {} (expected {})",
-        report.verdict, report.expected
-    );
-    eprintln!(
-        "check b62-15 (threads {}, {:?}): {} states, {} unique, max depth {}, {:.2} s, {:.0} states/s, \
-         {:.0} unique/s, verdict {}",
-        loaded.file.threads,
-        loaded.file.strategy,
-        report.states,
-        report.unique_states,
-        report.max_depth,
-        report.seconds,
-        report.states_per_second,
-        report.unique_states as f64 / report.seconds.max(1e-9),
-        report.verdict,
-    );
-
     let mut group = c.benchmark_group("check");
-    group
-        .throughput(Throughput::Elements(report.states as u64))
-        .sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs_f64(10.0 * report.seconds));
-    group.bench_function("b62-15", |b| {
-        b.iter(|| check::run(&loaded, &options).expect("the model runs"));
-    });
+    let mut unique = None;
+    for (name, engine) in [
+        ("arrival", Engine::Arrival),
+        ("stateright", Engine::Stateright),
+    ] {
+        let options = CheckOptions {
+            progress: false,
+            engine,
+            ..CheckOptions::default()
+        };
+        let report = check::run(&loaded, &options).expect("the model runs");
+        assert!(
+            report.as_expected,
+            "B62-15 ({name}): verdict {} (expected {})",
+            report.verdict, report.expected
+        );
+        assert_eq!(
+            *unique.get_or_insert(report.unique_states),
+            report.unique_states,
+            "both checkers reach the same states"
+        );
+        eprintln!(
+            "check b62-15 with {name} (threads {}, {:?}): {} states, {} unique, max depth {}, \
+             {:.2} s, {:.0} unique/s, verdict {}",
+            loaded.file.threads,
+            loaded.file.strategy,
+            report.states,
+            report.unique_states,
+            report.max_depth,
+            report.seconds,
+            report.unique_states as f64 / report.seconds.max(1e-9),
+            report.verdict,
+        );
+        group
+            .throughput(Throughput::Elements(report.unique_states as u64))
+            .sampling_mode(SamplingMode::Flat)
+            .sample_size(10)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs_f64(10.0 * report.seconds));
+        group.bench_function(format!("b62-15/{name}"), |b| {
+            b.iter(|| check::run(&loaded, &options).expect("the model runs"));
+        });
+    }
     group.finish();
 }
 

@@ -17,7 +17,7 @@ fn load(path: &str) -> LoadedModel {
 }
 
 fn check(loaded: &LoadedModel, out: Option<&Path>) -> ModelReport {
-    run(loaded, out, false).unwrap_or_else(|error| panic!("{error}"))
+    run(loaded, out, false, Default::default()).unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn coverage(report: &ModelReport, name: &str) -> u64 {

@@ -17,6 +17,7 @@ fn run(loaded: &LoadedModel, trace_out: Option<PathBuf>) -> ModelReport {
     let options = CheckOptions {
         trace_out,
         progress: false,
+        ..CheckOptions::default()
     };
     check::run(loaded, &options).unwrap_or_else(|error| panic!("{error}"))
 }

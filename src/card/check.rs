@@ -12,7 +12,7 @@ use crate::card::network::{Budgets, DeliveryBudgets, World};
 use crate::card::policy::PolicyName;
 use crate::card::properties::{Properties, Property};
 use crate::card::trace;
-pub use crate::harness::explore::Strategy;
+pub use crate::harness::explore::{Engine, Strategy};
 use crate::harness::model_file::Overrides;
 pub use crate::harness::report::{render, ModelReport, PropertyReport, TraceReport};
 use crate::harness::InputError;
@@ -246,6 +246,8 @@ pub struct CheckOptions {
     pub trace_out: Option<PathBuf>,
     /// Print progress on stderr.
     pub progress: bool,
+    /// Which checker explores.
+    pub engine: Engine,
 }
 
 /// The model a loaded model file describes, checking the given properties.
@@ -329,6 +331,7 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
         state_limit: loaded.file.state_limit,
         label: loaded.path.display().to_string(),
         progress: options.progress,
+        engine: options.engine,
     };
     let mut report = harness::check::check_parts(
         subject(loaded),

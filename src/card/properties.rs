@@ -234,7 +234,8 @@ pub fn check_step(
                 .identities()
                 .get(id)
                 .map_or(step == Step::Expire, |now| {
-                    now.first.event == identity.first.event
+                    // The content id stands for the whole parsed event.
+                    now.first.event.content == identity.first.event.content
                         && now.first.recorded_at == identity.first.recorded_at
                 })
         })

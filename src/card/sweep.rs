@@ -171,6 +171,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
                         None
                     },
                     progress: false,
+                    ..CheckOptions::default()
                 },
             )?;
             result.states += report.states;

@@ -13,7 +13,7 @@ use super::world::{
     transition, Consumer, Crash, Decision, PostFault, Setup, Step, StepOutcome, World,
 };
 use crate::harness::check::{check_parts, Subject};
-use crate::harness::explore::{Settings, Strategy};
+use crate::harness::explore::{Engine, Settings, Strategy};
 use crate::harness::model_file::Overrides;
 use crate::harness::report::{ModelReport, TraceReport};
 use crate::harness::{InputError, Protocol};
@@ -917,6 +917,7 @@ pub fn run(
     loaded: &LoadedModel,
     trace_out: Option<&Path>,
     progress: bool,
+    engine: Engine,
 ) -> Result<ModelReport, InputError> {
     let subject = Subject {
         model: loaded.path.display().to_string(),
@@ -932,6 +933,7 @@ pub fn run(
         state_limit: loaded.file.state_limit,
         label: loaded.path.display().to_string(),
         progress,
+        engine,
     };
     check_parts(
         subject,

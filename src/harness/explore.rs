@@ -1,6 +1,8 @@
-//! Exploration: runs stateright's checker over a [`Protocol`], with progress on stderr, and
-//! finds a shortest counterexample for one property.
+//! Exploration: runs a checker over a [`Protocol`] (arrival's own by default, stateright's
+//! on request), with progress on stderr, and finds a shortest counterexample for one
+//! property.
 
+use super::checker::{self, Counters, Order};
 use super::{Checked, Protocol};
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, Model};
@@ -19,6 +21,19 @@ pub enum Strategy {
     Dfs,
 }
 
+/// Which checker explores the model. Both explore the same stateright model
+/// ([`Checked`]) and reach the same states; tests hold them to the same counts and
+/// verdicts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// arrival's own checker ([`checker`]): a lock-free visited set, no per-state paths.
+    #[default]
+    Arrival,
+    /// stateright 0.31's own breadth- and depth-first checkers.
+    Stateright,
+}
+
 /// How one exploration runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -32,6 +47,8 @@ pub struct Settings {
     pub label: String,
     /// Print progress on stderr.
     pub progress: bool,
+    /// Which checker explores.
+    pub engine: Engine,
 }
 
 /// What one exploration found.
@@ -58,6 +75,9 @@ impl<S> Run<S> {
 
 /// Explores `protocol` exhaustively (or up to the state limit).
 pub fn explore<P: Protocol>(protocol: P, settings: &Settings) -> Run<P::Step> {
+    if settings.engine == Engine::Arrival {
+        return explore_fast(Checked(protocol), settings);
+    }
     let mut builder = Checked(protocol).checker().threads(settings.threads);
     if let Some(limit) = settings.state_limit {
         builder = builder.target_state_count(limit);
@@ -86,6 +106,73 @@ pub fn shortest<P: Protocol>(
         .remove(P::PROPERTIES[index])
 }
 
+fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::Step> {
+    let order = match settings.strategy {
+        Strategy::Bfs => Order::BreadthFirst,
+        Strategy::Dfs => Order::DepthFirst,
+    };
+    let counters = Counters::default();
+    let start = Instant::now();
+    let finished = AtomicBool::new(false);
+    let outcome = std::thread::scope(|scope| {
+        if settings.progress {
+            let (counters, finished) = (&counters, &finished);
+            scope.spawn(move || {
+                report_progress(&settings.label, start, finished, || {
+                    (
+                        counters.states.load(Ordering::Relaxed),
+                        counters.unique.load(Ordering::Relaxed),
+                        counters.depth.load(Ordering::Relaxed),
+                    )
+                })
+            });
+        }
+        let outcome = checker::check(
+            &model,
+            order,
+            settings.threads,
+            settings.state_limit,
+            &counters,
+        );
+        finished.store(true, Ordering::Relaxed);
+        outcome
+    });
+    let _ = outcome.stopped_at_limit;
+    Run {
+        states: counters.states.load(Ordering::Relaxed),
+        unique_states: counters.unique.load(Ordering::Relaxed),
+        max_depth: counters.depth.load(Ordering::Relaxed),
+        seconds: start.elapsed().as_secs_f64(),
+        discoveries: outcome
+            .discoveries
+            .into_iter()
+            .map(|(name, steps)| (name.to_owned(), steps))
+            .collect(),
+    }
+}
+
+/// Prints a progress line every two seconds until `finished`.
+fn report_progress(
+    label: &str,
+    start: Instant,
+    finished: &AtomicBool,
+    read: impl Fn() -> (usize, usize, usize),
+) {
+    let mut last = Instant::now();
+    while !finished.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() >= Duration::from_secs(2) {
+            last = Instant::now();
+            let seconds = start.elapsed().as_secs_f64();
+            let (states, unique, depth) = read();
+            eprintln!(
+                "  {label}: {states} states, {unique} unique, depth {depth}, {:.0} states/s, {seconds:.0} s",
+                states as f64 / seconds,
+            );
+        }
+    }
+}
+
 fn drive<P: Protocol, C: Checker<Checked<P>> + Sync>(
     mut checker: C,
     settings: &Settings,
@@ -99,21 +186,13 @@ fn drive<P: Protocol, C: Checker<Checked<P>> + Sync>(
         let finished = &finished;
         if settings.progress {
             scope.spawn(move || {
-                let mut last = Instant::now();
-                while !finished.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(100));
-                    if last.elapsed() >= Duration::from_secs(2) {
-                        last = Instant::now();
-                        let seconds = start.elapsed().as_secs_f64();
-                        let states = checker.state_count();
-                        eprintln!(
-                            "  {label}: {states} states, {} unique, depth {}, {:.0} states/s, {seconds:.0} s",
-                            checker.unique_state_count(),
-                            checker.max_depth(),
-                            states as f64 / seconds,
-                        );
-                    }
-                }
+                report_progress(label, start, finished, || {
+                    (
+                        checker.state_count(),
+                        checker.unique_state_count(),
+                        checker.max_depth(),
+                    )
+                })
             });
         }
         for handle in handles {

@@ -11,6 +11,7 @@
 //! Invariant: the harness never imports a protocol, the store or the pipeline.
 
 pub mod check;
+pub mod checker;
 pub mod diagram;
 pub mod explore;
 pub mod input;

@@ -1,0 +1,540 @@
+//! arrival's own explicit-state checker for stateright models: the same `Model` (initial
+//! states, actions, `next_state`, `always` properties) explored faster than stateright
+//! 0.31's checkers, which clone the whole action path into every queued state and keep the
+//! visited set in a `DashMap`.
+//!
+//! What makes it fast, and why each part is sound:
+//! - The visited set is an open-addressing table of 64-bit fingerprints, lock-free for
+//!   inserts (a compare-and-swap on an empty slot), with the parent's fingerprint beside
+//!   each entry; traces are rebuilt from those parents after the run, by replaying the
+//!   model from its initial state and matching fingerprints, the way stateright rebuilds
+//!   its paths. Two distinct states with one fingerprint would be merged: with a 64-bit
+//!   hash the chance is about n²/2⁶⁵ (under 10⁻⁵ for ten million states), the same risk
+//!   stateright and Spin's hash-compact mode take.
+//! - Breadth-first search runs level by level: every state of one depth is expanded
+//!   before any of the next, so the first violation found is on a shortest path, and a
+//!   level's states are shared among the threads in chunks.
+//! - Depth-first search gives each thread its own stack and lets a thread with a deep
+//!   stack hand its oldest half to an idle one: exhaustive in any order, with memory for
+//!   the stacks only.
+//!
+//! Only `always` properties are supported (the harness has no others). A property is
+//! judged on every state when it is first generated, the initial states included; a state
+//! that violates one is still counted and never expanded (the harness's model offers no
+//! actions there).
+
+use foldhash::quality::FixedState;
+use stateright::{Expectation, Model};
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, RwLock};
+
+/// A state's 64-bit identity in the visited set; never 0 (0 marks an empty slot).
+type Fingerprint = u64;
+
+/// Marks "no parent" (an initial state).
+const ROOT: Fingerprint = 0;
+
+fn fingerprint<T: Hash>(value: &T) -> Fingerprint {
+    // A fixed seed: fingerprints, hence traces, are the same in every run.
+    const HASHER: FixedState = FixedState::with_seed(0x6172_7269_7661_6c21);
+    HASHER.hash_one(value).max(1)
+}
+
+/// How the checker walks the state space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Level by level; violations are found on shortest paths.
+    BreadthFirst,
+    /// A stack per thread; little memory.
+    DepthFirst,
+}
+
+/// Live counters, read by progress reports while the checker runs.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// States generated, repeats included (initial states count).
+    pub states: AtomicUsize,
+    /// Distinct states.
+    pub unique: AtomicUsize,
+    /// Longest path expanded so far, in states.
+    pub depth: AtomicUsize,
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome<A> {
+    /// For each violated property (by name), the actions of a path to a violating state.
+    pub discoveries: Vec<(&'static str, Vec<A>)>,
+    /// Whether the run stopped at its state limit before exploring everything.
+    pub stopped_at_limit: bool,
+}
+
+/// The visited set: fingerprint -> parent fingerprint, grown (under a write lock, between
+/// chunks of work) when it is two-thirds full.
+struct Visited {
+    table: RwLock<Table>,
+    len: AtomicUsize,
+}
+
+/// A slot: a fingerprint and its parent, side by side so an insert touches one cache line.
+#[derive(Default)]
+struct Slot {
+    key: AtomicU64,
+    parent: AtomicU64,
+}
+
+struct Table {
+    slots: Box<[Slot]>,
+    mask: usize,
+}
+
+impl Table {
+    fn with_capacity(slots: usize) -> Table {
+        let slots = slots.next_power_of_two().max(1024);
+        Table {
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            mask: slots - 1,
+        }
+    }
+
+    fn slot(&self, key: Fingerprint) -> usize {
+        // The fingerprint is a good hash already; its high bits pick the slot.
+        (key.rotate_left(32) as usize) & self.mask
+    }
+
+    /// Inserts `key`; false if it was there already.
+    fn insert(&self, key: Fingerprint, parent: Fingerprint) -> bool {
+        debug_assert_ne!(key, 0);
+        let mut at = self.slot(key);
+        for _ in 0..=self.mask {
+            let found = self.slots[at].key.load(Ordering::Acquire);
+            if found == key {
+                return false;
+            }
+            if found == 0 {
+                match self.slots[at].key.compare_exchange(
+                    0,
+                    key,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        self.slots[at].parent.store(parent, Ordering::Release);
+                        return true;
+                    }
+                    Err(taken) if taken == key => return false,
+                    Err(_) => {}
+                }
+            }
+            at = (at + 1) & self.mask;
+        }
+        // Growth between chunks keeps the table at most two-thirds full plus one chunk's
+        // successors per thread; a full table means a step offers thousands of actions.
+        panic!("the visited set is full: a chunk of states generated more successors than it has room for")
+    }
+
+    fn parent(&self, key: Fingerprint) -> Option<Fingerprint> {
+        let mut at = self.slot(key);
+        loop {
+            match self.slots[at].key.load(Ordering::Acquire) {
+                0 => return None,
+                found if found == key => {
+                    return Some(self.slots[at].parent.load(Ordering::Acquire))
+                }
+                _ => at = (at + 1) & self.mask,
+            }
+        }
+    }
+}
+
+impl Visited {
+    fn new() -> Visited {
+        Visited {
+            table: RwLock::new(Table::with_capacity(1 << 16)),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// Grows the table if it is two-thirds full. Call with no read guard held.
+    fn grow_if_full(&self) {
+        let capacity = self.table.read().expect("visited set lock").slots.len();
+        if self.len.load(Ordering::Relaxed) * 3 < capacity * 2 {
+            return;
+        }
+        let mut table = self.table.write().expect("visited set lock");
+        if self.len.load(Ordering::Relaxed) * 3 < table.slots.len() * 2 {
+            return; // another thread grew it
+        }
+        let bigger = Table::with_capacity(table.slots.len() * 2);
+        for slot in table.slots.iter() {
+            let key = slot.key.load(Ordering::Relaxed);
+            if key != 0 {
+                bigger.insert(key, slot.parent.load(Ordering::Relaxed));
+            }
+        }
+        *table = bigger;
+    }
+
+    fn parent(&self, key: Fingerprint) -> Option<Fingerprint> {
+        self.table.read().expect("visited set lock").parent(key)
+    }
+}
+
+/// One run of the checker over `model`.
+struct Run<'m, M: Model> {
+    model: &'m M,
+    properties: Vec<stateright::Property<M>>,
+    visited: Visited,
+    counters: &'m Counters,
+    limit: Option<usize>,
+    /// One slot per property: the fingerprint of the first violating state found.
+    found: Vec<AtomicU64>,
+    /// How many properties still have no violation.
+    open: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// How many states a thread expands between looks at the shared state (limit, growth).
+const CHUNK: usize = 256;
+
+/// One thread's counts since it last added them to the shared counters: shared atomics
+/// bumped on every state would bounce one cache line between the threads.
+#[derive(Default)]
+struct Tally {
+    states: usize,
+    unique: usize,
+}
+
+impl<'m, M> Run<'m, M>
+where
+    M: Model + Sync,
+    M::State: Hash + Clone + Send + Sync,
+    M::Action: Clone,
+{
+    fn new(model: &'m M, counters: &'m Counters, limit: Option<usize>) -> Self {
+        let properties = model.properties();
+        assert!(
+            properties
+                .iter()
+                .all(|property| property.expectation == Expectation::Always),
+            "arrival's checker judges `always` properties only"
+        );
+        Run {
+            model,
+            found: properties.iter().map(|_| AtomicU64::new(0)).collect(),
+            open: AtomicUsize::new(properties.len()),
+            properties,
+            visited: Visited::new(),
+            counters,
+            limit,
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Records `state` as reached from `parent`; true if it is new and should be expanded.
+    fn admit(
+        &self,
+        table: &Table,
+        tally: &mut Tally,
+        state: &M::State,
+        key: Fingerprint,
+        parent: Fingerprint,
+    ) -> bool {
+        tally.states += 1;
+        if !table.insert(key, parent) {
+            return false;
+        }
+        tally.unique += 1;
+        let mut expand = true;
+        for (index, property) in self.properties.iter().enumerate() {
+            if !(property.condition)(self.model, state) {
+                expand = false;
+                if self.found[index]
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                    && self.open.fetch_sub(1, Ordering::AcqRel) == 1
+                {
+                    // Every property is violated: nothing more to learn.
+                    self.stop.store(true, Ordering::Release);
+                }
+            }
+        }
+        expand
+    }
+
+    /// Adds a thread's counts to the shared counters.
+    fn flush(&self, tally: &mut Tally) {
+        self.counters
+            .states
+            .fetch_add(tally.states, Ordering::Relaxed);
+        self.counters
+            .unique
+            .fetch_add(tally.unique, Ordering::Relaxed);
+        self.visited.len.fetch_add(tally.unique, Ordering::Relaxed);
+        *tally = Tally::default();
+    }
+
+    fn over_limit(&self) -> bool {
+        self.limit
+            .is_some_and(|limit| self.counters.states.load(Ordering::Relaxed) >= limit)
+    }
+
+    fn note_depth(&self, depth: usize) {
+        self.counters.depth.fetch_max(depth, Ordering::Relaxed);
+    }
+
+    fn initial(&self) -> Vec<(M::State, Fingerprint)> {
+        let table = self.visited.table.read().expect("visited set lock");
+        let mut tally = Tally::default();
+        let initial = self
+            .model
+            .init_states()
+            .into_iter()
+            .filter_map(|state| {
+                let key = fingerprint(&state);
+                self.admit(&table, &mut tally, &state, key, ROOT)
+                    .then_some((state, key))
+            })
+            .collect();
+        self.flush(&mut tally);
+        initial
+    }
+
+    /// Expands `state`: every new successor goes to `push`.
+    fn expand(
+        &self,
+        table: &Table,
+        tally: &mut Tally,
+        state: &M::State,
+        key: Fingerprint,
+        actions: &mut Vec<M::Action>,
+        mut push: impl FnMut(M::State, Fingerprint),
+    ) {
+        self.model.actions(state, actions);
+        for action in actions.drain(..) {
+            if let Some(next) = self.model.next_state(state, action) {
+                let next_key = fingerprint(&next);
+                if self.admit(table, tally, &next, next_key, key) {
+                    push(next, next_key);
+                }
+            }
+        }
+    }
+
+    fn breadth_first(&self, threads: usize) {
+        let mut level = self.initial();
+        let mut depth = 1;
+        while !level.is_empty() && !self.stop.load(Ordering::Acquire) {
+            self.note_depth(depth);
+            let cursor = AtomicUsize::new(0);
+            let next_levels: Vec<Vec<(M::State, Fingerprint)>> = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut next = Vec::new();
+                            let mut actions = Vec::new();
+                            let mut tally = Tally::default();
+                            loop {
+                                if self.stop.load(Ordering::Relaxed) || self.over_limit() {
+                                    break;
+                                }
+                                let start = cursor.fetch_add(CHUNK, Ordering::Relaxed);
+                                if start >= level.len() {
+                                    break;
+                                }
+                                let end = (start + CHUNK).min(level.len());
+                                {
+                                    let table =
+                                        self.visited.table.read().expect("visited set lock");
+                                    for (state, key) in &level[start..end] {
+                                        self.expand(
+                                            &table,
+                                            &mut tally,
+                                            state,
+                                            *key,
+                                            &mut actions,
+                                            |s, k| next.push((s, k)),
+                                        );
+                                    }
+                                }
+                                self.flush(&mut tally);
+                                self.visited.grow_if_full();
+                            }
+                            next
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|worker| worker.join().expect("checker thread panicked"))
+                    .collect()
+            });
+            if self.over_limit() {
+                return;
+            }
+            level = next_levels.into_iter().flatten().collect();
+            depth += 1;
+        }
+    }
+
+    fn depth_first(&self, threads: usize) {
+        struct Pool<S> {
+            jobs: Vec<(S, Fingerprint, usize)>,
+            idle: usize,
+            done: bool,
+        }
+        let pool = Mutex::new(Pool {
+            jobs: self
+                .initial()
+                .into_iter()
+                .map(|(state, key)| (state, key, 1))
+                .collect(),
+            idle: 0,
+            done: false,
+        });
+        let wake = Condvar::new();
+        let hungry = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    let mut stack: Vec<(M::State, Fingerprint, usize)> = Vec::new();
+                    let mut actions = Vec::new();
+                    let mut tally = Tally::default();
+                    loop {
+                        if stack.is_empty() {
+                            let mut shared = pool.lock().expect("work pool lock");
+                            loop {
+                                if shared.done {
+                                    return;
+                                }
+                                if !shared.jobs.is_empty() {
+                                    let take = shared.jobs.len().div_ceil(threads).max(1);
+                                    let from = shared.jobs.len() - take;
+                                    stack.extend(shared.jobs.drain(from..));
+                                    break;
+                                }
+                                shared.idle += 1;
+                                if shared.idle == threads {
+                                    shared.done = true;
+                                    wake.notify_all();
+                                    return;
+                                }
+                                hungry.store(true, Ordering::Release);
+                                shared = wake.wait(shared).expect("work pool lock");
+                                shared.idle -= 1;
+                            }
+                        }
+                        if self.stop.load(Ordering::Relaxed) || self.over_limit() {
+                            let mut shared = pool.lock().expect("work pool lock");
+                            shared.done = true;
+                            wake.notify_all();
+                            return;
+                        }
+                        {
+                            let table = self.visited.table.read().expect("visited set lock");
+                            let mut deepest = 0;
+                            for _ in 0..CHUNK {
+                                let Some((state, key, depth)) = stack.pop() else {
+                                    break;
+                                };
+                                deepest = deepest.max(depth);
+                                self.expand(
+                                    &table,
+                                    &mut tally,
+                                    &state,
+                                    key,
+                                    &mut actions,
+                                    |s, k| stack.push((s, k, depth + 1)),
+                                );
+                            }
+                            self.note_depth(deepest);
+                        }
+                        self.flush(&mut tally);
+                        self.visited.grow_if_full();
+                        if stack.len() > 1 && hungry.load(Ordering::Acquire) {
+                            let mut shared = pool.lock().expect("work pool lock");
+                            // The oldest half: the roots of the largest subtrees.
+                            let half = stack.len() / 2;
+                            shared.jobs.extend(stack.drain(..half));
+                            hungry.store(false, Ordering::Release);
+                            wake.notify_all();
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// The actions from an initial state to the state `key`, rebuilt from parents.
+    fn path_to(&self, key: Fingerprint) -> Vec<M::Action> {
+        let mut chain = vec![key];
+        let mut at = key;
+        while let Some(parent) = self.visited.parent(at) {
+            if parent == ROOT {
+                break;
+            }
+            chain.push(parent);
+            at = parent;
+        }
+        chain.reverse();
+        let mut state = self
+            .model
+            .init_states()
+            .into_iter()
+            .find(|state| fingerprint(state) == chain[0])
+            .expect("a path starts at an initial state");
+        let mut path = Vec::with_capacity(chain.len() - 1);
+        let mut actions = Vec::new();
+        for &want in &chain[1..] {
+            self.model.actions(&state, &mut actions);
+            let (action, next) = actions
+                .drain(..)
+                .find_map(|action| {
+                    let next = self.model.next_state(&state, action.clone())?;
+                    (fingerprint(&next) == want).then_some((action, next))
+                })
+                .expect("every parent link is a step of the model");
+            path.push(action);
+            state = next;
+        }
+        path
+    }
+}
+
+/// Explores `model` with `threads` threads in `order`, stopping after about `limit`
+/// generated states, every property violated, or everything explored. `counters` are live
+/// for progress reports.
+pub fn check<M>(
+    model: &M,
+    order: Order,
+    threads: usize,
+    limit: Option<usize>,
+    counters: &Counters,
+) -> Outcome<M::Action>
+where
+    M: Model + Sync,
+    M::State: Hash + Clone + Send + Sync,
+    M::Action: Clone,
+{
+    let run = Run::new(model, counters, limit);
+    let threads = threads.max(1);
+    match order {
+        Order::BreadthFirst => run.breadth_first(threads),
+        Order::DepthFirst => run.depth_first(threads),
+    }
+    let discoveries = run
+        .properties
+        .iter()
+        .zip(&run.found)
+        .filter_map(|(property, found)| {
+            let key = found.load(Ordering::Acquire);
+            (key != 0).then(|| (property.name, run.path_to(key)))
+        })
+        .collect();
+    let explored_all = run.stop.load(Ordering::Acquire) || !run.over_limit();
+    Outcome {
+        discoveries,
+        stopped_at_limit: !explored_all,
+    }
+}
