@@ -429,3 +429,106 @@ fn reconciliation_keeps_passing_while_re_evaluated_holds_pause_the_card_again() 
     assert_eq!(shown["paused"], serde_json::json!([]));
     assert_eq!(shown["unresolved"], replayed["unresolved"]);
 }
+
+/// Ingests `input` on standard input; (exit code, answer lines, standard error).
+fn ingest(db: &str, input: &str) -> (Option<i32>, Vec<Value>, String) {
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", db])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, input.as_bytes());
+    });
+    let output = child.wait_with_output().expect("ends");
+    writer.join().expect("writer");
+    let lines = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an answer line is JSON"))
+        .collect();
+    (
+        output.status.code(),
+        lines,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Deliveries whose event id or card id the store cannot keep (a NUL character, more than
+/// 1024 bytes), then an ordinary one.
+fn unkeepable_ids_are_rejected_per_delivery(db: &str) -> Vec<Value> {
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    // Incompressible, so PostgreSQL cannot squeeze it under its index row limit.
+    let mut seed = 7u64;
+    let long: String = (0..20_000)
+        .map(|_| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            char::from(b'!' + ((seed >> 33) % 90) as u8)
+        })
+        .collect();
+    let event = |id: &str, card: &str, version: u64| {
+        serde_json::json!({"event_id": id, "object_id": card, "object_version": version,
+            "type": "card.snapshot", "state": {"stage": format!("v{version}")}})
+    };
+    let lines = [
+        serde_json::json!({"delivery": 1, "event": event("e-\u{0}-nul", "card-7", 20)}),
+        serde_json::json!({"delivery": 2, "event": event(&long, "card-7", 21)}),
+        serde_json::json!({"delivery": 3, "event": event("e-card-nul", "card-\u{0}", 22)}),
+        serde_json::json!({"delivery": 4, "event": event("e-x", &long, 23)}),
+        serde_json::json!({"delivery": 5, "event": event("e-fine", "card-7", 24)}),
+    ];
+    let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let (code, answers, stderr) = ingest(db, &input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(answers.len(), 5, "one answer per delivery: {answers:?}");
+    for answer in &answers[..4] {
+        assert_eq!(answer["ack"], "rejected", "{answer}");
+        assert_eq!(answer["decision"], "rejected", "{answer}");
+        assert!(answer["reason"]
+            .as_str()
+            .is_some_and(|reason| !reason.is_empty()));
+    }
+    assert_eq!(answers[4]["decision"], "applied", "the stream goes on");
+    // Sent again, a rejected delivery is rejected again: nothing of it was kept.
+    let (code, again, stderr) = ingest(db, &input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(again[0]["ack"], "rejected");
+    assert_eq!(again[4]["decision"], "duplicate");
+    let shown: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+    assert_eq!(shown["final"]["card-7"]["version"], 24);
+    assert_eq!(shown["held"], serde_json::json!([]));
+    answers
+        .into_iter()
+        .map(|mut answer| {
+            answer["event_id"] = Value::Null;
+            answer
+        })
+        .collect()
+}
+
+#[test]
+fn ids_the_store_cannot_keep_are_rejected_per_delivery_alike_on_both_backends() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let sqlite = format!("sqlite:{}", folder.path().join("ids.db").display());
+    let on_sqlite = unkeepable_ids_are_rejected_per_delivery(&sqlite);
+    let database = PgDatabase::new();
+    let on_postgres = unkeepable_ids_are_rejected_per_delivery(&database.url);
+    assert_eq!(
+        on_sqlite, on_postgres,
+        "both backends give the same answers"
+    );
+}

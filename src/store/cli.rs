@@ -192,7 +192,7 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
         } => {
             let url = db_url(&db)?;
             let broken = mutant(broken.as_deref())?;
-            let mut store = open(&url)?.with_mutant(broken);
+            let mut store = open(&url)?;
             let mut emit = |ack: &Acknowledgement| {
                 print_line(&serde_json::to_string(ack).expect("acknowledgements serialise"));
             };
@@ -202,7 +202,12 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 if pending.is_empty() {
                     return Ok(());
                 }
-                let result = store.deliver_batch(pending, &mut emit);
+                let result = match broken {
+                    None => store.deliver_batch(pending, &mut emit),
+                    Some(mutant) => {
+                        crate::store::mutants::deliver_batch(store, mutant, pending, &mut emit)
+                    }
+                };
                 pending.clear();
                 result.map(|_| ()).map_err(|error| store_error(&url, error))
             };
