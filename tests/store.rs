@@ -532,3 +532,91 @@ fn ids_the_store_cannot_keep_are_rejected_per_delivery_alike_on_both_backends() 
         "both backends give the same answers"
     );
 }
+
+#[test]
+fn an_ingest_line_is_a_wellformed_wrapper_or_an_event_with_an_id_and_nothing_else() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join("lines.db").display());
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        &db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    let event = |id: Option<&str>, version: u64| {
+        let mut event = serde_json::json!({"object_id": "card-7", "object_version": version,
+            "type": "card.snapshot", "state": {"stage": format!("v{version}")}});
+        if let Some(id) = id {
+            event["event_id"] = Value::from(id);
+        }
+        event
+    };
+    let cases = [
+        // No event id, no wrapper: a line number is no identity (it repeats in every file).
+        (event(None, 40).to_string(), "event_id"),
+        (r#"{"delivery": 8}"#.to_owned(), "without `event`"),
+        (
+            serde_json::json!({"event": event(Some("e-w1"), 40)}).to_string(),
+            "without `delivery`",
+        ),
+        (
+            serde_json::json!({"delivery": 9, "event": event(Some("e-w2"), 40), "recieved_at": 1})
+                .to_string(),
+            "unknown key `recieved_at`",
+        ),
+        (
+            serde_json::json!({"delivry": 9, "event": event(Some("e-w3"), 40)}).to_string(),
+            "unknown key `delivry`",
+        ),
+        ("[1, 2]".to_owned(), "not a JSON object"),
+        (
+            serde_json::json!({"delivery": -1, "event": event(Some("e-w4"), 40)}).to_string(),
+            "`delivery` must be",
+        ),
+    ];
+    for (case, (bad, says)) in cases.iter().enumerate() {
+        let version = 20 + case as u64;
+        let good = serde_json::json!({"delivery": 100 + case, "event": event(Some(&format!("e-good-{case}")), version)});
+        let file = folder.path().join(format!("case-{case}.jsonl"));
+        std::fs::write(&file, format!("{good}\n{bad}\n{good}\n")).expect("write");
+        let output = arrival(&[
+            "store",
+            "ingest",
+            "--db",
+            &db,
+            "--file",
+            file.to_str().expect("UTF-8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "case {case} ({bad}): {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("case-{case}.jsonl"))
+                && stderr.contains("line 2")
+                && stderr.contains(says),
+            "case {case} ({bad}): {stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            stdout.lines().count(),
+            1,
+            "only line 1 is answered: {stdout}"
+        );
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+        assert_eq!(
+            shown["final"]["card-7"]["version"], version,
+            "line 1 stays committed"
+        );
+    }
+    // A raw event with an event id is still a line of its own.
+    let (code, answers, stderr) = ingest(&db, &format!("{}\n", event(Some("e-raw"), 90)));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(answers[0]["decision"], "applied");
+}
