@@ -620,3 +620,61 @@ fn an_ingest_line_is_a_wellformed_wrapper_or_an_event_with_an_id_and_nothing_els
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(answers[0]["decision"], "applied");
 }
+
+#[test]
+fn receivers_starting_together_on_a_fresh_database_all_find_one_schema() {
+    fn together(db: &str) {
+        let fixture = b62();
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                Command::new(ARRIVAL)
+                    .args(["store", "init", "--db", db, "--fixture"])
+                    .arg(&fixture)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("arrival runs")
+            })
+            .collect();
+        let mut added = 0;
+        for child in children {
+            let output = child.wait_with_output().expect("ends");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{db}: an init failed: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(stdout.contains("schema version 1"), "{stdout}");
+            added += stdout
+                .split("version 1, ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|count| count.parse::<u32>().ok())
+                .expect("a count of added cards");
+        }
+        assert_eq!(added, 2, "{db}: the fixture's two cards, added once");
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+        assert_eq!(shown["final"].as_object().map(|cards| cards.len()), Some(2));
+    }
+    for _ in 0..3 {
+        let database = PgDatabase::new();
+        together(&database.url);
+        let mut client =
+            postgres::Client::connect(&database.url, postgres::NoTls).expect("connect");
+        let versions: Vec<i64> = client
+            .query("SELECT version FROM schema_migrations", &[])
+            .expect("query")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(versions, vec![1]);
+    }
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    together(&format!(
+        "sqlite:{}",
+        folder.path().join("fresh.db").display()
+    ));
+}

@@ -486,17 +486,19 @@ impl Store {
     }
 
     /// Applies every migration not applied yet, in order; the schema version after.
+    ///
+    /// The whole of it, `schema_migrations` included, is one transaction that first takes
+    /// the schema lock ([`Database::begin_schema`]: SQLite's write lock, a PostgreSQL
+    /// advisory lock), so receivers starting together on a fresh database take turns: the
+    /// first creates the schema, the others find it. A failure the database says to retry
+    /// is retried from the start.
     pub fn migrate(&mut self) -> Result<i64, StoreError> {
-        let db = &mut *self.db;
-        db.batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations \
-             (version BIGINT PRIMARY KEY, name TEXT NOT NULL)",
-        )?;
-        db.begin(Isolation::Serial)?;
-        let result = (|| -> Result<i64, DbError> {
-            if db.backend() == "postgres" {
-                db.batch("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")?;
-            }
+        self.retrying(|db| {
+            db.begin_schema()?;
+            db.batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations \
+                 (version BIGINT PRIMARY KEY, name TEXT NOT NULL)",
+            )?;
             let applied: BTreeSet<i64> = db
                 .query("SELECT version FROM schema_migrations", &[])?
                 .iter()
@@ -514,25 +516,20 @@ impl Store {
                 )?;
                 current = current.max(migration.version);
             }
+            db.commit()?;
             Ok(current)
-        })();
-        match result {
-            Ok(version) => {
-                db.commit()?;
-                Ok(version)
-            }
-            Err(error) => {
-                db.rollback();
-                Err(error.into())
-            }
-        }
+        })
     }
 
     /// Drops every table of the store (a drill's fresh start), then migrates.
     pub fn reset(&mut self) -> Result<(), StoreError> {
-        for table in TABLES {
-            self.db.batch(&format!("DROP TABLE IF EXISTS {table}"))?;
-        }
+        self.retrying(|db| {
+            db.begin_schema()?;
+            for table in TABLES {
+                db.batch(&format!("DROP TABLE IF EXISTS {table}"))?;
+            }
+            db.commit()
+        })?;
         self.migrate()?;
         Ok(())
     }
