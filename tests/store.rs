@@ -678,3 +678,23 @@ fn receivers_starting_together_on_a_fresh_database_all_find_one_schema() {
         folder.path().join("fresh.db").display()
     ));
 }
+
+#[test]
+fn the_connect_error_names_only_what_the_command_line_reads() {
+    let output = arrival(&[
+        "store",
+        "show",
+        "--db",
+        "postgres://postgres@127.0.0.1:1/none",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains("--db"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ARRIVAL_DATABASE_URL"),
+        "the command line does not read ARRIVAL_DATABASE_URL: {stderr}"
+    );
+}

@@ -343,8 +343,8 @@ impl Postgres {
         let client = postgres::Client::connect(url, postgres::NoTls).map_err(|error| DbError {
             message: format!(
                 "postgres: cannot connect to {url}: {error} (is PostgreSQL installed and running? \
-                 `apt-get install postgresql` then `service postgresql start`, or set --db / \
-                 ARRIVAL_DATABASE_URL to a server that answers)"
+                 `apt-get install postgresql` then `service postgresql start`, or give --db \
+                 a server that answers)"
             ),
             retry: false,
         })?;
