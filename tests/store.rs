@@ -320,6 +320,46 @@ fn crash_drill_catches_a_store_that_commits_card_and_record_separately() {
     assert!(!passed, "the mutant survived: {report:#}");
 }
 
+#[test]
+fn crash_drill_on_postgres_catches_both_mutants() {
+    // PostgreSQL commits what a killed client already sent, so an acknowledgement written
+    // just before COMMIT is exposed only by a kill in between: half the drill's kills land
+    // right after the sender read an acknowledgement.
+    let database = PgDatabase::new();
+    let fixture = b62();
+    // Kills as CI runs them: 20 for ack-before-commit (as the surviving drill above),
+    // 200 for two-transactions (as on SQLite), whose window only a timed kill can hit.
+    let runs = [
+        ("ack-before-commit", "20", "1"),
+        ("ack-before-commit", "20", "2"),
+        ("ack-before-commit", "20", "3"),
+        ("two-transactions", "200", "1"),
+    ];
+    for (mutant, kills, seed) in runs {
+        {
+            let (passed, report) = drill(&[
+                "store",
+                "drill",
+                "crash",
+                fixture.to_str().expect("UTF-8"),
+                "--kills",
+                kills,
+                "--seed",
+                seed,
+                "--db",
+                &database.url,
+                "--mutant",
+                mutant,
+                "--json",
+            ]);
+            assert!(
+                !passed,
+                "{mutant} survived on PostgreSQL, seed {seed}: {report:#}"
+            );
+        }
+    }
+}
+
 fn generated(folder: &Path) -> PathBuf {
     let path = folder.join("gen.json");
     ok(&[

@@ -1036,3 +1036,57 @@ fn compare_with_spec(
     }
     Ok(failures)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(decision: &str, ack: &str, original: Option<&str>) -> Acknowledgement {
+        Acknowledgement {
+            delivery: 1,
+            event_id: Some("e-1".into()),
+            decision: decision.into(),
+            ack: ack.into(),
+            original_decision: original.map(str::to_owned),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn an_acknowledgement_must_carry_exactly_its_recorded_decision() {
+        let key = (Some("e-1".to_owned()), "h".to_owned());
+        let one = |decision: &str| BTreeMap::from([(key.clone(), decision.to_owned())]);
+        let list = |decisions: &[&str]| {
+            BTreeMap::from([(
+                key.clone(),
+                decisions
+                    .iter()
+                    .map(|d| (*d).to_owned())
+                    .collect::<Vec<_>>(),
+            )])
+        };
+        let (recorded, decided) = (one("held_paused"), list(&["held_paused"]));
+        let history = list(&["held_paused", "applied"]);
+        let check = |ack: &Acknowledgement| ack_problem(ack, &key, &recorded, &decided, &history);
+        assert_eq!(check(&ack("held_paused", "held", None)), None);
+        // Both are `held`, but not the same decision.
+        assert!(check(&ack("conflict_same_version", "held", None)).is_some());
+        assert!(check(&ack("held_paused", "applied", None)).is_some());
+        assert_eq!(check(&ack("duplicate", "applied", Some("applied"))), None);
+        assert!(check(&ack("duplicate", "held", Some("held_unknown_object"))).is_some());
+        assert!(check(&ack("duplicate", "held", None)).is_some());
+        let mut rejected = ack("rejected", "rejected", None);
+        rejected.reason = Some("too long".into());
+        assert!(
+            check(&rejected).is_some(),
+            "a rejection must leave no record"
+        );
+        let none_recorded = BTreeMap::new();
+        let none_decided = BTreeMap::new();
+        let absent = |ack: &Acknowledgement| {
+            ack_problem(ack, &key, &none_recorded, &none_decided, &none_decided)
+        };
+        assert_eq!(absent(&rejected), None);
+        assert!(absent(&ack("applied", "applied", None)).is_some());
+    }
+}
