@@ -1,6 +1,11 @@
 //! Durable decisions per second on SQLite and PostgreSQL, beside a bare INSERT of the same
 //! rows in the same run: one delivery per transaction and 16 per transaction (the
-//! acknowledgements still wait for the commit), one receiver and four receivers.
+//! acknowledgements still wait for the commit), on one connection and on four.
+//!
+//! Four connections are four threads of this one process, each with its own connection
+//! and its own cards: they show what the database does with four writers at once, not
+//! what four receiver processes cost (process start, one client each, scheduling between
+//! processes). The concurrency drill is what runs receiver processes.
 //!
 //! PostgreSQL is the server at `ARRIVAL_DATABASE_URL` (default the local one); the bench
 //! makes its own database and drops it at the end.
@@ -33,10 +38,10 @@ fn deliveries(receiver: usize, count: u64) -> Vec<Incoming> {
         .collect()
 }
 
-fn fresh(url: &DbUrl, receivers: usize) -> Store {
+fn fresh(url: &DbUrl, connections: usize) -> Store {
     let mut store = Store::open(url).expect("the bench database answers");
     store.reset().expect("reset");
-    let cards: Vec<_> = (0..receivers)
+    let cards: Vec<_> = (0..connections)
         .flat_map(|receiver| {
             (0..CARDS).map(move |card| {
                 (
@@ -58,10 +63,11 @@ fn fresh(url: &DbUrl, receivers: usize) -> Store {
     store
 }
 
-/// Durable decisions by `receivers` processes' worth of connections, `batch` per transaction.
-fn decide(url: &DbUrl, receivers: usize, batch: usize, iters: u64) -> Duration {
-    let per = iters.div_ceil(receivers as u64);
-    let work: Vec<(Store, Vec<Incoming>)> = (0..receivers)
+/// Durable decisions over `connections` connections (one thread each, this process),
+/// `batch` per transaction.
+fn decide(url: &DbUrl, connections: usize, batch: usize, iters: u64) -> Duration {
+    let per = iters.div_ceil(connections as u64);
+    let work: Vec<(Store, Vec<Incoming>)> = (0..connections)
         .map(|receiver| (Store::open(url).expect("open"), deliveries(receiver, per)))
         .collect();
     let start = Instant::now();
@@ -82,9 +88,9 @@ fn decide(url: &DbUrl, receivers: usize, batch: usize, iters: u64) -> Duration {
 }
 
 /// The same rows as a bare INSERT each, `batch` per transaction, same durability settings.
-fn bare(url: &DbUrl, receivers: usize, batch: usize, iters: u64) -> Duration {
-    let per = iters.div_ceil(receivers as u64);
-    let work: Vec<(Store, Vec<Incoming>)> = (0..receivers)
+fn bare(url: &DbUrl, connections: usize, batch: usize, iters: u64) -> Duration {
+    let per = iters.div_ceil(connections as u64);
+    let work: Vec<(Store, Vec<Incoming>)> = (0..connections)
         .map(|receiver| (Store::open(url).expect("open"), deliveries(receiver, per)))
         .collect();
     let start = Instant::now();
@@ -119,13 +125,13 @@ fn bench_backend(c: &mut Criterion, name: &str, url: &DbUrl) {
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
     group.warm_up_time(Duration::from_secs(1));
-    for receivers in [1usize, 4] {
+    for connections in [1usize, 4] {
         for batch in [1usize, 16] {
-            group.bench_function(format!("decide/{receivers}rx/batch{batch}"), |b| {
-                b.iter_custom(|iters| decide(url, receivers, batch, iters))
+            group.bench_function(format!("decide/{connections}conn/batch{batch}"), |b| {
+                b.iter_custom(|iters| decide(url, connections, batch, iters))
             });
-            group.bench_function(format!("bare-insert/{receivers}rx/batch{batch}"), |b| {
-                b.iter_custom(|iters| bare(url, receivers, batch, iters))
+            group.bench_function(format!("bare-insert/{connections}conn/batch{batch}"), |b| {
+                b.iter_custom(|iters| bare(url, connections, batch, iters))
             });
         }
     }

@@ -320,6 +320,46 @@ fn crash_drill_catches_a_store_that_commits_card_and_record_separately() {
     assert!(!passed, "the mutant survived: {report:#}");
 }
 
+#[test]
+fn crash_drill_on_postgres_catches_both_mutants() {
+    // PostgreSQL commits what a killed client already sent, so an acknowledgement written
+    // just before COMMIT is exposed only by a kill in between: half the drill's kills land
+    // right after the sender read an acknowledgement.
+    let database = PgDatabase::new();
+    let fixture = b62();
+    // Kills as CI runs them: 20 for ack-before-commit (as the surviving drill above),
+    // 200 for two-transactions (as on SQLite), whose window only a timed kill can hit.
+    let runs = [
+        ("ack-before-commit", "20", "1"),
+        ("ack-before-commit", "20", "2"),
+        ("ack-before-commit", "20", "3"),
+        ("two-transactions", "200", "1"),
+    ];
+    for (mutant, kills, seed) in runs {
+        {
+            let (passed, report) = drill(&[
+                "store",
+                "drill",
+                "crash",
+                fixture.to_str().expect("UTF-8"),
+                "--kills",
+                kills,
+                "--seed",
+                seed,
+                "--db",
+                &database.url,
+                "--mutant",
+                mutant,
+                "--json",
+            ]);
+            assert!(
+                !passed,
+                "{mutant} survived on PostgreSQL, seed {seed}: {report:#}"
+            );
+        }
+    }
+}
+
 fn generated(folder: &Path) -> PathBuf {
     let path = folder.join("gen.json");
     ok(&[
@@ -428,4 +468,273 @@ fn reconciliation_keeps_passing_while_re_evaluated_holds_pause_the_card_again() 
     assert_eq!(shown["paused"], replayed["paused"], "{shown}");
     assert_eq!(shown["paused"], serde_json::json!([]));
     assert_eq!(shown["unresolved"], replayed["unresolved"]);
+}
+
+/// Ingests `input` on standard input; (exit code, answer lines, standard error).
+fn ingest(db: &str, input: &str) -> (Option<i32>, Vec<Value>, String) {
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", db])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, input.as_bytes());
+    });
+    let output = child.wait_with_output().expect("ends");
+    writer.join().expect("writer");
+    let lines = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an answer line is JSON"))
+        .collect();
+    (
+        output.status.code(),
+        lines,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Deliveries whose event id or card id the store cannot keep (a NUL character, more than
+/// 1024 bytes), then an ordinary one.
+fn unkeepable_ids_are_rejected_per_delivery(db: &str) -> Vec<Value> {
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    // Incompressible, so PostgreSQL cannot squeeze it under its index row limit.
+    let mut seed = 7u64;
+    let long: String = (0..20_000)
+        .map(|_| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            char::from(b'!' + ((seed >> 33) % 90) as u8)
+        })
+        .collect();
+    let event = |id: &str, card: &str, version: u64| {
+        serde_json::json!({"event_id": id, "object_id": card, "object_version": version,
+            "type": "card.snapshot", "state": {"stage": format!("v{version}")}})
+    };
+    let lines = [
+        serde_json::json!({"delivery": 1, "event": event("e-\u{0}-nul", "card-7", 20)}),
+        serde_json::json!({"delivery": 2, "event": event(&long, "card-7", 21)}),
+        serde_json::json!({"delivery": 3, "event": event("e-card-nul", "card-\u{0}", 22)}),
+        serde_json::json!({"delivery": 4, "event": event("e-x", &long, 23)}),
+        serde_json::json!({"delivery": 5, "event": event("e-fine", "card-7", 24)}),
+    ];
+    let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let (code, answers, stderr) = ingest(db, &input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(answers.len(), 5, "one answer per delivery: {answers:?}");
+    for answer in &answers[..4] {
+        assert_eq!(answer["ack"], "rejected", "{answer}");
+        assert_eq!(answer["decision"], "rejected", "{answer}");
+        assert!(answer["reason"]
+            .as_str()
+            .is_some_and(|reason| !reason.is_empty()));
+    }
+    assert_eq!(answers[4]["decision"], "applied", "the stream goes on");
+    // Sent again, a rejected delivery is rejected again: nothing of it was kept.
+    let (code, again, stderr) = ingest(db, &input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(again[0]["ack"], "rejected");
+    assert_eq!(again[4]["decision"], "duplicate");
+    let shown: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+    assert_eq!(shown["final"]["card-7"]["version"], 24);
+    assert_eq!(shown["held"], serde_json::json!([]));
+    answers
+        .into_iter()
+        .map(|mut answer| {
+            answer["event_id"] = Value::Null;
+            answer
+        })
+        .collect()
+}
+
+#[test]
+fn ids_the_store_cannot_keep_are_rejected_per_delivery_alike_on_both_backends() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let sqlite = format!("sqlite:{}", folder.path().join("ids.db").display());
+    let on_sqlite = unkeepable_ids_are_rejected_per_delivery(&sqlite);
+    let database = PgDatabase::new();
+    let on_postgres = unkeepable_ids_are_rejected_per_delivery(&database.url);
+    assert_eq!(
+        on_sqlite, on_postgres,
+        "both backends give the same answers"
+    );
+}
+
+#[test]
+fn an_ingest_line_is_a_wellformed_wrapper_or_an_event_with_an_id_and_nothing_else() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join("lines.db").display());
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        &db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    let event = |id: Option<&str>, version: u64| {
+        let mut event = serde_json::json!({"object_id": "card-7", "object_version": version,
+            "type": "card.snapshot", "state": {"stage": format!("v{version}")}});
+        if let Some(id) = id {
+            event["event_id"] = Value::from(id);
+        }
+        event
+    };
+    let cases = [
+        // No event id, no wrapper: a line number is no identity (it repeats in every file).
+        (event(None, 40).to_string(), "event_id"),
+        (r#"{"delivery": 8}"#.to_owned(), "without `event`"),
+        (
+            serde_json::json!({"event": event(Some("e-w1"), 40)}).to_string(),
+            "without `delivery`",
+        ),
+        (
+            serde_json::json!({"delivery": 9, "event": event(Some("e-w2"), 40), "recieved_at": 1})
+                .to_string(),
+            "unknown key `recieved_at`",
+        ),
+        (
+            serde_json::json!({"delivry": 9, "event": event(Some("e-w3"), 40)}).to_string(),
+            "unknown key `delivry`",
+        ),
+        ("[1, 2]".to_owned(), "not a JSON object"),
+        (
+            serde_json::json!({"delivery": -1, "event": event(Some("e-w4"), 40)}).to_string(),
+            "`delivery` must be",
+        ),
+    ];
+    for (case, (bad, says)) in cases.iter().enumerate() {
+        let version = 20 + case as u64;
+        let good = serde_json::json!({"delivery": 100 + case, "event": event(Some(&format!("e-good-{case}")), version)});
+        let file = folder.path().join(format!("case-{case}.jsonl"));
+        std::fs::write(&file, format!("{good}\n{bad}\n{good}\n")).expect("write");
+        let output = arrival(&[
+            "store",
+            "ingest",
+            "--db",
+            &db,
+            "--file",
+            file.to_str().expect("UTF-8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "case {case} ({bad}): {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("case-{case}.jsonl"))
+                && stderr.contains("line 2")
+                && stderr.contains(says),
+            "case {case} ({bad}): {stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            stdout.lines().count(),
+            1,
+            "only line 1 is answered: {stdout}"
+        );
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+        assert_eq!(
+            shown["final"]["card-7"]["version"], version,
+            "line 1 stays committed"
+        );
+    }
+    // A raw event with an event id is still a line of its own.
+    let (code, answers, stderr) = ingest(&db, &format!("{}\n", event(Some("e-raw"), 90)));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(answers[0]["decision"], "applied");
+}
+
+#[test]
+fn receivers_starting_together_on_a_fresh_database_all_find_one_schema() {
+    fn together(db: &str) {
+        let fixture = b62();
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                Command::new(ARRIVAL)
+                    .args(["store", "init", "--db", db, "--fixture"])
+                    .arg(&fixture)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("arrival runs")
+            })
+            .collect();
+        let mut added = 0;
+        for child in children {
+            let output = child.wait_with_output().expect("ends");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{db}: an init failed: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(stdout.contains("schema version 1"), "{stdout}");
+            added += stdout
+                .split("version 1, ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|count| count.parse::<u32>().ok())
+                .expect("a count of added cards");
+        }
+        assert_eq!(added, 2, "{db}: the fixture's two cards, added once");
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+        assert_eq!(shown["final"].as_object().map(|cards| cards.len()), Some(2));
+    }
+    for _ in 0..3 {
+        let database = PgDatabase::new();
+        together(&database.url);
+        let mut client =
+            postgres::Client::connect(&database.url, postgres::NoTls).expect("connect");
+        let versions: Vec<i64> = client
+            .query("SELECT version FROM schema_migrations", &[])
+            .expect("query")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(versions, vec![1]);
+    }
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    together(&format!(
+        "sqlite:{}",
+        folder.path().join("fresh.db").display()
+    ));
+}
+
+#[test]
+fn the_connect_error_names_only_what_the_command_line_reads() {
+    let output = arrival(&[
+        "store",
+        "show",
+        "--db",
+        "postgres://postgres@127.0.0.1:1/none",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains("--db"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ARRIVAL_DATABASE_URL"),
+        "the command line does not read ARRIVAL_DATABASE_URL: {stderr}"
+    );
 }

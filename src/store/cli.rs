@@ -40,8 +40,8 @@ pub enum StoreCommand {
         /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
         #[arg(long, default_value = DEFAULT_DB)]
         db: String,
-        /// JSON lines, each `{"delivery": N, "event": {...}}` or a raw event (standard
-        /// input when neither this nor `--fixture` is given).
+        /// JSON lines, each `{"delivery": N, "event": {...}}` or an event with a string
+        /// `event_id` (standard input when neither this nor `--fixture` is given).
         #[arg(long, conflicts_with = "fixture")]
         file: Option<PathBuf>,
         /// Take the deliveries of this fixture, in array order.
@@ -192,7 +192,7 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
         } => {
             let url = db_url(&db)?;
             let broken = mutant(broken.as_deref())?;
-            let mut store = open(&url)?.with_mutant(broken);
+            let mut store = open(&url)?;
             let mut emit = |ack: &Acknowledgement| {
                 print_line(&serde_json::to_string(ack).expect("acknowledgements serialise"));
             };
@@ -202,7 +202,12 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 if pending.is_empty() {
                     return Ok(());
                 }
-                let result = store.deliver_batch(pending, &mut emit);
+                let result = match broken {
+                    None => store.deliver_batch(pending, &mut emit),
+                    Some(mutant) => {
+                        crate::store::mutants::deliver_batch(store, mutant, pending, &mut emit)
+                    }
+                };
                 pending.clear();
                 result.map(|_| ()).map_err(|error| store_error(&url, error))
             };
@@ -375,9 +380,24 @@ pub fn authority(scenario: &Scenario) -> Vec<AuthoritySnapshot> {
         .collect()
 }
 
-/// One JSON line of `ingest`: `{"delivery": N, "event": {...}}` (optionally with
-/// `received_at`, RFC 3339 or Unix seconds) or a raw event, whose delivery number is then the line number. Blank
-/// lines are skipped (`None`).
+/// The keys of a delivery wrapper. `ack_lost` is accepted (and ignored) so a fixture's
+/// delivery entry can be pasted as a line.
+pub const WRAPPER_KEYS: [&str; 4] = ["delivery", "event", "received_at", "ack_lost"];
+
+/// One JSON line of `ingest`; blank lines are skipped (`None`). A line is one of two
+/// things, told apart by its keys alone:
+///
+/// - a **wrapper**, any object with at least one key of [`WRAPPER_KEYS`]: then it has
+///   `delivery` (an integer, 0 to 2^32-1) and `event`, optionally `received_at` (RFC 3339
+///   or Unix seconds) and `ack_lost`, and no other key;
+/// - a **raw event**, any other object: it must carry a string `event_id`, which is its
+///   identity; the line number stands in as its delivery number, which then only labels
+///   the acknowledgement.
+///
+/// An input without a string `event_id` has no identity but its delivery number, so it
+/// must come in a wrapper that gives one: a line number would repeat in the next file.
+/// Anything else (not JSON, not an object, a wrapper with a missing or unknown key) is bad
+/// input naming the source and the line.
 pub fn parse_delivery(
     source: &Path,
     line_number: usize,
@@ -386,65 +406,74 @@ pub fn parse_delivery(
     if line.trim().is_empty() {
         return Ok(None);
     }
-    let place = || format!("line {line_number}");
-    let value: Value = serde_json::from_str(line).map_err(|error| {
-        InputError::invalid(source, place(), format!("not valid JSON: {error}"))
-    })?;
-    let wrapped = value.as_object().is_some_and(|object| {
-        object.contains_key("event")
-            && object.keys().all(|key| {
-                matches!(
-                    key.as_str(),
-                    "delivery" | "event" | "received_at" | "ack_lost"
-                )
-            })
-    });
+    let bad = |message: String| InputError::invalid(source, format!("line {line_number}"), message);
+    let value: Value =
+        serde_json::from_str(line).map_err(|error| bad(format!("not valid JSON: {error}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(bad(
+            "not a JSON object: a line is {\"delivery\": N, \"event\": {...}} or an event \
+             object with a string `event_id`"
+                .into(),
+        ));
+    };
+    let wrapped = object
+        .keys()
+        .any(|key| WRAPPER_KEYS.contains(&key.as_str()));
     if !wrapped {
-        let delivery = u32::try_from(line_number).map_err(|_| {
-            InputError::invalid(source, place(), "too many lines for a delivery number")
-        })?;
+        if !object.get("event_id").is_some_and(Value::is_string) {
+            return Err(bad(
+                "an event without a string `event_id` needs a wrapper with its delivery \
+                 number: {\"delivery\": N, \"event\": {...}}"
+                    .into(),
+            ));
+        }
+        let delivery = u32::try_from(line_number)
+            .map_err(|_| bad("too many lines for a delivery number".into()))?;
         return Ok(Some(Incoming {
             delivery,
             received_at: None,
             event: value,
         }));
     }
-    let object = value.as_object().expect("checked");
+    if let Some(unknown) = object
+        .keys()
+        .find(|key| !WRAPPER_KEYS.contains(&key.as_str()))
+    {
+        return Err(bad(format!(
+            "unknown key `{unknown}` in a delivery wrapper (its keys are delivery, event, \
+             received_at, ack_lost)"
+        )));
+    }
+    let Some(event) = object.get("event") else {
+        return Err(bad("a delivery wrapper without `event`".into()));
+    };
     let delivery = match object.get("delivery") {
-        None => u32::try_from(line_number).ok(),
+        None => return Err(bad("a delivery wrapper without `delivery`".into())),
         Some(number) => number
             .as_u64()
-            .and_then(|number| u32::try_from(number).ok()),
+            .and_then(|number| u32::try_from(number).ok())
+            .ok_or_else(|| bad("`delivery` must be an integer from 0 to 4294967295".into()))?,
+    };
+    if !matches!(object.get("ack_lost"), None | Some(Value::Bool(_))) {
+        return Err(bad("`ack_lost` must be true or false".into()));
     }
-    .ok_or_else(|| {
-        InputError::invalid(
-            source,
-            place(),
-            "`delivery` must be an integer from 0 to 4294967295",
-        )
-    })?;
     let received_at = match object.get("received_at") {
         None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(parse_rfc3339(text).ok_or_else(|| {
-            InputError::invalid(
-                source,
-                place(),
-                format!("`received_at` is not RFC 3339: {text}"),
-            )
-        })?),
+        Some(Value::String(text)) => Some(
+            parse_rfc3339(text)
+                .ok_or_else(|| bad(format!("`received_at` is not RFC 3339: {text}")))?,
+        ),
         Some(Value::Number(number)) if number.is_i64() => number.as_i64(),
         Some(_) => {
-            return Err(InputError::invalid(
-                source,
-                place(),
-                "`received_at` must be an RFC 3339 string or Unix seconds",
+            return Err(bad(
+                "`received_at` must be an RFC 3339 string or Unix seconds".into(),
             ))
         }
     };
     Ok(Some(Incoming {
         delivery,
         received_at,
-        event: object["event"].clone(),
+        event: event.clone(),
     }))
 }
 

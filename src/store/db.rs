@@ -150,6 +150,10 @@ pub trait Database: Send {
     fn batch(&mut self, sql: &str) -> Result<(), DbError>;
     /// Starts a write transaction.
     fn begin(&mut self, isolation: Isolation) -> Result<(), DbError>;
+    /// Starts a transaction that changes the schema, holding the database's schema lock
+    /// until it ends, and in which every statement sees what committed before it (so one
+    /// that waited for the lock sees the schema the holder created).
+    fn begin_schema(&mut self) -> Result<(), DbError>;
     /// Commits; the acknowledgement may go out only after this returns `Ok`.
     fn commit(&mut self) -> Result<(), DbError>;
     /// Rolls back, ignoring errors (the connection may be broken already).
@@ -275,6 +279,11 @@ impl Database for Sqlite {
             .map_err(sqlite_error)
     }
 
+    fn begin_schema(&mut self) -> Result<(), DbError> {
+        // The write lock serialises schema changes with everything else.
+        self.begin(Isolation::Serial)
+    }
+
     fn commit(&mut self) -> Result<(), DbError> {
         self.connection
             .execute_batch("COMMIT")
@@ -303,6 +312,10 @@ impl Database for Sqlite {
     }
 }
 
+/// The key of the PostgreSQL advisory lock held by schema changes (migrations, resets): an
+/// arbitrary constant, "arrival" in ASCII, shared by every receiver of the database.
+pub const SCHEMA_LOCK: i64 = 0x61_7272_6976_616c;
+
 /// The PostgreSQL backend: SERIALIZABLE transactions, retried by the store on
 /// serialization failures, deadlocks and unique violations.
 pub struct Postgres {
@@ -330,8 +343,8 @@ impl Postgres {
         let client = postgres::Client::connect(url, postgres::NoTls).map_err(|error| DbError {
             message: format!(
                 "postgres: cannot connect to {url}: {error} (is PostgreSQL installed and running? \
-                 `apt-get install postgresql` then `service postgresql start`, or set --db / \
-                 ARRIVAL_DATABASE_URL to a server that answers)"
+                 `apt-get install postgresql` then `service postgresql start`, or give --db \
+                 a server that answers)"
             ),
             retry: false,
         })?;
@@ -414,6 +427,16 @@ impl Database for Postgres {
             Isolation::Weak => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
         self.batch(sql)
+    }
+
+    fn begin_schema(&mut self) -> Result<(), DbError> {
+        // READ COMMITTED: each statement takes a fresh snapshot, so the statements after
+        // the lock see what the previous holder committed (a SERIALIZABLE snapshot would be
+        // taken by the lock's own SELECT, before the wait). DDL takes no predicate locks,
+        // so SERIALIZABLE would protect nothing here anyway: the advisory lock does.
+        self.batch(&format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"
+        ))
     }
 
     fn commit(&mut self) -> Result<(), DbError> {

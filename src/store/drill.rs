@@ -10,7 +10,9 @@ use crate::card::replay::replay;
 use crate::card::wire::{Catalog, Snapshot};
 use crate::harness::InputError;
 use crate::store::cli::{authority, fixture_deliveries, initial_cards, store_error};
-use crate::store::{content_hash, Acknowledgement, DbUrl, Incoming, Store, StoreMutant, Val};
+use crate::store::{
+    content_hash, decision_of, Acknowledgement, DbUrl, Incoming, Store, StoreMutant, Val,
+};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -227,13 +229,23 @@ fn line(incoming: &Incoming) -> String {
     object.to_string()
 }
 
+/// When the parent kills an ingesting child.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// After this long, wherever the child is.
+    After(Duration),
+    /// As soon as the parent has read this many acknowledgements: right after the child
+    /// answered a delivery, where a store that answers before it commits is exposed.
+    AtAck(usize),
+}
+
 /// One round: a child ingests `pending` until done or killed. The acknowledgements read,
 /// whether it was killed, and the time taken.
 fn round(
     url: &DbUrl,
     mutant: Option<StoreMutant>,
     lines: Vec<String>,
-    kill_after: Option<Duration>,
+    kill: Option<Kill>,
 ) -> Result<(Vec<Acknowledgement>, bool, Duration), InputError> {
     let started = Instant::now();
     let mut child = ingest_child(url, mutant, Stdio::null())?;
@@ -248,7 +260,15 @@ fn round(
     });
     let child = Arc::new(Mutex::new(child));
     let done = Arc::new(AtomicBool::new(false));
-    let kill = kill_after.map(|delay| killer(Arc::clone(&child), delay, Arc::clone(&done)));
+    let timer = match kill {
+        Some(Kill::After(delay)) => Some(killer(Arc::clone(&child), delay, Arc::clone(&done))),
+        _ => None,
+    };
+    let at_ack = match kill {
+        Some(Kill::AtAck(count)) => Some(count),
+        _ => None,
+    };
+    let mut killed_at_ack = false;
     let mut acks = Vec::new();
     for text in BufReader::new(stdout).lines() {
         let Ok(text) = text else { break };
@@ -256,9 +276,14 @@ fn round(
             Ok(ack) => acks.push(ack),
             Err(_) => break,
         }
+        if at_ack == Some(acks.len()) {
+            let mut child = child.lock().expect("child lock");
+            killed_at_ack = matches!(child.try_wait(), Ok(None)) && child.kill().is_ok();
+        }
+        // What the child wrote before it died is still read: the sender got it.
     }
     done.store(true, Ordering::SeqCst);
-    let killed = kill.is_some_and(|handle| handle.join().unwrap_or(false));
+    let killed = killed_at_ack || timer.is_some_and(|handle| handle.join().unwrap_or(false));
     let status = child
         .lock()
         .expect("child lock")
@@ -332,10 +357,23 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
         let mut acked: Vec<(usize, Acknowledgement)> = Vec::new();
         let mut kills_left = per_trial.min(options.kills.saturating_sub(report.kills));
         while !pending.is_empty() {
-            let kill_after = (kills_left > 0).then(|| {
-                let estimate = startup + per_line * pending.len() as u32;
-                let span = (estimate.as_micros() as u64 / kills_left as u64).max(1);
-                Duration::from_micros(rng.below(span))
+            // Half the kills land at a random time; the other half right after the
+            // sender read the acknowledgement of a delivery it waits for (not of one whose
+            // acknowledgement is lost: that one is sent again anyway).
+            let waited: Vec<usize> = pending
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, send))| *send == Send::Wait)
+                .map(|(at, _)| at + 1)
+                .collect();
+            let kill = (kills_left > 0).then(|| {
+                if !waited.is_empty() && rng.chance(0.5) {
+                    Kill::AtAck(waited[rng.below(waited.len() as u64) as usize])
+                } else {
+                    let estimate = startup + per_line * pending.len() as u32;
+                    let span = (estimate.as_micros() as u64 / kills_left as u64).max(1);
+                    Kill::After(Duration::from_micros(rng.below(span)))
+                }
             });
             let lines = pending
                 .iter()
@@ -343,7 +381,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
                 .collect();
             report.processes += 1;
             report.sent += pending.len();
-            let (acks, killed, took) = round(url, options.mutant, lines, kill_after)?;
+            let (acks, killed, took) = round(url, options.mutant, lines, kill)?;
             if !acks.is_empty() {
                 per_line = (took / acks.len() as u32).max(Duration::from_micros(50));
             }
@@ -481,6 +519,15 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
             });
             children.push((child, writer));
         }
+        // Reconciliation runs beside the receivers, one `store reconcile` process after
+        // another until they are done.
+        let ingesting = Arc::new(AtomicBool::new(true));
+        let reconciler = reconcile_beside(
+            url,
+            &options.fixture,
+            Arc::clone(&ingesting),
+            rng.next_u64(),
+        )?;
         let mut acked = Vec::new();
         for ((mut child, writer), share) in children.into_iter().zip(&shares) {
             let stdout = child.stdout.take().expect("piped");
@@ -511,6 +558,15 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
             report.acknowledged += acks.len();
             acked.extend(share.iter().copied().zip(acks));
         }
+        ingesting.store(false, Ordering::SeqCst);
+        let (reconcilers, failed) = reconciler
+            .join()
+            .unwrap_or_else(|_| (0, Some("the reconciler thread panicked".into())));
+        report.processes += reconcilers;
+        if let (true, Some(failed)) = (report.passed, failed) {
+            report.passed = false;
+            report.failures = vec![format!("run {run}: {failed}")];
+        }
         if !report.passed {
             break;
         }
@@ -540,6 +596,56 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Runs `arrival store reconcile` processes one after another (a short random pause
+/// between them) while `ingesting` holds, then one more; their number, and the first
+/// failure.
+fn reconcile_beside(
+    url: &DbUrl,
+    fixture: &std::path::Path,
+    ingesting: Arc<AtomicBool>,
+    seed: u64,
+) -> Result<std::thread::JoinHandle<(usize, Option<String>)>, InputError> {
+    let exe = exe()?;
+    let url = url.to_string();
+    let fixture = fixture.to_owned();
+    Ok(std::thread::spawn(move || {
+        let mut rng = SplitMix::new(seed);
+        let mut started = 0;
+        loop {
+            let last = !ingesting.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(rng.below(3_000)));
+            started += 1;
+            let output = Command::new(&exe)
+                .args(["store", "reconcile", "--db", &url, "--fixture"])
+                .arg(&fixture)
+                .stdin(Stdio::null())
+                .output();
+            match output {
+                Ok(output) if output.status.success() => {}
+                Ok(output) => {
+                    return (
+                        started,
+                        Some(format!(
+                            "a reconciler beside the receivers ended with {}: {}",
+                            output.status,
+                            String::from_utf8_lossy(&output.stderr).trim()
+                        )),
+                    )
+                }
+                Err(error) => {
+                    return (
+                        started,
+                        Some(format!("a reconciler did not start: {error}")),
+                    )
+                }
+            }
+            if last {
+                return (started, None);
+            }
+        }
+    }))
 }
 
 fn backend_name(url: &DbUrl) -> &'static str {
@@ -646,6 +752,25 @@ fn check_store(
             ));
         }
     }
+    // Every decision each content has had, in commit order: the first decision, then
+    // what reconciliations re-evaluated it to.
+    let mut history: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
+    for row in audit
+        .iter()
+        .filter(|row| matches!(row[1].text(), Some("decided" | "re_evaluated")))
+    {
+        let key = match row[3].text() {
+            Some(id) => (
+                Some(id.to_owned()),
+                row[4].text().unwrap_or_default().to_owned(),
+            ),
+            None => (None, row[2].int().unwrap_or(-1).to_string()),
+        };
+        history
+            .entry(key)
+            .or_default()
+            .push(row[6].text().unwrap_or_default().to_owned());
+    }
     let mut catalog = Catalog::new();
     for (index, ack) in acked {
         let key = content_key(&mut catalog, &deliveries[*index]);
@@ -653,32 +778,8 @@ fn check_store(
             .0
             .clone()
             .unwrap_or_else(|| format!("delivery-{}", deliveries[*index].delivery));
-        let Some(decision) = recorded.get(&key) else {
-            failures.push(format!(
-                "delivery {} ({name}) was acknowledged `{}` but no decision is recorded",
-                ack.delivery, ack.ack
-            ));
-            continue;
-        };
-        let agrees = match ack.ack.as_str() {
-            "applied" => decision == "applied",
-            "ignored" => decision == "stale" || decision == "equal",
-            _ => true,
-        };
-        if !agrees {
-            failures.push(format!(
-                "delivery {} ({name}) was acknowledged `{}` but its record says `{decision}`",
-                ack.delivery, ack.ack
-            ));
-        }
-        if ack.decision != "duplicate" {
-            let first = decided.get(&key).and_then(|list| list.first());
-            if first != Some(&ack.decision) {
-                failures.push(format!(
-                    "delivery {} ({name}) was answered `{}` but the audit decided {first:?}",
-                    ack.delivery, ack.decision
-                ));
-            }
+        if let Some(problem) = ack_problem(ack, &key, &recorded, &decided, &history) {
+            failures.push(format!("delivery {} ({name}) {problem}", ack.delivery));
         }
     }
     // Cards never move back.
@@ -719,6 +820,60 @@ fn check_store(
         failures.extend(replay_audit(scenario, &audit, store, url, &loaded)?);
     }
     Ok(failures)
+}
+
+/// What is wrong with one acknowledgement the sender got, if anything. Exact: a new
+/// decision must be the one the audit recorded first for that content; a duplicate must
+/// name a decision that content had when it was answered (its first, or one a
+/// reconciliation re-evaluated it to); the `ack` must be the one that decision gives; a
+/// rejection must have left no record.
+fn ack_problem(
+    ack: &Acknowledgement,
+    key: &(Option<String>, String),
+    recorded: &BTreeMap<(Option<String>, String), String>,
+    decided: &BTreeMap<(Option<String>, String), Vec<String>>,
+    history: &BTreeMap<(Option<String>, String), Vec<String>>,
+) -> Option<String> {
+    if ack.is_rejected() {
+        return recorded
+            .contains_key(key)
+            .then(|| "was rejected but a decision is recorded".to_owned());
+    }
+    if !recorded.contains_key(key) {
+        return Some(format!(
+            "was acknowledged `{}` ({}) but no decision is recorded",
+            ack.ack, ack.decision
+        ));
+    }
+    let first = decided.get(key).and_then(|list| list.first());
+    let answered = if ack.decision == "duplicate" {
+        let Some(original) = &ack.original_decision else {
+            return Some("was answered `duplicate` without the decision it matched".into());
+        };
+        let had = history.get(key).is_some_and(|list| list.contains(original));
+        if !had {
+            return Some(format!(
+                "was answered a duplicate of `{original}` but that content was decided {:?}",
+                history.get(key)
+            ));
+        }
+        original
+    } else {
+        if first != Some(&ack.decision) {
+            return Some(format!(
+                "was answered `{}` but the audit decided {first:?}",
+                ack.decision
+            ));
+        }
+        &ack.decision
+    };
+    let expected = decision_of(answered).map(|decision| decision.ack().name());
+    (expected != Some(ack.ack.as_str())).then(|| {
+        format!(
+            "was acknowledged `{}` but its decision `{answered}` acknowledges {expected:?}",
+            ack.ack
+        )
+    })
 }
 
 /// Replays the audit trail, in commit order, through the SPEC receiver: every decision
@@ -880,4 +1035,58 @@ fn compare_with_spec(
         ));
     }
     Ok(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(decision: &str, ack: &str, original: Option<&str>) -> Acknowledgement {
+        Acknowledgement {
+            delivery: 1,
+            event_id: Some("e-1".into()),
+            decision: decision.into(),
+            ack: ack.into(),
+            original_decision: original.map(str::to_owned),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn an_acknowledgement_must_carry_exactly_its_recorded_decision() {
+        let key = (Some("e-1".to_owned()), "h".to_owned());
+        let one = |decision: &str| BTreeMap::from([(key.clone(), decision.to_owned())]);
+        let list = |decisions: &[&str]| {
+            BTreeMap::from([(
+                key.clone(),
+                decisions
+                    .iter()
+                    .map(|d| (*d).to_owned())
+                    .collect::<Vec<_>>(),
+            )])
+        };
+        let (recorded, decided) = (one("held_paused"), list(&["held_paused"]));
+        let history = list(&["held_paused", "applied"]);
+        let check = |ack: &Acknowledgement| ack_problem(ack, &key, &recorded, &decided, &history);
+        assert_eq!(check(&ack("held_paused", "held", None)), None);
+        // Both are `held`, but not the same decision.
+        assert!(check(&ack("conflict_same_version", "held", None)).is_some());
+        assert!(check(&ack("held_paused", "applied", None)).is_some());
+        assert_eq!(check(&ack("duplicate", "applied", Some("applied"))), None);
+        assert!(check(&ack("duplicate", "held", Some("held_unknown_object"))).is_some());
+        assert!(check(&ack("duplicate", "held", None)).is_some());
+        let mut rejected = ack("rejected", "rejected", None);
+        rejected.reason = Some("too long".into());
+        assert!(
+            check(&rejected).is_some(),
+            "a rejection must leave no record"
+        );
+        let none_recorded = BTreeMap::new();
+        let none_decided = BTreeMap::new();
+        let absent = |ack: &Acknowledgement| {
+            ack_problem(ack, &key, &none_recorded, &none_decided, &none_decided)
+        };
+        assert_eq!(absent(&rejected), None);
+        assert!(absent(&ack("applied", "applied", None)).is_some());
+    }
 }

@@ -14,6 +14,9 @@
 pub mod cli;
 pub mod db;
 pub mod drill;
+pub mod mutants;
+
+pub use mutants::StoreMutant;
 
 use crate::card::fixture::Replacements;
 use crate::card::policy::Spec;
@@ -29,52 +32,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-
-/// A deliberately broken store, which the drills must catch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreMutant {
-    /// Writes the acknowledgement before the transaction commits.
-    AckBeforeCommit,
-    /// Commits the card (and its counters) in one transaction and the identity record,
-    /// holds and audit in a second one.
-    TwoTransactions,
-    /// Reads what the decision needs before the transaction starts, so nothing stops
-    /// another receiver from changing it in between (a lost update).
-    NoLock,
-}
-
-impl StoreMutant {
-    /// Every store mutant.
-    pub const ALL: [StoreMutant; 3] = [
-        StoreMutant::AckBeforeCommit,
-        StoreMutant::TwoTransactions,
-        StoreMutant::NoLock,
-    ];
-
-    /// The name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreMutant::AckBeforeCommit => "ack-before-commit",
-            StoreMutant::TwoTransactions => "two-transactions",
-            StoreMutant::NoLock => "no-lock",
-        }
-    }
-}
-
-impl std::str::FromStr for StoreMutant {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<StoreMutant, String> {
-        StoreMutant::ALL
-            .into_iter()
-            .find(|mutant| mutant.name() == text)
-            .ok_or_else(|| {
-                format!(
-                    "unknown store mutant `{text}`: one of ack-before-commit, two-transactions, no-lock"
-                )
-            })
-    }
-}
 
 /// One delivery as the store takes it.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,6 +58,67 @@ pub struct Acknowledgement {
     /// For a duplicate: the recorded decision it matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_decision: Option<String>,
+    /// For a rejected delivery: why the store cannot keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Acknowledgement {
+    /// The answer to a delivery the store refuses before deciding it: `rejected`, with the
+    /// reason; nothing of it is recorded.
+    pub fn rejected(incoming: &Incoming, reason: String) -> Acknowledgement {
+        Acknowledgement {
+            delivery: incoming.delivery,
+            event_id: incoming
+                .event
+                .get("event_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            decision: REJECTED.into(),
+            ack: REJECTED.into(),
+            original_decision: None,
+            reason: Some(reason),
+        }
+    }
+
+    /// Whether the store refused the delivery (and kept nothing of it).
+    pub fn is_rejected(&self) -> bool {
+        self.ack == REJECTED
+    }
+}
+
+/// The `ack` and `decision` of a delivery the store refuses.
+pub const REJECTED: &str = "rejected";
+
+/// The longest event id or card id the store keeps, in UTF-8 bytes. PostgreSQL refuses an
+/// index row over about 2.7 KB (after compression), and both ids are index keys; SQLite
+/// has no such limit, but both backends answer alike.
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Why the store cannot keep this name as an event id or card id, if it cannot: a NUL
+/// character (PostgreSQL's text cannot hold one) or more than [`MAX_ID_BYTES`].
+pub fn unkeepable_name(name: &str) -> Option<String> {
+    if name.contains('\0') {
+        return Some("contains a NUL character".into());
+    }
+    if name.len() > MAX_ID_BYTES {
+        return Some(format!(
+            "is {} bytes long, more than the {MAX_ID_BYTES} the store keeps",
+            name.len()
+        ));
+    }
+    None
+}
+
+/// Why the store cannot keep this envelope, if it cannot: its `event_id` or `object_id`
+/// (when a string: otherwise the decision holds it as malformed) is a name the store
+/// cannot keep. The check reads the raw envelope only, before any database access, so
+/// both backends give the same answer.
+pub fn unkeepable(event: &Value) -> Option<String> {
+    ["event_id", "object_id"].into_iter().find_map(|key| {
+        let name = event.get(key)?.as_str()?;
+        unkeepable_name(name).map(|why| format!("`{key}` {why}"))
+    })
 }
 
 /// An authority snapshot as the store takes it.
@@ -158,6 +176,23 @@ pub enum StoreError {
     /// A stored row makes no sense to this store.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// A card id in the initial cards or an authority snapshot that the store cannot keep
+    /// ([`unkeepable_name`]); nothing was written.
+    #[error("card id {0}")]
+    Unkeepable(String),
+}
+
+fn keepable_card(name: &str) -> Result<(), StoreError> {
+    match unkeepable_name(name) {
+        None => Ok(()),
+        Some(why) => {
+            let mut shown: String = name.chars().take(40).collect();
+            if shown.len() < name.len() {
+                shown += "...";
+            }
+            Err(StoreError::Unkeepable(format!("{shown:?} {why}")))
+        }
+    }
 }
 
 fn corrupt(what: impl Into<String>) -> DbError {
@@ -250,7 +285,7 @@ struct AuditRow {
 
 /// What one transaction loaded: the parts of the receiver state its decision reads.
 #[derive(Default)]
-struct Partial {
+pub(crate) struct Partial {
     catalog: Catalog,
     cards: BTreeMap<Sym, Card>,
     missing_cards: BTreeSet<Sym>,
@@ -421,7 +456,6 @@ impl Partial {
 /// The durable receiver: one database connection and the decision function around it.
 pub struct Store {
     db: Box<dyn Database>,
-    mutant: Option<StoreMutant>,
     /// Transactions retried so far (serialization failures, deadlocks, busy database).
     pub retries: u64,
 }
@@ -442,15 +476,8 @@ impl Store {
     pub fn open(url: &DbUrl) -> Result<Store, StoreError> {
         Ok(Store {
             db: db::connect(url)?,
-            mutant: None,
             retries: 0,
         })
-    }
-
-    /// Builds this store as a mutant (for the drills).
-    pub fn with_mutant(mut self, mutant: Option<StoreMutant>) -> Store {
-        self.mutant = mutant;
-        self
     }
 
     /// The connection, for checks that read tables directly.
@@ -459,17 +486,19 @@ impl Store {
     }
 
     /// Applies every migration not applied yet, in order; the schema version after.
+    ///
+    /// The whole of it, `schema_migrations` included, is one transaction that first takes
+    /// the schema lock ([`Database::begin_schema`]: SQLite's write lock, a PostgreSQL
+    /// advisory lock), so receivers starting together on a fresh database take turns: the
+    /// first creates the schema, the others find it. A failure the database says to retry
+    /// is retried from the start.
     pub fn migrate(&mut self) -> Result<i64, StoreError> {
-        let db = &mut *self.db;
-        db.batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations \
-             (version BIGINT PRIMARY KEY, name TEXT NOT NULL)",
-        )?;
-        db.begin(Isolation::Serial)?;
-        let result = (|| -> Result<i64, DbError> {
-            if db.backend() == "postgres" {
-                db.batch("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")?;
-            }
+        self.retrying(|db| {
+            db.begin_schema()?;
+            db.batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations \
+                 (version BIGINT PRIMARY KEY, name TEXT NOT NULL)",
+            )?;
             let applied: BTreeSet<i64> = db
                 .query("SELECT version FROM schema_migrations", &[])?
                 .iter()
@@ -487,31 +516,29 @@ impl Store {
                 )?;
                 current = current.max(migration.version);
             }
+            db.commit()?;
             Ok(current)
-        })();
-        match result {
-            Ok(version) => {
-                db.commit()?;
-                Ok(version)
-            }
-            Err(error) => {
-                db.rollback();
-                Err(error.into())
-            }
-        }
+        })
     }
 
     /// Drops every table of the store (a drill's fresh start), then migrates.
     pub fn reset(&mut self) -> Result<(), StoreError> {
-        for table in TABLES {
-            self.db.batch(&format!("DROP TABLE IF EXISTS {table}"))?;
-        }
+        self.retrying(|db| {
+            db.begin_schema()?;
+            for table in TABLES {
+                db.batch(&format!("DROP TABLE IF EXISTS {table}"))?;
+            }
+            db.commit()
+        })?;
         self.migrate()?;
         Ok(())
     }
 
     /// Adds the initial cards that are not there yet (one transaction).
     pub fn seed(&mut self, cards: &[(String, u64, Value)]) -> Result<usize, StoreError> {
+        for (name, _, _) in cards {
+            keepable_card(name)?;
+        }
         self.transaction(Isolation::Serial, |db| {
             let mut added = 0;
             for (name, version, state) in cards {
@@ -537,30 +564,41 @@ impl Store {
         isolation: Isolation,
         mut body: impl FnMut(&mut dyn Database) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
-        let mut attempt = 0u32;
+        self.retrying(|db| {
+            db.begin(isolation)?;
+            let value = body(db)?;
+            db.commit()?;
+            Ok(value)
+        })
+    }
+
+    /// Runs `attempt`, which opens and commits its own transactions, and runs it again from
+    /// the start (after a rollback and a jittered pause) when it fails with an error the
+    /// database says to retry.
+    pub(crate) fn retrying<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut dyn Database) -> Result<T, DbError>,
+    ) -> Result<T, StoreError> {
+        let mut tries = 0u32;
         loop {
             let db = &mut *self.db;
-            let result = db
-                .begin(isolation)
-                .and_then(|()| body(db))
-                .and_then(|value| db.commit().map(|()| value));
-            match result {
+            match attempt(db) {
                 Ok(value) => return Ok(value),
                 Err(error) => {
                     db.rollback();
-                    if !error.retry || attempt > 10_000 {
+                    if !error.retry || tries > 10_000 {
                         return Err(error.into());
                     }
-                    attempt += 1;
+                    tries += 1;
                     self.retries += 1;
-                    backoff(attempt);
+                    backoff(tries);
                 }
             }
         }
     }
 
     /// Decides one delivery in one transaction; `on_ack` gets the acknowledgement after
-    /// the commit (before it, in the `ack-before-commit` mutant).
+    /// the commit.
     pub fn deliver(
         &mut self,
         incoming: &Incoming,
@@ -571,57 +609,19 @@ impl Store {
     }
 
     /// Decides several deliveries in one transaction, in order (each sees the ones
-    /// before it); `on_ack` gets every acknowledgement after the commit.
+    /// before it); `on_ack` gets every acknowledgement after the commit. A delivery the
+    /// store cannot keep ([`unkeepable`]) is answered `rejected` in its place, and the
+    /// others go on.
     pub fn deliver_batch(
         &mut self,
         incoming: &[Incoming],
         on_ack: &mut dyn FnMut(&Acknowledgement),
     ) -> Result<Vec<Acknowledgement>, StoreError> {
-        let mutant = self.mutant;
-        let mut attempt = 0u32;
-        loop {
-            let db = &mut *self.db;
-            let result = (|| -> Result<Vec<Acknowledgement>, DbError> {
-                let mut acks = Vec::with_capacity(incoming.len());
-                if mutant == Some(StoreMutant::NoLock) {
-                    // Read first, lock later: the lost update the drill must catch.
-                    for one in incoming {
-                        let partial = load_for_delivery(db, one)?;
-                        db.begin(Isolation::Weak)?;
-                        acks.push(decide_and_write(db, partial, one, mutant)?);
-                        db.commit()?;
-                    }
-                    return Ok(acks);
-                }
-                db.begin(Isolation::Serial)?;
-                for one in incoming {
-                    let partial = load_for_delivery(db, one)?;
-                    acks.push(decide_and_write(db, partial, one, mutant)?);
-                }
-                if mutant == Some(StoreMutant::AckBeforeCommit) {
-                    acks.iter().for_each(&mut *on_ack);
-                }
-                db.commit()?;
-                Ok(acks)
-            })();
-            match result {
-                Ok(acks) => {
-                    if mutant != Some(StoreMutant::AckBeforeCommit) {
-                        acks.iter().for_each(&mut *on_ack);
-                    }
-                    return Ok(acks);
-                }
-                Err(error) => {
-                    db.rollback();
-                    if !error.retry || attempt > 10_000 {
-                        return Err(error.into());
-                    }
-                    attempt += 1;
-                    self.retries += 1;
-                    backoff(attempt);
-                }
-            }
-        }
+        let acks: Vec<Acknowledgement> = self.transaction(Isolation::Serial, |db| {
+            incoming.iter().map(|one| deliver_in(db, one)).collect()
+        })?;
+        acks.iter().for_each(on_ack);
+        Ok(acks)
     }
 
     /// Reconciles one card from its authority snapshot, in one transaction, if the default
@@ -632,6 +632,7 @@ impl Store {
         snapshot: &AuthoritySnapshot,
         first: bool,
     ) -> Result<Option<ReconcileReport>, StoreError> {
+        keepable_card(&snapshot.object_id)?;
         self.transaction(Isolation::Serial, |db| reconcile_in(db, snapshot, first))
     }
 
@@ -788,7 +789,10 @@ fn backoff(attempt: u32) {
 }
 
 /// Loads what deciding this delivery reads.
-fn load_for_delivery(db: &mut dyn Database, incoming: &Incoming) -> Result<Partial, DbError> {
+pub(crate) fn load_for_delivery(
+    db: &mut dyn Database,
+    incoming: &Incoming,
+) -> Result<Partial, DbError> {
     let mut partial = Partial::default();
     let event = partial.catalog.event(&incoming.event);
     match event.event_id {
@@ -823,16 +827,56 @@ fn acknowledgement(
             Verdict::Duplicate(of) => Some(of.name().to_owned()),
             Verdict::Decided(_) => None,
         },
+        reason: None,
     }
 }
 
-/// Runs the real decision function on the loaded parts and writes back what changed.
-fn decide_and_write(
+/// Decides one delivery inside the open transaction and writes what changed: the
+/// production path, one step of [`Store::deliver_batch`].
+pub(crate) fn deliver_in(
     db: &mut dyn Database,
-    mut partial: Partial,
     incoming: &Incoming,
-    mutant: Option<StoreMutant>,
 ) -> Result<Acknowledgement, DbError> {
+    if let Some(reason) = unkeepable(&incoming.event) {
+        return Ok(Acknowledgement::rejected(incoming, reason));
+    }
+    let decided = decide(load_for_delivery(db, incoming)?, incoming);
+    decided.write_cards(db)?;
+    decided.write_records(db)?;
+    Ok(decided.ack)
+}
+
+/// One delivery decided on the parts loaded for it, not written yet.
+pub(crate) struct Decided {
+    partial: Partial,
+    before: Receiver,
+    after: Receiver,
+    deltas: BTreeMap<Sym, (i64, i64)>,
+    audit: Vec<AuditRow>,
+    /// The acknowledgement, to be handed out after the commit.
+    pub(crate) ack: Acknowledgement,
+}
+
+impl Decided {
+    /// Writes the changed cards and their counters.
+    pub(crate) fn write_cards(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        write_cards(db, &self.partial, &self.before, &self.after, &self.deltas)
+    }
+
+    /// Writes the new or changed records, the holds and the audit rows.
+    pub(crate) fn write_records(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        write_records(
+            db,
+            &self.partial,
+            &self.before,
+            &self.after,
+            self.audit.clone(),
+        )
+    }
+}
+
+/// Runs the real decision function on the loaded parts.
+pub(crate) fn decide(mut partial: Partial, incoming: &Incoming) -> Decided {
     let event = partial.catalog.event(&incoming.event);
     let before = partial.receiver();
     let mut after = before.clone();
@@ -870,8 +914,14 @@ fn decide_and_write(
             }
         }
     }
-    write_back(db, &partial, &before, &after, &deltas, vec![audit], mutant)?;
-    Ok(ack)
+    Decided {
+        partial,
+        before,
+        after,
+        deltas,
+        audit: vec![audit],
+        ack,
+    }
 }
 
 /// Writes the difference between the loaded receiver and the decided one: cards and
@@ -882,8 +932,19 @@ fn write_back(
     before: &Receiver,
     after: &Receiver,
     deltas: &BTreeMap<Sym, (i64, i64)>,
-    mut audit: Vec<AuditRow>,
-    mutant: Option<StoreMutant>,
+    audit: Vec<AuditRow>,
+) -> Result<(), DbError> {
+    write_cards(db, partial, before, after, deltas)?;
+    write_records(db, partial, before, after, audit)
+}
+
+/// The cards that changed, and the counters of the replacements.
+fn write_cards(
+    db: &mut dyn Database,
+    partial: &Partial,
+    before: &Receiver,
+    after: &Receiver,
+    deltas: &BTreeMap<Sym, (i64, i64)>,
 ) -> Result<(), DbError> {
     let catalog = &partial.catalog;
     for (&id, card) in after.cards().iter() {
@@ -904,15 +965,6 @@ fn write_back(
                 int(i64::from(card.paused)),
             ],
         )?;
-        audit.push(AuditRow {
-            entry: "card",
-            subject: name.to_owned(),
-            card_id: Some(name.to_owned()),
-            decision: Some(if card.paused { "paused" } else { "active" }.into()),
-            version: Some(card.version),
-            state: Some(state),
-            ..AuditRow::default()
-        });
     }
     for (&id, &(event, authority)) in deltas {
         let (old_event, old_authority) = partial.counters.get(&id).copied().unwrap_or((0, 0));
@@ -928,9 +980,33 @@ fn write_back(
             ],
         )?;
     }
-    if mutant == Some(StoreMutant::TwoTransactions) {
-        db.commit()?;
-        db.begin(Isolation::Serial)?;
+    Ok(())
+}
+
+/// The new or changed records, the holds removed and added, and the audit rows (the
+/// changes of card rows that [`write_cards`] wrote are audited here, after the decision).
+fn write_records(
+    db: &mut dyn Database,
+    partial: &Partial,
+    before: &Receiver,
+    after: &Receiver,
+    mut audit: Vec<AuditRow>,
+) -> Result<(), DbError> {
+    let catalog = &partial.catalog;
+    for (&id, card) in after.cards().iter() {
+        if before.cards().get(&id) == Some(card) {
+            continue;
+        }
+        let name = catalog.name(id);
+        audit.push(AuditRow {
+            entry: "card",
+            subject: name.to_owned(),
+            card_id: Some(name.to_owned()),
+            decision: Some(if card.paused { "paused" } else { "active" }.into()),
+            version: Some(card.version),
+            state: Some(catalog.state_value(card.state).to_string()),
+            ..AuditRow::default()
+        });
     }
     for (&id, identity) in after.identities().iter() {
         let old = before.identities().get(&id);
@@ -1206,7 +1282,7 @@ fn reconcile_in(
     if reconciled.outcome != Outcome::RefusedBehind {
         deltas.insert(card, (event_delta, authority_delta));
     }
-    write_back(db, &partial, &before, &after, &deltas, audit, None)?;
+    write_back(db, &partial, &before, &after, &deltas, audit)?;
     Ok(Some(report))
 }
 

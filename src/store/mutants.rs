@@ -1,0 +1,135 @@
+//! Deliberately broken stores, which the drills must catch. Each is a small wrapper around
+//! the production store's own steps (load, decide, write cards, write records) that puts
+//! one boundary in the wrong place; the production path ([`Store::deliver_batch`]) has no
+//! mutant in it.
+
+use crate::store::{
+    decide, deliver_in, load_for_delivery, unkeepable, Acknowledgement, Database, DbError,
+    Incoming, Isolation, Store, StoreError,
+};
+use std::time::Duration;
+
+/// A deliberately broken store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMutant {
+    /// Writes the acknowledgement before the transaction commits.
+    AckBeforeCommit,
+    /// Commits the card (and its counters) in one transaction and the identity record,
+    /// holds and audit in a second one.
+    TwoTransactions,
+    /// Reads what the decision needs before the transaction starts, so nothing stops
+    /// another receiver from changing it in between (a lost update).
+    NoLock,
+}
+
+impl StoreMutant {
+    /// Every store mutant.
+    pub const ALL: [StoreMutant; 3] = [
+        StoreMutant::AckBeforeCommit,
+        StoreMutant::TwoTransactions,
+        StoreMutant::NoLock,
+    ];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreMutant::AckBeforeCommit => "ack-before-commit",
+            StoreMutant::TwoTransactions => "two-transactions",
+            StoreMutant::NoLock => "no-lock",
+        }
+    }
+}
+
+impl std::str::FromStr for StoreMutant {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<StoreMutant, String> {
+        StoreMutant::ALL
+            .into_iter()
+            .find(|mutant| mutant.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown store mutant `{text}`: one of ack-before-commit, two-transactions, no-lock"
+                )
+            })
+    }
+}
+
+/// How long `ack-before-commit` waits between handing out the acknowledgements and
+/// sending `COMMIT`. A PostgreSQL server commits what a killed client has already sent, so
+/// without it the mutant's window is the few microseconds between its `write` to standard
+/// output and its `write` to the socket, which a kill from another process almost never
+/// hits. The pause stands for whatever may come between the two in a real receiver (a
+/// network hop to the sender, a scheduler delay); it is the mutant's, not the store's.
+pub const ACK_TO_COMMIT: Duration = Duration::from_millis(2);
+
+/// [`Store::deliver_batch`] as the mutant does it.
+pub fn deliver_batch(
+    store: &mut Store,
+    mutant: StoreMutant,
+    incoming: &[Incoming],
+    on_ack: &mut dyn FnMut(&Acknowledgement),
+) -> Result<Vec<Acknowledgement>, StoreError> {
+    match mutant {
+        StoreMutant::AckBeforeCommit => store.retrying(|db| {
+            db.begin(Isolation::Serial)?;
+            let acks = incoming
+                .iter()
+                .map(|one| deliver_in(db, one))
+                .collect::<Result<Vec<_>, DbError>>()?;
+            acks.iter().for_each(&mut *on_ack);
+            std::thread::sleep(ACK_TO_COMMIT);
+            db.commit()?;
+            Ok(acks)
+        }),
+        StoreMutant::TwoTransactions => {
+            let acks = store.retrying(|db| {
+                db.begin(Isolation::Serial)?;
+                let mut acks = Vec::with_capacity(incoming.len());
+                for one in incoming {
+                    if let Some(reason) = unkeepable(&one.event) {
+                        acks.push(Acknowledgement::rejected(one, reason));
+                        continue;
+                    }
+                    let decided = decide(load_for_delivery(db, one)?, one);
+                    decided.write_cards(db)?;
+                    // The card is committed; the record that explains it is not yet.
+                    db.commit()?;
+                    db.begin(Isolation::Serial)?;
+                    decided.write_records(db)?;
+                    acks.push(decided.ack);
+                }
+                db.commit()?;
+                Ok(acks)
+            })?;
+            acks.iter().for_each(&mut *on_ack);
+            Ok(acks)
+        }
+        StoreMutant::NoLock => {
+            let acks = store.retrying(|db| {
+                let mut acks = Vec::with_capacity(incoming.len());
+                for one in incoming {
+                    acks.push(read_then_lock(db, one)?);
+                }
+                Ok(acks)
+            })?;
+            acks.iter().for_each(&mut *on_ack);
+            Ok(acks)
+        }
+    }
+}
+
+/// `no-lock`'s step: read first (outside any transaction), then decide and write in a
+/// transaction that protects nothing it read.
+fn read_then_lock(db: &mut dyn Database, one: &Incoming) -> Result<Acknowledgement, DbError> {
+    if let Some(reason) = unkeepable(&one.event) {
+        return Ok(Acknowledgement::rejected(one, reason));
+    }
+    let partial = load_for_delivery(db, one)?;
+    db.begin(Isolation::Weak)?;
+    let decided = decide(partial, one);
+    decided.write_cards(db)?;
+    decided.write_records(db)?;
+    db.commit()?;
+    Ok(decided.ack)
+}
