@@ -1,10 +1,11 @@
-//! Exploration: runs stateright's checker over a [`Protocol`], with progress on stderr, and
-//! finds a shortest counterexample for one property.
+//! Exploration: runs stateright's checker over a [`Protocol`], with progress on stderr (one
+//! line redrawn in place), and finds a shortest counterexample for one property.
 
 use super::{Checked, Protocol};
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, Model};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,8 @@ pub struct Settings {
     pub state_limit: Option<usize>,
     /// What progress lines call the run.
     pub label: String,
-    /// Print progress on stderr.
+    /// Show progress on stderr: one line redrawn in place (the caller turns it off when
+    /// stderr is not a terminal).
     pub progress: bool,
 }
 
@@ -86,6 +88,18 @@ pub fn shortest<P: Protocol>(
         .remove(P::PROPERTIES[index])
 }
 
+/// One progress line: states, distinct states, depth, states per second, elapsed time.
+fn progress_line<M: Model, C: Checker<M>>(label: &str, checker: &C, elapsed: Duration) -> String {
+    let states = checker.state_count();
+    let seconds = elapsed.as_secs_f64();
+    format!(
+        "  {label}: {states} states, {} unique, depth {}, {:.0} states/s, {seconds:.0} s",
+        checker.unique_state_count(),
+        checker.max_depth(),
+        states as f64 / seconds.max(0.001),
+    )
+}
+
 fn drive<P: Protocol, C: Checker<Checked<P>> + Sync>(
     mut checker: C,
     settings: &Settings,
@@ -99,20 +113,25 @@ fn drive<P: Protocol, C: Checker<Checked<P>> + Sync>(
         let finished = &finished;
         if settings.progress {
             scope.spawn(move || {
-                let mut last = Instant::now();
-                while !finished.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(100));
-                    if last.elapsed() >= Duration::from_secs(2) {
-                        last = Instant::now();
-                        let seconds = start.elapsed().as_secs_f64();
-                        let states = checker.state_count();
-                        eprintln!(
-                            "  {label}: {states} states, {} unique, depth {}, {:.0} states/s, {seconds:.0} s",
-                            checker.unique_state_count(),
-                            checker.max_depth(),
-                            states as f64 / seconds,
-                        );
+                let mut shown = false;
+                loop {
+                    let done = finished.load(Ordering::Relaxed);
+                    // Runs shorter than a second print nothing; longer ones redraw one line.
+                    if done && !shown {
+                        return;
                     }
+                    if shown || start.elapsed() >= Duration::from_secs(1) {
+                        shown = true;
+                        let line = progress_line(label, checker, start.elapsed());
+                        let mut stderr = std::io::stderr().lock();
+                        let _ = write!(stderr, "\r\x1b[2K{line}");
+                        if done {
+                            let _ = writeln!(stderr);
+                            return;
+                        }
+                        let _ = stderr.flush();
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
                 }
             });
         }
