@@ -3,7 +3,8 @@
 //! (WebDriver over HTTP), clicks the initial state and then one action, and the state panel
 //! must read in domain terms (card names, versions, records) both times, never as interned
 //! ids (`Sym(0)`). The `/.states` JSON must read the same way. A screenshot of the last page
-//! is left in `target/explorer.png` under the crate root.
+//! is left in `target/explorer.png` under the crate root. A facts model's `/.states` must
+//! read in domain terms too (applications, facts, stream, consumers).
 //!
 //! Needs the Debian packages `chromium` and `chromium-driver`; without them the test fails
 //! and says so. The HTTP client is a few lines over `std::net` (one request per connection):
@@ -27,7 +28,7 @@ const AFTER_FIRST: &[&str] = &["card-7 v12", "e-201: applied"];
 /// The key WebDriver names a found element by (W3C WebDriver, "web element identifier").
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// What a world's derived `Debug` shows and Explorer must not.
-const DEBUG_MARKS: &[&str] = &["Sym(", "StateId(", "SymTable"];
+const DEBUG_MARKS: &[&str] = &["Sym(", "StateId(", "SymTable", "World {", "Some("];
 
 /// A child process killed and reaped when the test ends, however it ends.
 struct Killed(Child, &'static str);
@@ -377,4 +378,34 @@ fn explorer_shows_states_in_domain_terms() {
     let target = crate_root.join("target");
     std::fs::create_dir_all(&target).expect("target/ under the crate root");
     std::fs::write(target.join("explorer.png"), png).expect("write target/explorer.png");
+}
+
+#[test]
+fn facts_explorer_states_read_in_domain_terms() {
+    let explorer = free_address();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_arrival"));
+    serve.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "check",
+        "models/acmeflow-wf14.toml",
+        "--explore",
+        &explorer.to_string(),
+    ]);
+    let _server = start(serve, "arrival check --explore (facts)", explorer);
+    let (status, initial) = request(explorer, "GET", "/.states", None).expect("GET /.states");
+    assert_eq!(status, 200, "{initial}");
+    assert_domain_terms("facts /.states", &initial);
+    for wanted in [
+        "application 3f6b2c1e-8d4a-4f7b-9c2e-5a1d0e7f9b34 (material v1): READY false",
+        "stream: none",
+        "sender: not yet sent #1 #2 #3 #4 #5 #6",
+    ] {
+        assert!(
+            initial.contains(wanted),
+            "/.states lacks {wanted:?}: {initial}"
+        );
+    }
+    let (status, next) = request(explorer, "GET", "/.states/0", None).expect("GET /.states/0");
+    assert_eq!(status, 200, "{next}");
+    assert_domain_terms("facts /.states/0", &next);
+    assert!(next.contains("stream: 1 from #1 (open)"), "{next}");
 }
