@@ -67,7 +67,8 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
 /// How many properties one protocol may have.
 pub const MAX_PROPERTIES: usize = 16;
 
-/// A protocol as a stateright model.
+/// A protocol as a stateright model: what the checker explores. Explorer serves
+/// [`explorer::ExplorerModel`] instead, whose states print in domain terms.
 #[derive(Clone, Debug)]
 pub struct Checked<P>(pub P);
 
@@ -145,12 +146,6 @@ impl<P: Protocol> stateright::Model for Checked<P> {
 
     fn format_action(&self, step: &P::Step) -> String {
         self.0.describe_step(step)
-    }
-
-    fn format_step(&self, world: &P::World, step: P::Step) -> Option<String> {
-        self.0
-            .next(world, &step)
-            .map(|next| self.0.describe_world(&next))
     }
 
     fn properties(&self) -> Vec<stateright::Property<Self>> {
