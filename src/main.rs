@@ -340,15 +340,21 @@ fn run_check(
         .map(|path| load(path, options))
         .collect::<Result<Vec<_>, _>>()?;
     if let (Some(address), Some(first)) = (&options.explore, loaded.first()) {
-        eprintln!(
-            "arrival: serving Explorer for {} on http://{address}",
-            models[0].display()
-        );
-        eprintln!("arrival: press \"Run to completion\" in the page to search for violations");
+        let listening = || {
+            eprintln!(
+                "arrival: serving Explorer for {} on http://{address}",
+                models[0].display()
+            );
+            eprintln!("arrival: press \"Run to completion\" in the page to search for violations");
+        };
         match first {
-            Loaded::Card(model) => check::serve(model, address),
-            Loaded::Facts(model) => arrival::facts::model::serve(model, address),
+            Loaded::Card(model) => check::serve(model, address, listening),
+            Loaded::Facts(model) => arrival::facts::model::serve(model, address, listening),
         }
+        .map_err(|error| {
+            let message = format!("cannot listen on {address}: {error}");
+            InputError::invalid(Path::new("--explore"), "command line", message)
+        })?;
         return Ok(true);
     }
     // Progress lines only for a person watching: never with --quiet or into a file or pipe.

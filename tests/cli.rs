@@ -409,6 +409,22 @@ fn an_unknown_policy_exits_2() {
 }
 
 #[test]
+fn explore_on_a_taken_address_exits_2_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let address = taken.local_addr().expect("its address").to_string();
+    let output = arrival(&["check", "models/b62-15.toml", "--explore", &address]);
+    assert_status(&output, 2, "Explorer on a taken address");
+    let said = stderr(&output);
+    assert!(said.contains("--explore"), "{said}");
+    assert!(
+        said.contains(&format!("cannot listen on {address}")),
+        "{said}"
+    );
+    assert!(!said.contains("serving Explorer"), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+}
+
+#[test]
 fn replay_of_b62_15_holds() {
     let output = arrival(&["replay", B62_15]);
     assert_status(&output, 0, "replay B62-15");

@@ -16,9 +16,8 @@ pub use crate::harness::explore::{Engine, Strategy};
 use crate::harness::model_file::Overrides;
 pub use crate::harness::report::{render, ModelReport, PropertyReport, TraceReport};
 use crate::harness::InputError;
-use crate::harness::{self, check::Subject, explore::Settings, Checked};
+use crate::harness::{self, check::Subject, explore::Settings};
 use serde::{Deserialize, Serialize};
-use stateright::Model;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -379,11 +378,9 @@ fn full_state_bytes(scenario: &Scenario) -> usize {
     end.approx_bytes()
 }
 
-/// Serves stateright's Explorer for a model on `address` (blocks).
-pub fn serve(loaded: &LoadedModel, address: &str) {
+/// Serves stateright's Explorer for a model on `address` (blocks; `listening` runs once the
+/// address is taken); fails when nothing can listen there.
+pub fn serve(loaded: &LoadedModel, address: &str, listening: impl FnOnce()) -> std::io::Result<()> {
     let model = build_model(loaded, loaded.checked);
-    Checked(model)
-        .checker()
-        .threads(loaded.file.threads)
-        .serve(address);
+    harness::explorer::serve(model, loaded.file.threads, address, listening)
 }

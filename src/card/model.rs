@@ -190,7 +190,12 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
         .filter(|(index, _)| world.owes(*index))
         .map(|(_, delivery)| format!("#{}", delivery.number))
         .collect();
-    let _ = writeln!(out, "sender still owes: {}", owed.join(" "));
+    let owed = if owed.is_empty() {
+        "nothing".to_owned()
+    } else {
+        owed.join(" ")
+    };
+    let _ = writeln!(out, "sender still owes: {owed}");
     let budgets = world.budgets;
     let _ = writeln!(
         out,

@@ -492,7 +492,7 @@ pub fn describe_world(scenario: &Scenario, state: &State) -> String {
         .facts()
         .map(|fact| format!("{}/{}", fact.source().as_str(), fact.event_id()))
         .collect();
-    let _ = writeln!(out, "facts: {}", facts.join(", "));
+    let _ = writeln!(out, "facts: {}", listed(&facts, ", "));
     let stream: Vec<String> = world
         .stream
         .iter()
@@ -510,22 +510,22 @@ pub fn describe_world(scenario: &Scenario, state: &State) -> String {
             format!("{} from {from} ({status})", entry.id)
         })
         .collect();
-    let _ = writeln!(out, "stream: {}", stream.join(", "));
+    let _ = writeln!(out, "stream: {}", listed(&stream, ", "));
     let pending: Vec<String> = world
         .pending
         .iter()
         .map(|(id, pending)| format!("{id} at {} x{}", pending.consumer, pending.deliveries))
         .collect();
-    let _ = writeln!(out, "pending: {}", pending.join(", "));
+    let _ = writeln!(out, "pending: {}", listed(&pending, ", "));
     let down: Vec<String> = world.in_hand.keys().map(ToString::to_string).collect();
-    let _ = writeln!(out, "consumers down: {}", down.join(", "));
+    let _ = writeln!(out, "consumers down: {}", listed(&down, ", "));
     let unsent: Vec<String> = state.unsent.iter().map(|r| format!("#{r}")).collect();
     let owed: Vec<String> = world.owed.iter().map(|r| format!("#{r}")).collect();
     let _ = writeln!(
         out,
         "sender: not yet sent {}; will resend {}",
-        unsent.join(" "),
-        owed.join(" ")
+        listed(&unsent, " "),
+        listed(&owed, " ")
     );
     let b = state.budgets;
     let _ = writeln!(
@@ -539,6 +539,15 @@ pub fn describe_world(scenario: &Scenario, state: &State) -> String {
         b.upgrades
     );
     out
+}
+
+/// `items` joined by `separator`, or `none`.
+fn listed(items: &[String], separator: &str) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(separator)
+    }
 }
 
 /// A facts model file, loaded with its fixture.
@@ -943,13 +952,11 @@ pub fn run(
     )
 }
 
-/// Serves stateright's Explorer for a facts model (blocks).
-pub fn serve(loaded: &LoadedModel, address: &str) {
-    use stateright::Model;
-    crate::harness::Checked(loaded.model.clone())
-        .checker()
-        .threads(loaded.file.threads)
-        .serve(address);
+/// Serves stateright's Explorer for a facts model on `address` (blocks; `listening` runs once
+/// the address is taken); fails when nothing can listen there.
+pub fn serve(loaded: &LoadedModel, address: &str, listening: impl FnOnce()) -> std::io::Result<()> {
+    let model = loaded.model.clone();
+    crate::harness::explorer::serve(model, loaded.file.threads, address, listening)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Exploration: runs a checker over a [`Protocol`] (arrival's own by default, stateright's
-//! on request), with progress on stderr, and finds a shortest counterexample for one
+//! on request), with progress on stderr (one line redrawn in place), and finds a shortest counterexample for one
 //! property.
 
 use super::checker::{self, Counters, Order};
@@ -7,6 +7,7 @@ use super::{Checked, Protocol};
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, Model};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,8 @@ pub struct Settings {
     pub state_limit: Option<usize>,
     /// What progress lines call the run.
     pub label: String,
-    /// Print progress on stderr.
+    /// Show progress on stderr: one line redrawn in place (the caller turns it off when
+    /// stderr is not a terminal).
     pub progress: bool,
     /// Which checker explores.
     pub engine: Engine,
@@ -151,25 +153,38 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
     }
 }
 
-/// Prints a progress line every two seconds until `finished`.
+/// Shows progress until `finished`: runs shorter than a second print nothing; longer ones
+/// redraw one line (states, distinct states, depth, states per second, elapsed time) every
+/// 200 ms and leave its last figures on screen.
 fn report_progress(
     label: &str,
     start: Instant,
     finished: &AtomicBool,
     read: impl Fn() -> (usize, usize, usize),
 ) {
-    let mut last = Instant::now();
-    while !finished.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() >= Duration::from_secs(2) {
-            last = Instant::now();
+    let mut shown = false;
+    loop {
+        let done = finished.load(Ordering::Relaxed);
+        if done && !shown {
+            return;
+        }
+        if shown || start.elapsed() >= Duration::from_secs(1) {
+            shown = true;
             let seconds = start.elapsed().as_secs_f64();
             let (states, unique, depth) = read();
-            eprintln!(
+            let line = format!(
                 "  {label}: {states} states, {unique} unique, depth {depth}, {:.0} states/s, {seconds:.0} s",
-                states as f64 / seconds,
+                states as f64 / seconds.max(0.001),
             );
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[2K{line}");
+            if done {
+                let _ = writeln!(stderr);
+                return;
+            }
+            let _ = stderr.flush();
         }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

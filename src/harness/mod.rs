@@ -5,7 +5,8 @@
 //! functions, and a violation marker the world carries once a step broke a property. The
 //! harness turns that into a stateright model ([`Checked`]), explores it
 //! ([`explore::explore`]), finds a shortest counterexample per violated property, and
-//! reports verdicts ([`report`]). Model files' common keys and their error messages are in
+//! reports verdicts ([`report`]). Explorer gets a model of its own ([`explorer`]) that shows
+//! worlds in domain terms. Model files' common keys and their error messages are in
 //! [`model_file`]; bad input of any kind is an [`InputError`].
 //!
 //! Invariant: the harness never imports a protocol, the store or the pipeline.
@@ -14,6 +15,7 @@ pub mod check;
 pub mod checker;
 pub mod diagram;
 pub mod explore;
+pub mod explorer;
 pub mod input;
 pub mod junit;
 pub mod model_file;
@@ -66,40 +68,63 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
 /// How many properties one protocol may have.
 pub const MAX_PROPERTIES: usize = 16;
 
-/// A protocol as a stateright model.
+/// A protocol as a stateright model: what the checker explores. Explorer serves
+/// [`explorer::ExplorerModel`] instead, whose states print in domain terms.
 #[derive(Clone, Debug)]
 pub struct Checked<P>(pub P);
 
-fn holds<P: Protocol, const I: usize>(_: &Checked<P>, world: &P::World) -> bool {
-    P::violation(world) != Some(I)
+/// A stateright model over a protocol's worlds: it can read the violation marker in its
+/// states, so the same property table serves the checker's model and Explorer's.
+trait Marked: stateright::Model {
+    /// The index of the property a step on the way to `state` broke, if any.
+    fn violation(state: &Self::State) -> Option<usize>;
 }
 
-type Condition<P> = fn(&Checked<P>, &<P as Protocol>::World) -> bool;
+impl<P: Protocol> Marked for Checked<P> {
+    fn violation(world: &P::World) -> Option<usize> {
+        P::violation(world)
+    }
+}
+
+fn holds<M: Marked, const I: usize>(_: &M, state: &M::State) -> bool {
+    M::violation(state) != Some(I)
+}
+
+type Condition<M> = fn(&M, &<M as stateright::Model>::State) -> bool;
 
 /// stateright takes a property as a plain `fn` pointer: one instance per index.
-fn condition<P: Protocol>(index: usize) -> Condition<P> {
+fn condition<M: Marked>(index: usize) -> Condition<M> {
     const {
         assert!(MAX_PROPERTIES == 16);
     }
-    let all: [Condition<P>; MAX_PROPERTIES] = [
-        holds::<P, 0>,
-        holds::<P, 1>,
-        holds::<P, 2>,
-        holds::<P, 3>,
-        holds::<P, 4>,
-        holds::<P, 5>,
-        holds::<P, 6>,
-        holds::<P, 7>,
-        holds::<P, 8>,
-        holds::<P, 9>,
-        holds::<P, 10>,
-        holds::<P, 11>,
-        holds::<P, 12>,
-        holds::<P, 13>,
-        holds::<P, 14>,
-        holds::<P, 15>,
+    let all: [Condition<M>; MAX_PROPERTIES] = [
+        holds::<M, 0>,
+        holds::<M, 1>,
+        holds::<M, 2>,
+        holds::<M, 3>,
+        holds::<M, 4>,
+        holds::<M, 5>,
+        holds::<M, 6>,
+        holds::<M, 7>,
+        holds::<M, 8>,
+        holds::<M, 9>,
+        holds::<M, 10>,
+        holds::<M, 11>,
+        holds::<M, 12>,
+        holds::<M, 13>,
+        holds::<M, 14>,
+        holds::<M, 15>,
     ];
     all[index]
+}
+
+/// The properties `protocol` checks, as stateright properties of model `M`.
+fn properties<P: Protocol, M: Marked>(protocol: &P) -> Vec<stateright::Property<M>> {
+    debug_assert!(P::PROPERTIES.len() <= MAX_PROPERTIES);
+    (0..P::PROPERTIES.len())
+        .filter(|&index| protocol.checks(index))
+        .map(|index| stateright::Property::always(P::PROPERTIES[index], condition::<M>(index)))
+        .collect()
 }
 
 impl<P: Protocol> stateright::Model for Checked<P> {
@@ -124,17 +149,7 @@ impl<P: Protocol> stateright::Model for Checked<P> {
         self.0.describe_step(step)
     }
 
-    fn format_step(&self, world: &P::World, step: P::Step) -> Option<String> {
-        self.0
-            .next(world, &step)
-            .map(|next| self.0.describe_world(&next))
-    }
-
     fn properties(&self) -> Vec<stateright::Property<Self>> {
-        debug_assert!(P::PROPERTIES.len() <= MAX_PROPERTIES);
-        (0..P::PROPERTIES.len())
-            .filter(|&index| self.0.checks(index))
-            .map(|index| stateright::Property::always(P::PROPERTIES[index], condition::<P>(index)))
-            .collect()
+        properties(&self.0)
     }
 }
