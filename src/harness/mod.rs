@@ -5,7 +5,10 @@
 //! functions, and a violation marker the world carries once a step broke a property. The
 //! harness turns that into a stateright model ([`Checked`]), explores it
 //! ([`explore::explore`]), finds a shortest counterexample per violated property, and
-//! reports verdicts ([`report`]). Model files' common keys and their error messages are in
+//! reports verdicts ([`report`]). Instead of exploring everything, a check may take one
+//! shard's deterministic share of the work ([`shard`]; [`merge`] combines the shards'
+//! reports into one verdict) or sample random walks ([`simulate`], which finds violations
+//! and proves nothing). Model files' common keys and their error messages are in
 //! [`model_file`]; bad input of any kind is an [`InputError`].
 //!
 //! Invariant: the harness never imports a protocol, the store or the pipeline.
@@ -15,8 +18,11 @@ pub mod diagram;
 pub mod explore;
 pub mod input;
 pub mod junit;
+pub mod merge;
 pub mod model_file;
 pub mod report;
+pub mod shard;
+pub mod simulate;
 pub mod timestamp;
 
 pub use input::InputError;
