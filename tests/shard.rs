@@ -239,7 +239,10 @@ fn merge_refuses_what_cannot_be_merged() {
     let broken = broken.display().to_string();
     for (files, words) in [
         (vec![&a1, &b2], vec!["b2.json", "re-pause", "same models"]),
-        (vec![&a1, &a1], vec!["a1.json", "shard 1/2", "each shard once"]),
+        (
+            vec![&a1, &a1],
+            vec!["a1.json", "shard 1/2", "each shard once"],
+        ),
         (vec![&a1, &a2of3], vec!["a2of3.json", "shard count"]),
         (vec![&a1, &whole], vec!["whole.json", "not a shard report"]),
         (vec![&a1, &broken], vec!["broken.json", "truncated"]),
@@ -249,7 +252,11 @@ fn merge_refuses_what_cannot_be_merged() {
         let output = arrival(&args);
         assert_eq!(status(&output), 2, "{files:?}: {}", stderr(&output));
         for word in words {
-            assert!(stderr(&output).contains(word), "{word}: {}", stderr(&output));
+            assert!(
+                stderr(&output).contains(word),
+                "{word}: {}",
+                stderr(&output)
+            );
         }
     }
     let output = arrival(&["report", "merge", &a2, &a1]);
@@ -285,7 +292,11 @@ fn bad_shards_exit_2_with_a_message() {
     ] {
         let output = arrival(&["check", "models/re-pause.toml", "--shard", spec]);
         assert_eq!(status(&output), 2, "{spec}");
-        assert!(stderr(&output).contains(words), "{spec}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(words),
+            "{spec}: {}",
+            stderr(&output)
+        );
         assert!(!stderr(&output).contains("panicked"), "{spec}");
     }
     let output = arrival(&[
@@ -328,7 +339,10 @@ fn simulation_finds_an_easy_mutant_with_a_seed_and_walks_it_again() {
     // The same seed walks the same walks; walk+1 walks reach it again.
     let again = run(&(walk + 1).to_string());
     assert_eq!(again["simulation"]["violations"][0]["walk"], walk);
-    assert_eq!(again["simulation"]["violations"][0]["walked"], found["walked"]);
+    assert_eq!(
+        again["simulation"]["violations"][0]["walked"],
+        found["walked"]
+    );
     // Text output says how to walk it again and that nothing is proved.
     let output = arrival(&[
         "check",

@@ -53,7 +53,10 @@ pub fn merge(inputs: &[(PathBuf, Vec<ModelReport>)]) -> Result<Vec<ModelReport>,
                 return Err(InputError::invalid(
                     file,
                     place,
-                    format!("`{}` is already a merged report; merge the shards' own reports", report.model),
+                    format!(
+                        "`{}` is already a merged report; merge the shards' own reports",
+                        report.model
+                    ),
                 ));
             }
             if report.shard.is_none() {

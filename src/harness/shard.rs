@@ -3,15 +3,19 @@
 //! A model that splits into several independent parts is sharded by part: shard K of N
 //! (1-based) checks the parts whose 0-based index `i` has `i % N == K - 1`. A model of one
 //! part is sharded by the subtrees of its first steps: [`Shard`] wraps the protocol so that
-//! near the initial world it offers only the steps on this shard's prefixes, and everything
-//! below them unchanged. The prefixes are the paths of the first `d` steps (`d` = 1 unless
-//! the initial world has too few steps to spread; at most [`MAX_PREFIX_DEPTH`]), numbered in
-//! the protocol's step order; shard K takes the prefixes numbered `j` with `j % N == K - 1`.
+//! near the initial world it offers only the steps towards this shard's frontier worlds,
+//! and everything below them unchanged. The frontier is the distinct worlds `d` steps from
+//! the initial world (`d` = 1 unless that gives fewer than 4 per shard; at most
+//! [`MAX_PREFIX_DEPTH`]), each reached by the first path found to it, together with the
+//! worlds where a path ends sooner; numbered in the protocol's step order, shard K takes
+//! those numbered `j` with `j % N == K - 1`.
 //!
-//! Every path of the model starts with exactly one prefix (or ends before `d` steps, and is
-//! then a prefix of its own), so the union of the N shards covers every behaviour. The
-//! shards do not share a visited set: a state reachable under two prefixes is explored by
-//! both, so the shards' state counts add up to more than one run's.
+//! Every world of the model is within `d` steps of the initial world (and then met while
+//! building the frontier: a frontier world itself, or one with a successor and no violation,
+//! which no property judges) or below a frontier world, so the union of the N shards covers
+//! every behaviour. The shards do not share a visited set: a state reachable from two
+//! frontier worlds is explored by both, so the shards' state counts add up to more than one
+//! run's.
 
 use super::Protocol;
 use std::collections::HashMap;
@@ -409,8 +413,10 @@ mod tests {
             let mut sizes = Vec::new();
             for index in 1..=count {
                 let shard = Shard::new(Counters, ShardSpec { index, count });
-                let mut mine: Vec<(u8, u8)> =
-                    worlds(&shard).into_iter().map(|world| world.world).collect();
+                let mut mine: Vec<(u8, u8)> = worlds(&shard)
+                    .into_iter()
+                    .map(|world| world.world)
+                    .collect();
                 mine.sort();
                 mine.dedup();
                 sizes.push(mine.len());

@@ -103,11 +103,7 @@ fn fingerprint<W: Hash>(world: &W) -> u64 {
 
 /// Runs `simulation.walks` walks through part `part` of a model (the part's number only
 /// seeds the walks).
-pub fn simulate<P: Protocol>(
-    protocol: &P,
-    part: usize,
-    simulation: &Simulation,
-) -> Walks<P::Step> {
+pub fn simulate<P: Protocol>(protocol: &P, part: usize, simulation: &Simulation) -> Walks<P::Step> {
     let start = Instant::now();
     let wanted = (0..P::PROPERTIES.len())
         .filter(|&index| protocol.checks(index))
