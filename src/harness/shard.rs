@@ -7,15 +7,15 @@
 //! and everything below them unchanged. The frontier is the distinct worlds `d` steps from
 //! the initial world (`d` = 1 unless that gives fewer than 4 per shard; at most
 //! [`MAX_PREFIX_DEPTH`]), each reached by the first path found to it, together with the
-//! worlds where a path ends sooner; numbered in the protocol's step order, shard K takes
-//! those numbered `j` with `j % N == K - 1`.
+//! worlds met sooner that lead to no new world (terminal ones, or those whose successors
+//! were all met before); numbered in the protocol's step order, shard K takes those
+//! numbered `j` with `j % N == K - 1`, and explores everything below them.
 //!
-//! Every world of the model is within `d` steps of the initial world (and then met while
-//! building the frontier: a frontier world itself, or one with a successor and no violation,
-//! which no property judges) or below a frontier world, so the union of the N shards covers
-//! every behaviour. The shards do not share a visited set: a state reachable from two
-//! frontier worlds is explored by both, so the shards' state counts add up to more than one
-//! run's.
+//! Every world of the model is on the first path to a frontier world or below one, so the
+//! union of the N shards visits every world (a broken step property is marked in the world
+//! after the step, so every violation too). The shards do not share a visited set: a state
+//! reachable from two frontier worlds is explored by both, so the shards' state counts add
+//! up to more than one run's.
 
 use super::Protocol;
 use std::collections::HashMap;
@@ -166,18 +166,19 @@ impl<P: Protocol> Shard<P> {
                     let Some(next) = inner.next(&world, step) else {
                         continue;
                     };
-                    ends = false;
                     let same = seen.entry(fingerprint(&next)).or_default();
                     if same.contains(&next) {
                         continue;
                     }
                     same.push(next.clone());
+                    ends = false;
                     let mut path = path.clone();
                     path.push(step.clone());
                     longer.push((path, next, true));
                 }
                 if ends {
-                    // A terminal world: the path ends here and is a prefix of its own.
+                    // A terminal world, or one whose successors were all met before: the
+                    // path ends here and is a prefix of its own (so some shard visits it).
                     longer.push((path, world, false));
                 }
             }
