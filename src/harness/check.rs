@@ -77,8 +77,8 @@ impl Tally {
     }
 }
 
-/// Explores `protocol` and returns the run with a shortest path for each checked property it
-/// violated that `known` does not hold yet.
+/// Explores `protocol`, adds its counts to `tally`, and returns a shortest path for each
+/// property it violated that `wanted` accepts.
 fn exhaust<Q: Protocol>(
     protocol: &Q,
     settings: &Settings,
