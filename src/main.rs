@@ -14,9 +14,12 @@ use arrival::card::fixture::Scenario;
 use arrival::card::policy::PolicyName;
 use arrival::card::sweep::SweepOptions;
 use arrival::card::{replay, table};
+use arrival::harness::check::Mode;
 use arrival::harness::explore::{Engine, Strategy};
 use arrival::harness::junit::ExtraSuite;
 use arrival::harness::model_file::Overrides;
+use arrival::harness::shard::ShardSpec;
+use arrival::harness::simulate::Simulation;
 use arrival::harness::InputError;
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -52,6 +55,7 @@ enum Command {
         wide: bool,
     },
     /// Model-check fixtures under every reordering, duplicate, lost ack and crash.
+    #[command(group = clap::ArgGroup::new("sampling").args(["sweep", "simulate"]).multiple(true))]
     Check {
         /// Model files (TOML).
         #[arg(required_unless_present = "sweep")]
@@ -60,9 +64,23 @@ enum Command {
         /// SPEC must break nothing, each mutant must be caught by its catalogue property.
         #[arg(long, value_name = "N")]
         sweep: Option<usize>,
-        /// The sweep's seed.
-        #[arg(long, default_value_t = 1, requires = "sweep")]
+        /// The seed of the sweep and of `--simulate`.
+        #[arg(long, default_value_t = 1, requires = "sampling")]
         seed: u64,
+        /// Instead of exploring every behaviour, take N random walks per part (seeded by
+        /// `--seed`): finds violations, proves nothing about behaviours no walk visited (the
+        /// verdict is then `fail` or `sampled`, never `pass`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["shard", "explore"])]
+        simulate: Option<u64>,
+        /// With `--simulate`: the most steps one walk takes.
+        #[arg(long, value_name = "N", default_value_t = arrival::harness::simulate::DEFAULT_MAX_DEPTH as u64, value_parser = clap::value_parser!(u64).range(1..), requires = "simulate")]
+        max_depth: u64,
+        /// Check only shard K of N (numbered from 1) of each model's work: its independent
+        /// parts with `index % N == K-1`, or, for a model of one part, that share of the
+        /// subtrees of its first steps. Merge the N `--json` reports with `arrival report
+        /// merge`.
+        #[arg(long, value_name = "K/N")]
+        shard: Option<ShardSpec>,
         /// Check this policy instead of the model files' own (`spec` or a mutant's name).
         #[arg(long)]
         policy: Option<String>,
@@ -104,6 +122,9 @@ enum Command {
         #[arg(long, value_delimiter = ',', value_name = "LIST")]
         properties: Option<Vec<String>>,
     },
+    /// Combine reports: `merge` the `check --shard K/N --json` reports of N jobs.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
     Gen(arrival::card::generate::GenOptions),
     /// The real facts pipeline: HTTP ingress, Redis Stream, SQLite inbox (docs/pipeline.md).
@@ -114,6 +135,26 @@ enum Command {
     /// The durable receiver on SQLite or PostgreSQL: init, ingest, reconcile, show, drills.
     #[command(subcommand)]
     Store(arrival::store::cli::StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum ReportCommand {
+    /// Merge the JSON reports of `arrival check --shard K/N --json` (one file per shard,
+    /// the same models in each) into one verdict per model, as one unsharded run would give.
+    /// Exit status 0 when every merged verdict is as expected, 1 when not (a shard missing
+    /// makes a model expected to pass `incomplete`), 2 when the reports cannot be merged
+    /// (different models, policies, fixtures or shard counts; a shard twice; bad JSON).
+    Merge {
+        /// The shard reports.
+        #[arg(required = true, value_name = "REPORT")]
+        files: Vec<PathBuf>,
+        /// Print the merged results as JSON (the `check --json` document).
+        #[arg(long)]
+        json: bool,
+        /// Also write the merged results as JUnit XML to this file.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+    },
 }
 
 /// What `--help` adds: every policy and property by protocol, and the exit statuses.
@@ -127,7 +168,7 @@ fn catalogue() -> String {
         )
         .collect();
     format!(
-        "Policies (--policy):\n  card:  {}\n  facts: {}\n\nProperties (--properties):\n  card:  {}\n  facts: {}\n\nExit status:\n  0  everything as expected (a model's expected verdict, a fixture's expect)\n  1  something is not as expected\n  2  bad input: the message names the file, the place and the problem",
+        "Policies (--policy):\n  card:  {}\n  facts: {}\n\nProperties (--properties):\n  card:  {}\n  facts: {}\n\nExit status:\n  0  everything as expected (a model's expected verdict, a fixture's expect)\n  1  something is not as expected\n  2  bad input: the message names the file, the place and the problem\n\nWith --simulate N: the verdict is `fail` when a walk broke a property and `sampled` when none\ndid, never `pass`: simulation proves nothing about the behaviours no walk visited. Exit 0\nwhen that is what the model file expects (`sampled` for expect = \"pass\", the expected\nproperty violated for a mutant), else 1.\nWith --shard K/N: the verdict covers only this shard's share (`partial` when it violated\nnothing). Exit 1 only when the share alone shows the model is not as expected (a violation\nor the state limit in a model expected to pass); `arrival report merge` judges the whole.",
         PolicyName::all_names().join(", "),
         facts_policies.join(", "),
         card_properties.join(", "),
@@ -156,6 +197,9 @@ fn main() -> ExitCode {
             models,
             sweep,
             seed,
+            simulate,
+            max_depth,
+            shard,
             policy,
             json,
             trace_out,
@@ -169,8 +213,18 @@ fn main() -> ExitCode {
             budgets,
             properties,
         } => {
+            let mode = match (simulate, shard) {
+                (Some(walks), _) => Mode::Simulate(Simulation {
+                    walks: usize::try_from(walks).unwrap_or(usize::MAX),
+                    seed,
+                    max_depth: usize::try_from(max_depth).unwrap_or(usize::MAX),
+                }),
+                (None, Some(spec)) => Mode::Shard(spec),
+                (None, None) => Mode::Exhaustive,
+            };
             let options = CheckRun {
                 engine,
+                mode,
                 policy,
                 json,
                 trace_out,
@@ -187,6 +241,9 @@ fn main() -> ExitCode {
             };
             sweep_options(sweep, seed, &options)
                 .and_then(|sweep| run_check(&models, sweep, &options))
+        }
+        Command::Report(ReportCommand::Merge { files, json, junit }) => {
+            run_merge(&files, json, junit.as_deref())
         }
         Command::Gen(options) => arrival::card::generate::run(&options).map(|()| true),
         Command::Pipeline { command } => arrival::pipeline::cli::run(command),
@@ -261,6 +318,7 @@ fn run_replay(fixture: &Path, json: bool, wide: bool, policy: &str) -> Result<bo
 
 /// How `check` runs, from the command line.
 struct CheckRun {
+    mode: Mode,
     policy: Option<String>,
     json: bool,
     trace_out: Option<PathBuf>,
@@ -367,12 +425,13 @@ fn run_check(
     let mut reports = Vec::new();
     for model in &loaded {
         let report = match model {
-            Loaded::Card(model) => check::run(model, &card_options)?,
-            Loaded::Facts(model) => arrival::facts::model::run(
+            Loaded::Card(model) => check::run_with(model, &card_options, &options.mode)?,
+            Loaded::Facts(model) => arrival::facts::model::run_with(
                 model,
                 options.trace_out.as_deref(),
                 progress,
                 options.engine,
+                &options.mode,
             )?,
         };
         if !options.json {
@@ -422,4 +481,38 @@ fn run_check(
         }
     }
     Ok(all_as_expected)
+}
+
+/// `report merge`: the shards' reports combined, printed like `check`'s.
+fn run_merge(files: &[PathBuf], json: bool, junit: Option<&Path>) -> Result<bool, InputError> {
+    let inputs = arrival::harness::merge::read(files)?;
+    let reports = arrival::harness::merge::merge(&inputs)?;
+    if let Some(file) = junit {
+        let xml = arrival::harness::junit::document(&reports, &[]);
+        std::fs::write(file, xml).map_err(|source| InputError::Io {
+            file: file.to_owned(),
+            source,
+        })?;
+    }
+    if json {
+        let document = serde_json::json!({ "models": reports });
+        print(&(serde_json::to_string_pretty(&document).expect("reports serialise") + "\n"));
+    } else {
+        for report in &reports {
+            print(&check::render(report));
+        }
+        if reports.len() > 1 {
+            let failed: Vec<&str> = reports
+                .iter()
+                .filter(|report| !report.as_expected)
+                .map(|report| report.model.as_str())
+                .collect();
+            if failed.is_empty() {
+                print(&format!("all {} models as expected\n", reports.len()));
+            } else {
+                print(&format!("NOT as expected: {}\n", failed.join(", ")));
+            }
+        }
+    }
+    Ok(reports.iter().all(|report| report.as_expected))
 }

@@ -12,6 +12,7 @@ use crate::card::network::{Budgets, DeliveryBudgets, World};
 use crate::card::policy::PolicyName;
 use crate::card::properties::{Properties, Property};
 use crate::card::trace;
+pub use crate::harness::check::Mode;
 pub use crate::harness::explore::{Engine, Strategy};
 use crate::harness::model_file::Overrides;
 pub use crate::harness::report::{render, ModelReport, PropertyReport, TraceReport};
@@ -296,13 +297,24 @@ fn subject(loaded: &LoadedModel) -> Subject {
     }
 }
 
-/// Checks one model file.
+/// Checks one model file exhaustively.
 pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, InputError> {
+    run_with(loaded, options, &Mode::Exhaustive)
+}
+
+/// Checks one model file, covering it as `mode` says (everything, one shard's share, or
+/// random walks).
+pub fn run_with(
+    loaded: &LoadedModel,
+    options: &CheckOptions,
+    mode: &Mode,
+) -> Result<ModelReport, InputError> {
     if loaded.checked.contains(Property::AuthorityCurrent) {
         if let Some(behind) = crate::card::properties::authority_behind(&loaded.scenario) {
             let checked = loaded.checked;
             return Ok(harness::check::precondition_failed::<ReceiverModel>(
                 subject(loaded),
+                mode,
                 |index| checked.contains(Property::ALL[index]),
                 Property::AuthorityCurrent.name(),
                 behind.describe(&loaded.scenario),
@@ -332,10 +344,11 @@ pub fn run(loaded: &LoadedModel, options: &CheckOptions) -> Result<ModelReport, 
         progress: options.progress,
         engine: options.engine,
     };
-    let mut report = harness::check::check_parts(
+    let mut report = harness::check::check_parts_with(
         subject(loaded),
         &models,
         &settings,
+        mode,
         |model, index, steps| {
             let part = LoadedModel {
                 scenario: Arc::clone(&model.scenario),

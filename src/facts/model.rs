@@ -12,7 +12,7 @@ use super::properties::{check_state, check_step, Property};
 use super::world::{
     transition, Consumer, Crash, Decision, PostFault, Setup, Step, StepOutcome, World,
 };
-use crate::harness::check::{check_parts, Subject};
+use crate::harness::check::{check_parts_with, Mode, Subject};
 use crate::harness::explore::{Engine, Settings, Strategy};
 use crate::harness::model_file::Overrides;
 use crate::harness::report::{ModelReport, TraceReport};
@@ -921,12 +921,24 @@ fn diagram(
     }
 }
 
-/// Checks one facts model file.
+/// Checks one facts model file exhaustively.
 pub fn run(
     loaded: &LoadedModel,
     trace_out: Option<&Path>,
     progress: bool,
     engine: Engine,
+) -> Result<ModelReport, InputError> {
+    run_with(loaded, trace_out, progress, engine, &Mode::Exhaustive)
+}
+
+/// Checks a facts model file, covering it as `mode` says (everything, one shard's share,
+/// or random walks).
+pub fn run_with(
+    loaded: &LoadedModel,
+    trace_out: Option<&Path>,
+    progress: bool,
+    engine: Engine,
+    mode: &Mode,
 ) -> Result<ModelReport, InputError> {
     let subject = Subject {
         model: loaded.path.display().to_string(),
@@ -944,10 +956,11 @@ pub fn run(
         progress,
         engine,
     };
-    check_parts(
+    check_parts_with(
         subject,
         std::slice::from_ref(&loaded.model),
         &settings,
+        mode,
         |_, index, steps| trace(loaded, Property::ALL[index], steps, trace_out),
     )
 }

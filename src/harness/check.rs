@@ -1,9 +1,14 @@
-//! From a model to a verdict: explore every part, find a shortest counterexample for each
-//! violated property, count coverage, and compare the result with what the model file
-//! expected.
+//! From a model to a verdict: explore every part (or this shard's share of them, or sample
+//! them with random walks), find a shortest counterexample for each violated property,
+//! count coverage, and compare the result with what the model file expected.
 
-use super::explore::{explore, shortest, Settings};
-use super::report::{peak_rss_mib, ModelReport, PropertyReport, TraceReport};
+use super::explore::{explore, shortest, Run, Settings};
+use super::report::{
+    peak_rss_mib, ModelReport, PropertyReport, SampledViolation, ShardReport, SimulationReport,
+    TraceReport,
+};
+use super::shard::{Shard, ShardSpec};
+use super::simulate::{simulate, Simulation};
 use super::{InputError, Protocol};
 use std::collections::BTreeMap;
 
@@ -24,6 +29,22 @@ pub struct Subject {
     pub bytes_per_state: usize,
 }
 
+/// How a check covers the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Every behaviour, exhaustively (up to the state limit).
+    #[default]
+    Exhaustive,
+    /// One shard's share of every behaviour (see [`super::shard`]).
+    Shard(ShardSpec),
+    /// Random walks (see [`super::simulate`]): finds violations, proves nothing.
+    Simulate(Simulation),
+}
+
+/// The most states the breadth-first search that shortens a simulation's counterexample
+/// may explore; past it the walk's own (loop-free) steps are the trace.
+pub const SHORTEST_BUDGET: usize = 500_000;
+
 /// Checks a model made of independent parts (one part unless the protocol splits it).
 /// `trace` turns the shortest violating steps of a part into a counterexample report (and
 /// writes it where the protocol keeps them).
@@ -31,51 +52,194 @@ pub fn check_parts<P: Protocol>(
     subject: Subject,
     parts: &[P],
     settings: &Settings,
+    trace: impl FnMut(&P, usize, &[P::Step]) -> Result<TraceReport, InputError>,
+) -> Result<ModelReport, InputError> {
+    check_parts_with(subject, parts, settings, &Mode::Exhaustive, trace)
+}
+
+/// Totals over the parts a check explored or walked.
+#[derive(Default)]
+struct Tally {
+    states: usize,
+    unique_states: usize,
+    max_depth: usize,
+    seconds: f64,
+    complete: bool,
+}
+
+impl Tally {
+    fn add<S>(&mut self, run: &Run<S>, settings: &Settings) {
+        self.complete &= !run.hit_limit(settings.state_limit);
+        self.states += run.states;
+        self.unique_states += run.unique_states;
+        self.max_depth = self.max_depth.max(run.max_depth);
+        self.seconds += run.seconds;
+    }
+}
+
+/// Explores `protocol`, adds its counts to `tally`, and returns a shortest path for each
+/// property it violated that `wanted` accepts.
+fn exhaust<Q: Protocol>(
+    protocol: &Q,
+    settings: &Settings,
+    tally: &mut Tally,
+    wanted: impl Fn(usize) -> bool,
+) -> Vec<(usize, Vec<Q::Step>)> {
+    let run = explore(protocol.clone(), settings);
+    tally.add(&run, settings);
+    let mut found = Vec::new();
+    for (name, steps) in run.discoveries {
+        let Some(index) = Q::PROPERTIES.iter().position(|known| *known == name) else {
+            continue;
+        };
+        if wanted(index) {
+            let steps = shortest(protocol, index, settings).unwrap_or(steps);
+            found.push((index, steps));
+        }
+    }
+    found
+}
+
+/// Like [`check_parts`], covering the model as `mode` says.
+pub fn check_parts_with<P: Protocol>(
+    subject: Subject,
+    parts: &[P],
+    settings: &Settings,
+    mode: &Mode,
     mut trace: impl FnMut(&P, usize, &[P::Step]) -> Result<TraceReport, InputError>,
 ) -> Result<ModelReport, InputError> {
-    let mut totals = (0usize, 0usize, 0usize, 0.0f64);
-    let mut complete = true;
+    let checked = |index: usize| parts.first().is_some_and(|part| part.checks(index));
+    let selected: Vec<usize> = match mode {
+        Mode::Shard(spec) if parts.len() > 1 => {
+            (0..parts.len()).filter(|&part| spec.takes(part)).collect()
+        }
+        _ => (0..parts.len()).collect(),
+    };
+    let mut tally = Tally {
+        complete: true,
+        ..Tally::default()
+    };
     let mut coverage: BTreeMap<String, u64> = BTreeMap::new();
-    // For each violated property, the part where it was found and the path stateright gave.
-    let mut found: BTreeMap<String, (usize, Vec<P::Step>)> = BTreeMap::new();
-    for (index, part) in parts.iter().enumerate() {
-        let run = explore(part.clone(), settings);
-        complete &= !run.hit_limit(settings.state_limit);
-        totals.0 += run.states;
-        totals.1 += run.unique_states;
-        totals.2 = totals.2.max(run.max_depth);
-        totals.3 += run.seconds;
-        for (name, steps) in run.discoveries {
-            found.entry(name).or_insert((index, steps));
+    // For each violated property (by index), its counterexample.
+    let mut traces: BTreeMap<usize, TraceReport> = BTreeMap::new();
+    let mut shard = None;
+    let mut simulation = None;
+    for &number in &selected {
+        let part = &parts[number];
+        match mode {
+            Mode::Shard(spec) if parts.len() == 1 && spec.count > 1 => {
+                let restricted = Shard::new(part.clone(), *spec);
+                let (total, taken, depth) = restricted.prefixes();
+                shard = Some(ShardReport {
+                    index: spec.index,
+                    count: spec.count,
+                    by: "first-steps".into(),
+                    parts: vec![number],
+                    prefixes: Some(total),
+                    prefixes_taken: Some(taken),
+                    prefix_depth: Some(depth),
+                });
+                let wanted = |index| checked(index) && !traces.contains_key(&index);
+                for (index, steps) in exhaust(&restricted, settings, &mut tally, wanted) {
+                    traces.insert(index, trace(part, index, &steps)?);
+                }
+            }
+            Mode::Exhaustive | Mode::Shard(_) => {
+                let wanted = |index| checked(index) && !traces.contains_key(&index);
+                for (index, steps) in exhaust(part, settings, &mut tally, wanted) {
+                    traces.insert(index, trace(part, index, &steps)?);
+                }
+            }
+            Mode::Simulate(how) => {
+                let walks = simulate(part, number, how);
+                tally.states += walks.walks + walks.steps as usize;
+                tally.unique_states += walks.distinct_states;
+                tally.max_depth = tally.max_depth.max(walks.longest + 1);
+                tally.seconds += walks.seconds;
+                let report = simulation.get_or_insert_with(|| SimulationReport {
+                    seed: how.seed,
+                    walks: how.walks,
+                    walked: 0,
+                    steps: 0,
+                    distinct_states: 0,
+                    counted_all: true,
+                    max_depth: how.max_depth,
+                    capped_walks: 0,
+                    walks_per_second: 0.0,
+                    violations: Vec::new(),
+                });
+                report.walked += walks.walks;
+                report.steps += walks.steps;
+                report.distinct_states += walks.distinct_states;
+                report.counted_all &= walks.counted_all;
+                report.capped_walks += walks.capped;
+                for (index, sample) in walks.found {
+                    if !checked(index) || traces.contains_key(&index) {
+                        continue;
+                    }
+                    let bounded = Settings {
+                        state_limit: Some(
+                            settings
+                                .state_limit
+                                .map_or(SHORTEST_BUDGET, |limit| limit.min(SHORTEST_BUDGET)),
+                        ),
+                        progress: false,
+                        ..settings.clone()
+                    };
+                    let (steps, is_shortest) = match shortest(part, index, &bounded) {
+                        Some(steps) if steps.len() <= sample.steps.len() => (steps, true),
+                        _ => (sample.steps, false),
+                    };
+                    report.violations.push(SampledViolation {
+                        property: P::PROPERTIES[index].into(),
+                        part: number,
+                        walk: sample.walk,
+                        walked: sample.walked,
+                        trace_steps: steps.len(),
+                        shortest: is_shortest,
+                    });
+                    traces.insert(index, trace(part, index, &steps)?);
+                }
+            }
         }
         for (name, count) in part.coverage() {
             *coverage.entry(name.to_owned()).or_default() += count;
         }
     }
-    let checked = |index: usize| parts.first().is_some_and(|part| part.checks(index));
+    if let (Mode::Shard(spec), None) = (mode, &shard) {
+        shard = Some(ShardReport {
+            index: spec.index,
+            count: spec.count,
+            by: if parts.len() > 1 { "parts" } else { "whole" }.into(),
+            parts: selected.clone(),
+            prefixes: None,
+            prefixes_taken: None,
+            prefix_depth: None,
+        });
+    }
+    if let Some(report) = &mut simulation {
+        report.walks_per_second = report.walked as f64 / tally.seconds.max(1e-9);
+    }
+    let sampled = simulation.is_some();
     let mut properties = Vec::new();
     let mut violated = Vec::new();
     for (index, &name) in P::PROPERTIES.iter().enumerate() {
-        let status = match (found.get(name), complete) {
+        let trace = traces.remove(&index);
+        let status = match (&trace, tally.complete) {
             _ if !checked(index) => "not checked",
             (Some(_), _) => "violated",
+            (None, _) if sampled => "sampled",
             (None, true) => "holds",
             (None, false) => "unknown",
         };
-        let report = match found.get(name) {
-            Some((part, fallback)) if checked(index) => {
-                violated.push(name.to_owned());
-                let part = &parts[*part];
-                let steps = shortest(part, index, settings).unwrap_or_else(|| fallback.clone());
-                Some(trace(part, index, &steps)?)
-            }
-            _ => None,
-        };
+        if trace.is_some() {
+            violated.push(name.to_owned());
+        }
         properties.push(PropertyReport {
             name: name.into(),
             kind: "always".into(),
             status: status.into(),
-            trace: report,
+            trace,
             detail: None,
         });
     }
@@ -88,18 +252,25 @@ pub fn check_parts<P: Protocol>(
             detail: None,
         });
     }
+    // A shard of several judges only its share: it knows a model expected to pass fails,
+    // never that an expected violation is missing (another shard may hold it).
+    let partial = shard.as_ref().is_some_and(|shard| shard.count > 1);
     let verdict = if !violated.is_empty() {
         "fail"
-    } else if complete {
-        "pass"
-    } else {
+    } else if sampled {
+        "sampled"
+    } else if !tally.complete {
         "incomplete"
+    } else if partial {
+        "partial"
+    } else {
+        "pass"
     };
     let as_expected = match subject.expected {
-        None => verdict == "pass",
+        None => matches!(verdict, "pass" | "partial" | "sampled"),
+        Some(_) if partial => true,
         Some(property) => violated.iter().any(|name| name == property),
     };
-    let (states, unique_states, max_depth, seconds) = totals;
     Ok(ModelReport {
         model: subject.model,
         protocol: subject.protocol,
@@ -110,15 +281,18 @@ pub fn check_parts<P: Protocol>(
         as_expected,
         violated,
         parts: parts.len(),
-        states,
-        unique_states,
-        max_depth,
-        seconds,
-        states_per_second: states as f64 / seconds.max(1e-9),
+        states: tally.states,
+        unique_states: tally.unique_states,
+        max_depth: tally.max_depth,
+        seconds: tally.seconds,
+        states_per_second: tally.states as f64 / tally.seconds.max(1e-9),
         bytes_per_state: subject.bytes_per_state,
         peak_rss_mib: peak_rss_mib(),
         properties,
         coverage,
+        shard,
+        simulation,
+        merged: None,
     })
 }
 
@@ -127,6 +301,7 @@ pub fn check_parts<P: Protocol>(
 /// `unknown`.
 pub fn precondition_failed<P: Protocol>(
     subject: Subject,
+    mode: &Mode,
     checks: impl Fn(usize) -> bool,
     property: &'static str,
     detail: String,
@@ -170,5 +345,20 @@ pub fn precondition_failed<P: Protocol>(
         peak_rss_mib: peak_rss_mib(),
         properties,
         coverage: BTreeMap::new(),
+        // Every shard reports the same failed precondition; merged, it is the model's.
+        shard: match mode {
+            Mode::Shard(spec) => Some(ShardReport {
+                index: spec.index,
+                count: spec.count,
+                by: "precondition".into(),
+                parts: Vec::new(),
+                prefixes: None,
+                prefixes_taken: None,
+                prefix_depth: None,
+            }),
+            _ => None,
+        },
+        simulation: None,
+        merged: None,
     }
 }

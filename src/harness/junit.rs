@@ -70,7 +70,9 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
                 other => {
                     let mut status = TestCaseStatus::skipped();
                     status.set_message(match other {
+                        "unknown" if model.merged.is_some() => "not decided: a shard is missing or stopped at its state limit".to_owned(),
                         "unknown" => "not decided: the run stopped at its state limit".to_owned(),
+                        "sampled" => "no violation in the sampled walks; simulation proves nothing about the behaviours no walk visited".to_owned(),
                         _ => format!("{}: {other}", property.name),
                     });
                     status

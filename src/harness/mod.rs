@@ -6,7 +6,10 @@
 //! harness turns that into a stateright model ([`Checked`]), explores it
 //! ([`explore::explore`]), finds a shortest counterexample per violated property, and
 //! reports verdicts ([`report`]). Explorer gets a model of its own ([`explorer`]) that shows
-//! worlds in domain terms. Model files' common keys and their error messages are in
+//! worlds in domain terms. Instead of exploring everything, a check may take one
+//! shard's deterministic share of the work ([`shard`]; [`merge`] combines the shards'
+//! reports into one verdict) or sample random walks ([`simulate`], which finds violations
+//! and proves nothing). Model files' common keys and their error messages are in
 //! [`model_file`]; bad input of any kind is an [`InputError`].
 //!
 //! Invariant: the harness never imports a protocol, the store or the pipeline.
@@ -18,8 +21,11 @@ pub mod explore;
 pub mod explorer;
 pub mod input;
 pub mod junit;
+pub mod merge;
 pub mod model_file;
 pub mod report;
+pub mod shard;
+pub mod simulate;
 pub mod timestamp;
 
 pub use input::InputError;

@@ -11,8 +11,8 @@ pub struct PropertyReport {
     pub name: String,
     /// `always` for safety and convergence, `sometimes` for decision coverage.
     pub kind: String,
-    /// `holds`, `violated`, `unknown` (state limit hit), `not checked` / `reached`,
-    /// `unreached`.
+    /// `holds`, `violated`, `unknown` (state limit hit, or shards missing), `sampled` (no
+    /// walk of a simulation broke it), `not checked` / `reached`, `unreached`.
     pub status: String,
     /// For a violation: the shortest counterexample found.
     pub trace: Option<TraceReport>,
@@ -47,7 +47,9 @@ pub struct ModelReport {
     pub protocol: String,
     /// The policy checked.
     pub policy: String,
-    /// `pass`, `fail`, or `incomplete` (state limit hit with nothing violated).
+    /// `pass`, `fail`, or `incomplete` (state limit hit with nothing violated, or a merge
+    /// with shards missing); `partial` for one shard that violated nothing in its share;
+    /// `sampled` for a simulation that found no violation (never `pass`).
     pub verdict: String,
     /// What the model file expects.
     pub expected: String,
@@ -75,6 +77,95 @@ pub struct ModelReport {
     pub properties: Vec<PropertyReport>,
     /// How many explored transitions met each decision kind and reconciliation outcome.
     pub coverage: BTreeMap<String, u64>,
+    /// For one shard of a sharded check (`--shard K/N`): the share it checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardReport>,
+    /// For a simulation (`--simulate N`): the walks and what they found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulation: Option<SimulationReport>,
+    /// For shard reports merged into one (`arrival report merge`): which shards were there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<MergeReport>,
+}
+
+/// The share of a model one shard checked.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShardReport {
+    /// K, from 1.
+    pub index: usize,
+    /// N.
+    pub count: usize,
+    /// `parts` (the model's independent parts, `i % N == K - 1`) or `first-steps` (the
+    /// subtrees of the first steps of a model of one part).
+    pub by: String,
+    /// The parts this shard checked (0-based indices among the model's `parts`).
+    pub parts: Vec<usize>,
+    /// With `first-steps`: how many prefixes the first steps make in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefixes: Option<usize>,
+    /// With `first-steps`: how many of them are this shard's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefixes_taken: Option<usize>,
+    /// With `first-steps`: how many steps long the prefixes are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_depth: Option<usize>,
+}
+
+/// What a simulation did and found.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SimulationReport {
+    /// The seed.
+    pub seed: u64,
+    /// Walks asked for, per part.
+    pub walks: usize,
+    /// Walks taken, over every part (fewer than asked once every checked property was
+    /// violated).
+    pub walked: usize,
+    /// Steps taken, over every walk.
+    pub steps: u64,
+    /// Distinct states visited (a lower bound when `counted_all` is false).
+    pub distinct_states: usize,
+    /// Whether every distinct state was counted.
+    pub counted_all: bool,
+    /// The most steps one walk may take.
+    pub max_depth: usize,
+    /// Walks stopped by `max_depth`.
+    pub capped_walks: usize,
+    /// Walks per second.
+    pub walks_per_second: f64,
+    /// The walks that broke a property.
+    pub violations: Vec<SampledViolation>,
+}
+
+/// A violation a walk found, and how to walk it again.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SampledViolation {
+    /// The property.
+    pub property: String,
+    /// The part the walk went through (0-based).
+    pub part: usize,
+    /// The walk's number (0-based): `--simulate walk+1 --seed SEED` walks it again.
+    pub walk: usize,
+    /// Steps the walk took to the violation.
+    pub walked: usize,
+    /// Steps in the reported trace.
+    pub trace_steps: usize,
+    /// Whether the trace is a shortest counterexample (found by a bounded breadth-first
+    /// search); otherwise it is the walk with its loops cut out.
+    pub shortest: bool,
+}
+
+/// Which shards a merged report combines.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MergeReport {
+    /// N.
+    pub count: usize,
+    /// The shards present, from 1.
+    pub present: Vec<usize>,
+    /// The shards missing.
+    pub missing: Vec<usize>,
+    /// The shard reports' files, in shard order.
+    pub files: Vec<String>,
 }
 
 /// Peak resident memory of this process (VmHWM), in MiB.
@@ -162,7 +253,85 @@ pub fn render(report: &ModelReport) -> String {
             }
         }
     }
+    if let Some(shard) = &report.shard {
+        let _ = writeln!(
+            out,
+            "  shard {}/{} by {}: {}",
+            shard.index,
+            shard.count,
+            shard.by,
+            match (shard.prefixes, shard.prefixes_taken) {
+                (Some(total), Some(taken)) => format!(
+                    "{taken} of {total} prefixes of {} step(s)",
+                    shard.prefix_depth.unwrap_or(0)
+                ),
+                _ if shard.parts.is_empty() => "no part".to_owned(),
+                _ => format!("parts {:?} of {}", shard.parts, report.parts),
+            }
+        );
+    }
+    if let Some(simulation) = &report.simulation {
+        let _ = writeln!(
+            out,
+            "  simulation, seed {}: {} walks, {} steps, {} distinct states{}, {} walks stopped at {} steps, {:.0} walks/s",
+            simulation.seed,
+            simulation.walked,
+            simulation.steps,
+            simulation.distinct_states,
+            if simulation.counted_all { "" } else { " at least" },
+            simulation.capped_walks,
+            simulation.max_depth,
+            simulation.walks_per_second,
+        );
+        for found in &simulation.violations {
+            let _ = writeln!(
+                out,
+                "  {} violated by walk {} (part {}) after {} steps; again with --simulate {} --seed {}; trace of {} steps{}",
+                found.property,
+                found.walk,
+                found.part,
+                found.walked,
+                found.walk + 1,
+                simulation.seed,
+                found.trace_steps,
+                if found.shortest { ", a shortest one" } else { ", not necessarily shortest" },
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  simulation samples behaviours: it proves nothing about the behaviours no walk visited"
+        );
+    }
+    if let Some(merged) = &report.merged {
+        let _ = writeln!(
+            out,
+            "  merged shards {:?} of {}{}",
+            merged.present,
+            merged.count,
+            if merged.missing.is_empty() {
+                String::new()
+            } else {
+                format!("; MISSING shards {:?}", merged.missing)
+            }
+        );
+    }
     let verdict = match (report.as_expected, report.expected.as_str()) {
+        _ if report.shard.is_some()
+            && report.expected != "pass"
+            && !report.violated.contains(&report.expected) =>
+        {
+            format!(
+                "{} in this shard's share ({} not violated here; merge every shard's report for the model's verdict)",
+                report.verdict, report.expected
+            )
+        }
+        _ if report.verdict == "partial" => format!(
+            "partial (nothing violated in this shard's share; merge every shard's report for the model's verdict, expected {})",
+            report.expected
+        ),
+        (true, "pass") if report.verdict == "sampled" => {
+            "sampled: no violation found (not a pass: simulation proves nothing about unvisited behaviours)".to_owned()
+        }
         (true, "pass") => "pass".to_owned(),
         (true, property) => format!("violated as expected ({property})"),
         (false, expected) => format!(

@@ -1,0 +1,434 @@
+//! Sharding: which deterministic share of a model's work one of N jobs checks.
+//!
+//! A model that splits into several independent parts is sharded by part: shard K of N
+//! (1-based) checks the parts whose 0-based index `i` has `i % N == K - 1`. A model of one
+//! part is sharded by the subtrees of its first steps: [`Shard`] wraps the protocol so that
+//! near the initial world it offers only the steps towards this shard's frontier worlds,
+//! and everything below them unchanged. The frontier is the distinct worlds `d` steps from
+//! the initial world (`d` = 1 unless that gives fewer than 4 per shard; at most
+//! [`MAX_PREFIX_DEPTH`]), each reached by the first path found to it, together with the
+//! worlds met sooner that lead to no new world (terminal ones, or those whose successors
+//! were all met before); numbered in the protocol's step order, shard K takes those
+//! numbered `j` with `j % N == K - 1`, and explores everything below them.
+//!
+//! Every world of the model is on the first path to a frontier world or below one, so the
+//! union of the N shards visits every world (a broken step property is marked in the world
+//! after the step, so every violation too). The shards do not share a visited set: a state
+//! reachable from two frontier worlds is explored by both, so the shards' state counts add
+//! up to more than one run's.
+
+use super::Protocol;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Which share of the work one job checks: shard `index` of `count`, 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardSpec {
+    /// K, from 1 to `count`.
+    pub index: usize,
+    /// N, at least 1.
+    pub count: usize,
+}
+
+/// Why a `--shard` value is not a shard.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShardSpecError {
+    /// Not of the form `K/N` with two whole numbers.
+    #[error("`{0}` is not a shard: write K/N, e.g. 2/4 (shard 2 of 4, numbered from 1)")]
+    Form(String),
+    /// N is 0.
+    #[error("`{0}`: the number of shards must be at least 1")]
+    NoShards(String),
+    /// K is not between 1 and N.
+    #[error("`{text}`: the shard must be from 1 to {count} (shards are numbered from 1)")]
+    OutOfRange {
+        /// As written.
+        text: String,
+        /// N.
+        count: usize,
+    },
+}
+
+impl FromStr for ShardSpec {
+    type Err = ShardSpecError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let form = || ShardSpecError::Form(text.to_owned());
+        let (index, count) = text.trim().split_once('/').ok_or_else(form)?;
+        let index: usize = index.trim().parse().map_err(|_| form())?;
+        let count: usize = count.trim().parse().map_err(|_| form())?;
+        if count == 0 {
+            return Err(ShardSpecError::NoShards(text.to_owned()));
+        }
+        if index == 0 || index > count {
+            return Err(ShardSpecError::OutOfRange {
+                text: text.to_owned(),
+                count,
+            });
+        }
+        Ok(ShardSpec { index, count })
+    }
+}
+
+impl fmt::Display for ShardSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl ShardSpec {
+    /// Whether the item numbered `number` (0-based) belongs to this shard.
+    pub fn takes(&self, number: usize) -> bool {
+        number % self.count == self.index - 1
+    }
+}
+
+/// The deepest prefix the first-step sharding uses.
+pub const MAX_PREFIX_DEPTH: usize = 4;
+
+/// Prefixes per shard the first-step sharding aims for, so that subtrees of unequal size
+/// even out.
+const PREFIXES_PER_SHARD: usize = 4;
+
+/// At most this many prefixes are enumerated.
+const MAX_PREFIXES: usize = 4096;
+
+/// Where a world is in the prefix tree: a node, or below every prefix.
+const FREE: u32 = u32::MAX;
+
+fn fingerprint<W: Hash>(world: &W) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    world.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A world of a sharded model: the inner world and its node in the prefix tree ([`FREE`]
+/// once past this shard's prefix).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct ShardWorld<W> {
+    /// The protocol's world.
+    pub world: W,
+    node: u32,
+}
+
+/// The prefix tree of one shard: for each node, the steps this shard may take there and
+/// the node each leads to.
+#[derive(Debug)]
+struct Prefixes<S> {
+    nodes: Vec<Vec<(S, u32)>>,
+    /// How many prefixes there are in all, and how many are this shard's.
+    total: usize,
+    taken: usize,
+    depth: usize,
+}
+
+/// A protocol restricted to one shard's subtrees of its first steps (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Shard<P: Protocol> {
+    /// The protocol.
+    pub inner: P,
+    prefixes: Arc<Prefixes<P::Step>>,
+}
+
+impl<P: Protocol> Shard<P> {
+    /// `inner` restricted to `spec`'s share of its first steps.
+    pub fn new(inner: P, spec: ShardSpec) -> Self {
+        // Distinct worlds from the initial one, one level at a time, each with the first
+        // path found to it, until there are enough to spread over the shards: (path, world,
+        // whether it is to be expanded). A world seen before is not kept twice: the subtree
+        // below it is the same whichever path reached it.
+        let mut paths: Vec<(Vec<P::Step>, P::World, bool)> = vec![(Vec::new(), inner.init(), true)];
+        let mut seen: HashMap<u64, Vec<P::World>> = HashMap::new();
+        seen.entry(fingerprint(&paths[0].1))
+            .or_default()
+            .push(paths[0].1.clone());
+        let mut depth = 0;
+        let mut buffer = Vec::new();
+        while depth < MAX_PREFIX_DEPTH
+            && paths.len() < spec.count * PREFIXES_PER_SHARD
+            && paths.iter().any(|(_, _, open)| *open)
+        {
+            let mut longer = Vec::new();
+            for (path, world, open) in paths {
+                if !open {
+                    longer.push((path, world, false));
+                    continue;
+                }
+                buffer.clear();
+                if P::violation(&world).is_none() {
+                    inner.steps(&world, &mut buffer);
+                }
+                let mut ends = true;
+                for step in &buffer {
+                    let Some(next) = inner.next(&world, step) else {
+                        continue;
+                    };
+                    let same = seen.entry(fingerprint(&next)).or_default();
+                    if same.contains(&next) {
+                        continue;
+                    }
+                    same.push(next.clone());
+                    ends = false;
+                    let mut path = path.clone();
+                    path.push(step.clone());
+                    longer.push((path, next, true));
+                }
+                if ends {
+                    // A terminal world, or one whose successors were all met before: the
+                    // path ends here and is a prefix of its own (so some shard visits it).
+                    longer.push((path, world, false));
+                }
+            }
+            paths = longer;
+            depth += 1;
+            if paths.len() > MAX_PREFIXES {
+                break;
+            }
+        }
+        let total = paths.len();
+        // The tree of this shard's prefixes, node 0 the initial world.
+        let mut nodes: Vec<Vec<(P::Step, u32)>> = vec![Vec::new()];
+        let mut taken = 0;
+        for (number, (path, _, _)) in paths.iter().enumerate() {
+            if !spec.takes(number) {
+                continue;
+            }
+            taken += 1;
+            let mut node = 0usize;
+            for (at, step) in path.iter().enumerate() {
+                let last = at + 1 == path.len();
+                let known = nodes[node].iter().find(|(known, _)| known == step);
+                node = match known {
+                    Some(&(_, child)) => child as usize,
+                    None if last => {
+                        nodes[node].push((step.clone(), FREE));
+                        break;
+                    }
+                    None => {
+                        let child = nodes.len();
+                        nodes[node].push((step.clone(), child as u32));
+                        nodes.push(Vec::new());
+                        child
+                    }
+                };
+            }
+        }
+        Shard {
+            inner,
+            prefixes: Arc::new(Prefixes {
+                nodes,
+                total,
+                taken,
+                depth,
+            }),
+        }
+    }
+
+    /// How many first-step prefixes the model has, how many are this shard's, and how deep
+    /// they are.
+    pub fn prefixes(&self) -> (usize, usize, usize) {
+        (
+            self.prefixes.total,
+            self.prefixes.taken,
+            self.prefixes.depth,
+        )
+    }
+}
+
+impl<P: Protocol> Protocol for Shard<P> {
+    type World = ShardWorld<P::World>;
+    type Step = P::Step;
+
+    const PROPERTIES: &'static [&'static str] = P::PROPERTIES;
+
+    fn init(&self) -> Self::World {
+        ShardWorld {
+            world: self.inner.init(),
+            // A model whose whole tree is one terminal world has no step to restrict.
+            node: if self.prefixes.depth == 0 { FREE } else { 0 },
+        }
+    }
+
+    fn steps(&self, world: &Self::World, steps: &mut Vec<Self::Step>) {
+        let start = steps.len();
+        self.inner.steps(&world.world, steps);
+        if world.node != FREE {
+            let allowed = &self.prefixes.nodes[world.node as usize];
+            let mut index = start;
+            while index < steps.len() {
+                if allowed.iter().any(|(step, _)| *step == steps[index]) {
+                    index += 1;
+                } else {
+                    steps.remove(index);
+                }
+            }
+        }
+    }
+
+    fn next(&self, world: &Self::World, step: &Self::Step) -> Option<Self::World> {
+        let next = self.inner.next(&world.world, step)?;
+        let node = if world.node == FREE {
+            FREE
+        } else {
+            self.prefixes.nodes[world.node as usize]
+                .iter()
+                .find(|(allowed, _)| allowed == step)
+                .map_or(FREE, |&(_, child)| child)
+        };
+        Some(ShardWorld { world: next, node })
+    }
+
+    fn violation(world: &Self::World) -> Option<usize> {
+        P::violation(&world.world)
+    }
+
+    fn checks(&self, index: usize) -> bool {
+        self.inner.checks(index)
+    }
+
+    fn only(&self, index: usize) -> Self {
+        Shard {
+            inner: self.inner.only(index),
+            prefixes: Arc::clone(&self.prefixes),
+        }
+    }
+
+    fn describe_step(&self, step: &Self::Step) -> String {
+        self.inner.describe_step(step)
+    }
+
+    fn describe_world(&self, world: &Self::World) -> String {
+        self.inner.describe_world(&world.world)
+    }
+
+    fn coverage(&self) -> Vec<(&'static str, u64)> {
+        self.inner.coverage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_specs_parse_and_reject() {
+        assert_eq!(
+            "2/4".parse::<ShardSpec>(),
+            Ok(ShardSpec { index: 2, count: 4 })
+        );
+        assert!(matches!(
+            "5/4".parse::<ShardSpec>(),
+            Err(ShardSpecError::OutOfRange { count: 4, .. })
+        ));
+        assert!(matches!(
+            "0/4".parse::<ShardSpec>(),
+            Err(ShardSpecError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            "1/0".parse::<ShardSpec>(),
+            Err(ShardSpecError::NoShards(_))
+        ));
+        for bad in ["x", "1", "1/", "/4", "a/b", "-1/4", "1/4/2"] {
+            assert!(
+                matches!(bad.parse::<ShardSpec>(), Err(ShardSpecError::Form(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    /// A toy protocol: a counter pair (a, b), each step adds 1 to one of them up to 3.
+    #[derive(Clone, Debug)]
+    struct Counters;
+
+    impl Protocol for Counters {
+        type World = (u8, u8);
+        type Step = u8;
+        const PROPERTIES: &'static [&'static str] = &["never"];
+
+        fn init(&self) -> (u8, u8) {
+            (0, 0)
+        }
+        fn steps(&self, world: &(u8, u8), steps: &mut Vec<u8>) {
+            if world.0 < 3 {
+                steps.push(0);
+            }
+            if world.1 < 3 {
+                steps.push(1);
+            }
+        }
+        fn next(&self, world: &(u8, u8), step: &u8) -> Option<(u8, u8)> {
+            Some(if *step == 0 {
+                (world.0 + 1, world.1)
+            } else {
+                (world.0, world.1 + 1)
+            })
+        }
+        fn violation(_: &(u8, u8)) -> Option<usize> {
+            None
+        }
+        fn checks(&self, _: usize) -> bool {
+            true
+        }
+        fn only(&self, _: usize) -> Self {
+            Counters
+        }
+        fn describe_step(&self, step: &u8) -> String {
+            step.to_string()
+        }
+        fn describe_world(&self, world: &(u8, u8)) -> String {
+            format!("{world:?}")
+        }
+        fn coverage(&self) -> Vec<(&'static str, u64)> {
+            Vec::new()
+        }
+    }
+
+    /// Every world of `protocol` reachable from its initial world.
+    fn worlds<P: Protocol>(protocol: &P) -> Vec<P::World> {
+        let mut seen = vec![protocol.init()];
+        let mut at = 0;
+        while at < seen.len() {
+            let mut steps = Vec::new();
+            protocol.steps(&seen[at], &mut steps);
+            for step in steps {
+                if let Some(next) = protocol.next(&seen[at], &step) {
+                    if !seen.contains(&next) {
+                        seen.push(next);
+                    }
+                }
+            }
+            at += 1;
+        }
+        seen
+    }
+
+    #[test]
+    fn the_shards_together_reach_every_world() {
+        let mut whole = worlds(&Counters);
+        whole.sort();
+        for count in 1..=5 {
+            let mut union = Vec::new();
+            let mut sizes = Vec::new();
+            for index in 1..=count {
+                let shard = Shard::new(Counters, ShardSpec { index, count });
+                let mut mine: Vec<(u8, u8)> = worlds(&shard)
+                    .into_iter()
+                    .map(|world| world.world)
+                    .collect();
+                mine.sort();
+                mine.dedup();
+                sizes.push(mine.len());
+                union.extend(mine);
+            }
+            union.sort();
+            union.dedup();
+            assert_eq!(union, whole, "{count} shards");
+            if count > 1 {
+                assert!(sizes.iter().all(|&size| size < whole.len()), "{sizes:?}");
+            }
+        }
+    }
+}
