@@ -367,8 +367,9 @@ fn regression_fixtures_replay() {
     );
 }
 
-/// A generated fixture as a model, whole or split into independent parts.
-fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
+/// A generated fixture as a model, whole or split into independent parts, with or without
+/// the symmetry of identical redeliveries.
+fn generated_model(seed: u64, policy: PolicyName, split: bool, symmetry: bool) -> LoadedModel {
     use arrival::card::check::{ModelFile, Strategy};
     use arrival::card::generate::GenOptions;
     use arrival::card::model::Reconciliation;
@@ -397,6 +398,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             threads: 1,
             state_limit: None,
             split,
+            symmetry,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),
@@ -416,8 +418,8 @@ fn split_checks_give_the_verdicts_of_whole_checks() {
     let mut reduced = 0;
     for policy in policies {
         for seed in 1..=3 {
-            let whole = run(&generated_model(seed, policy, false), None);
-            let split = run(&generated_model(seed, policy, true), None);
+            let whole = run(&generated_model(seed, policy, false, true), None);
+            let split = run(&generated_model(seed, policy, true, true), None);
             assert_eq!(
                 (whole.verdict.as_str(), &whole.violated),
                 (split.verdict.as_str(), &split.violated),
@@ -437,6 +439,44 @@ fn split_checks_give_the_verdicts_of_whole_checks() {
         }
     }
     assert!(reduced > 0, "some generated fixture splits");
+}
+
+#[test]
+fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
+    // The symmetry reduction (`card::model::Twins`) against the full model: the same verdict
+    // and the same violated properties under SPEC and every mutant, on generated fixtures
+    // with identical redeliveries and on every card model file.
+    let policies =
+        std::iter::once(PolicyName(None)).chain(Mutant::ALL.map(|mutant| PolicyName(Some(mutant))));
+    let mut fewer = 0;
+    for policy in policies {
+        for seed in 1..=8 {
+            let full = run(&generated_model(seed, policy, false, false), None);
+            let reduced = run(&generated_model(seed, policy, false, true), None);
+            assert_eq!(
+                (full.verdict.as_str(), &full.violated),
+                (reduced.verdict.as_str(), &reduced.violated),
+                "seed {seed}, policy {policy}"
+            );
+            if full.violated.is_empty() {
+                assert!(reduced.unique_states <= full.unique_states, "seed {seed}");
+                fewer += usize::from(reduced.unique_states < full.unique_states);
+            }
+        }
+    }
+    assert!(fewer > 0, "some generated fixture has identical redeliveries");
+    for path in model_files() {
+        let mut loaded = check::load_model(&path, None).expect("loads");
+        let reduced = run(&loaded, None);
+        loaded.file.symmetry = false;
+        let full = run(&loaded, None);
+        assert_eq!(
+            (full.verdict.as_str(), &full.violated),
+            (reduced.verdict.as_str(), &reduced.violated),
+            "{}",
+            path.display()
+        );
+    }
 }
 
 /// The card protocol's model files.

@@ -27,6 +27,10 @@ fn default_threads() -> usize {
     1
 }
 
+fn default_symmetry() -> bool {
+    true
+}
+
 fn default_reconciliation() -> Reconciliation {
     Reconciliation::Interleaved
 }
@@ -75,6 +79,10 @@ pub struct ModelFile {
     /// Check independent parts of the fixture one by one (see `independence`).
     #[serde(default)]
     pub split: bool,
+    /// Send identical redeliveries in fixture order (a sound symmetry reduction, see
+    /// [`crate::card::model::Twins`]); ignored with per-delivery budgets.
+    #[serde(default = "default_symmetry")]
+    pub symmetry: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
     /// within its own budget; the totals above still apply.
@@ -278,6 +286,9 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
                 })
                 .collect(),
         );
+    }
+    if loaded.file.symmetry && loaded.per_delivery.is_none() {
+        model = model.with_symmetry();
     }
     model
 }

@@ -106,6 +106,57 @@ pub struct ReceiverModel {
     pub checked: Properties,
     /// Decision coverage, shared by the checker's threads.
     pub coverage: Arc<Coverage>,
+    /// Symmetry of identical redeliveries ([`Twins`]); `None`: every copy is sent on its own.
+    pub twins: Option<Arc<Twins>>,
+}
+
+/// Identical redeliveries in a fixture: deliveries of one event id with one content (the
+/// same envelope, whatever their receive times) are interchangeable. The receiver keeps
+/// nothing of a delivery with an event id but its content (its number is not recorded,
+/// and its receive time is left out of the state), every property reads a delivery through
+/// its event, and the fault budgets are totals; so a world in which copy `b` was
+/// acknowledged and copy `a` is owed behaves exactly as the world with `a` and `b`
+/// swapped. The model therefore sends the copies of one envelope in fixture order: a copy
+/// is delivered only while no earlier copy is owed, and the network duplicates only the
+/// first acknowledged copy. Every behaviour of the full model is a renaming of one the
+/// reduced model has, with the same decisions, acknowledgements and verdict, and each
+/// trace is a real schedule, so it replays as it is. Inputs without an event id are
+/// excluded (their delivery number is their identity), and so are models with
+/// per-delivery budgets (the copies' budgets differ). `tests/model.rs` checks verdicts
+/// and violated properties with and without it, on generated fixtures under every policy.
+#[derive(Debug)]
+pub struct Twins {
+    /// For each delivery index, the index of the previous identical copy, if any.
+    earlier: Vec<Option<usize>>,
+}
+
+impl Twins {
+    /// The copies in `scenario`, or `None` when it has no identical redelivery.
+    pub fn of(scenario: &Scenario) -> Option<Twins> {
+        let deliveries = &scenario.deliveries;
+        let earlier: Vec<Option<usize>> = (0..deliveries.len())
+            .map(|index| {
+                let event = &deliveries[index].event;
+                event.event_id?;
+                (0..index)
+                    .rev()
+                    .find(|&before| deliveries[before].event.content == event.content)
+            })
+            .collect();
+        earlier.iter().any(Option::is_some).then_some(Twins { earlier })
+    }
+
+    /// Whether an earlier copy of delivery `index` is in the state `owed` says.
+    fn earlier_copy(&self, index: usize, owed: bool, world: &World) -> bool {
+        let mut at = self.earlier[index];
+        while let Some(before) = at {
+            if world.owes(before) == owed {
+                return true;
+            }
+            at = self.earlier[before];
+        }
+        false
+    }
 }
 
 impl ReceiverModel {
@@ -124,7 +175,14 @@ impl ReceiverModel {
             reconciliation,
             checked: Properties::SPEC,
             coverage: Arc::default(),
+            twins: None,
         }
+    }
+
+    /// The same model, sending identical redeliveries in fixture order ([`Twins`]).
+    pub fn with_symmetry(mut self) -> ReceiverModel {
+        self.twins = Twins::of(&self.scenario).map(Arc::new);
+        self
     }
 
     /// Describes a step in domain terms: `deliver #6 e-202 (variant)`, `ack of #1 lost`.
@@ -272,9 +330,15 @@ impl Protocol for ReceiverModel {
         let allows = |index: usize, fault: Fault| {
             budgets.allows(fault) && world.per_delivery.allows(index, fault)
         };
+        let twins = self.twins.as_deref();
         for (index, delivery) in self.scenario.deliveries.iter().enumerate() {
             let delivery = delivery.number;
-            if world.owes(index) {
+            let owed = world.owes(index);
+            if twins.is_some_and(|twins| twins.earlier_copy(index, owed, world)) {
+                // An earlier copy of the same envelope in the same standing stands for it.
+                continue;
+            }
+            if owed {
                 actions.push(Step::Deliver {
                     delivery,
                     fault: None,

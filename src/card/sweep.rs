@@ -110,6 +110,7 @@ fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
         threads: 1,
         state_limit: None,
         split: false,
+        symmetry: true,
         per_delivery: None,
         properties: None,
         expect: match expectation {
