@@ -75,6 +75,8 @@ pub struct Outcome<A> {
 struct Visited {
     table: RwLock<Table>,
     len: AtomicUsize,
+    /// Room kept free for inserts not yet counted in `len`.
+    reserve: usize,
 }
 
 /// A slot: a fingerprint and its parent, side by side so an insert touches one cache line.
@@ -129,9 +131,9 @@ impl Table {
             }
             at = (at + 1) & self.mask;
         }
-        // Growth between chunks keeps the table at most two-thirds full plus one chunk's
-        // successors per thread; a full table means a step offers thousands of actions.
-        panic!("the visited set is full: a chunk of states generated more successors than it has room for")
+        // Growth keeps a reserve per thread (see `RESERVE_PER_THREAD`); a full table means
+        // states with many hundreds of successors each.
+        panic!("the visited set is full: states with more successors than its reserve per thread")
     }
 
     fn parent(&self, key: Fingerprint) -> Option<Fingerprint> {
@@ -149,24 +151,38 @@ impl Table {
 }
 
 impl Visited {
-    fn new() -> Visited {
+    /// A set for `threads` threads: each may insert up to [`FLUSH`] states plus one state's
+    /// successors before its count reaches `len`, so the table keeps that much room for
+    /// every thread on top of its load limit.
+    fn new(threads: usize) -> Visited {
+        let reserve = threads * RESERVE_PER_THREAD;
         Visited {
-            table: RwLock::new(Table::with_capacity(1 << 16)),
+            table: RwLock::new(Table::with_capacity((1 << 16).max(reserve * 4))),
             len: AtomicUsize::new(0),
+            reserve,
         }
     }
 
-    /// Grows the table if it is two-thirds full. Call with no read guard held.
+    fn needs_room(&self, capacity: usize) -> bool {
+        (self.len.load(Ordering::Relaxed) + self.reserve) * 4 >= capacity * 3
+    }
+
+    /// Grows the table while it is three-quarters full counting every thread's reserve.
+    /// Call with no read guard held.
     fn grow_if_full(&self) {
         let capacity = self.table.read().expect("visited set lock").slots.len();
-        if self.len.load(Ordering::Relaxed) * 3 < capacity * 2 {
+        if !self.needs_room(capacity) {
             return;
         }
         let mut table = self.table.write().expect("visited set lock");
-        if self.len.load(Ordering::Relaxed) * 3 < table.slots.len() * 2 {
+        let mut capacity = table.slots.len();
+        if !self.needs_room(capacity) {
             return; // another thread grew it
         }
-        let bigger = Table::with_capacity(table.slots.len() * 2);
+        while self.needs_room(capacity) {
+            capacity *= 2;
+        }
+        let bigger = Table::with_capacity(capacity);
         for slot in table.slots.iter() {
             let key = slot.key.load(Ordering::Relaxed);
             if key != 0 {
@@ -195,8 +211,17 @@ struct Run<'m, M: Model> {
     stop: AtomicBool,
 }
 
-/// How many states a thread expands between looks at the shared state (limit, growth).
+/// How many states a thread takes at a time.
 const CHUNK: usize = 256;
+
+/// After this many new states a thread stops to add its counts to the shared ones and to
+/// let the visited set grow.
+const FLUSH: usize = 256;
+
+/// Room in the visited set per thread for states not yet counted: [`FLUSH`] plus the
+/// successors of one state (a state with more than 768 successors could overrun it; the
+/// insert then stops the run with a message rather than loop).
+const RESERVE_PER_THREAD: usize = 1024;
 
 /// One thread's counts since it last added them to the shared counters: shared atomics
 /// bumped on every state would bounce one cache line between the threads.
@@ -212,7 +237,7 @@ where
     M::State: Hash + Clone + Send + Sync,
     M::Action: Clone,
 {
-    fn new(model: &'m M, counters: &'m Counters, limit: Option<usize>) -> Self {
+    fn new(model: &'m M, counters: &'m Counters, limit: Option<usize>, threads: usize) -> Self {
         let properties = model.properties();
         assert!(
             properties
@@ -225,7 +250,7 @@ where
             found: properties.iter().map(|_| AtomicU64::new(0)).collect(),
             open: AtomicUsize::new(properties.len()),
             properties,
-            visited: Visited::new(),
+            visited: Visited::new(threads),
             counters,
             limit,
             stop: AtomicBool::new(false),
@@ -344,22 +369,27 @@ where
                                     break;
                                 }
                                 let end = (start + CHUNK).min(level.len());
-                                {
-                                    let table =
-                                        self.visited.table.read().expect("visited set lock");
-                                    for (state, key) in &level[start..end] {
-                                        self.expand(
-                                            &table,
-                                            &mut tally,
-                                            state,
-                                            *key,
-                                            &mut actions,
-                                            |s, k| next.push((s, k)),
-                                        );
+                                let mut at = start;
+                                while at < end {
+                                    {
+                                        let table =
+                                            self.visited.table.read().expect("visited set lock");
+                                        while at < end && tally.unique < FLUSH {
+                                            let (state, key) = &level[at];
+                                            self.expand(
+                                                &table,
+                                                &mut tally,
+                                                state,
+                                                *key,
+                                                &mut actions,
+                                                |s, k| next.push((s, k)),
+                                            );
+                                            at += 1;
+                                        }
                                     }
+                                    self.flush(&mut tally);
+                                    self.visited.grow_if_full();
                                 }
-                                self.flush(&mut tally);
-                                self.visited.grow_if_full();
                             }
                             next
                         })
@@ -435,6 +465,9 @@ where
                             let table = self.visited.table.read().expect("visited set lock");
                             let mut deepest = 0;
                             for _ in 0..CHUNK {
+                                if tally.unique >= FLUSH {
+                                    break;
+                                }
                                 let Some((state, key, depth)) = stack.pop() else {
                                     break;
                                 };
@@ -517,8 +550,8 @@ where
     M::State: Hash + Clone + Send + Sync,
     M::Action: Clone,
 {
-    let run = Run::new(model, counters, limit);
     let threads = threads.max(1);
+    let run = Run::new(model, counters, limit, threads);
     match order {
         Order::BreadthFirst => run.breadth_first(threads),
         Order::DepthFirst => run.depth_first(threads),

@@ -30,6 +30,14 @@ pub fn read(files: &[PathBuf]) -> Result<Vec<(PathBuf, Vec<ModelReport>)>, Input
             let text = read_text(file)?;
             let document: Document =
                 parse_json(file, &text, "expected a `check --json` report object")?;
+            if document.models.is_empty() {
+                // A sweep's report, or an empty one: merging it would say nothing and pass.
+                return Err(InputError::invalid(
+                    file,
+                    "models",
+                    "holds no model report: merge the reports of `arrival check --shard K/N --json`",
+                ));
+            }
             Ok((file.clone(), document.models))
         })
         .collect()
@@ -127,6 +135,14 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
         ("checked properties", checked.join(", ")),
+        // Shards split the first steps of the same state space only if they saw the same
+        // prefixes: a different budget or policy changes them.
+        (
+            "first-step prefixes",
+            report.shard.as_ref().map_or(String::new(), |shard| {
+                format!("{:?} at depth {:?}", shard.prefixes, shard.prefix_depth)
+            }),
+        ),
     ]
 }
 
