@@ -502,7 +502,10 @@ fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
             }
         }
     }
-    assert!(fewer > 0, "some generated fixture has identical redeliveries");
+    assert!(
+        fewer > 0,
+        "some generated fixture has identical redeliveries"
+    );
     for path in model_files() {
         let mut loaded = check::load_model(&path, None).expect("loads");
         let reduced = run(&loaded, None);

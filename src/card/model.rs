@@ -143,7 +143,10 @@ impl Twins {
                     .find(|&before| deliveries[before].event.content == event.content)
             })
             .collect();
-        earlier.iter().any(Option::is_some).then_some(Twins { earlier })
+        earlier
+            .iter()
+            .any(Option::is_some)
+            .then_some(Twins { earlier })
     }
 
     /// Whether an earlier copy of delivery `index` is in the state `owed` says.
