@@ -46,9 +46,10 @@ enum Command {
         /// Print the report as JSON (the stable report contract in docs/protocol.md).
         #[arg(long)]
         json: bool,
-        /// Replay under this policy: `spec` (default) or a mutant's name (card or facts).
-        #[arg(long, default_value = "spec")]
-        policy: String,
+        /// Replay under this policy: `spec` or a mutant's name (card or facts). Default: the
+        /// policy a counterexample fixture records in its `trace` block, else `spec`.
+        #[arg(long)]
+        policy: Option<String>,
         /// Card tables: every cell on one line and every card after every step (the default
         /// fits 120 columns).
         #[arg(long)]
@@ -191,8 +192,8 @@ fn main() -> ExitCode {
             json,
             policy,
             wide,
-        } => replay_facts(&fixture, json, &policy)
-            .unwrap_or_else(|| run_replay(&fixture, json, wide, &policy)),
+        } => replay_facts(&fixture, json, policy.as_deref().unwrap_or("spec"))
+            .unwrap_or_else(|| run_replay(&fixture, json, wide, policy.as_deref())),
         Command::Check {
             models,
             sweep,
@@ -302,16 +303,42 @@ fn card_policy(name: &str) -> Result<PolicyName, InputError> {
     })
 }
 
-fn run_replay(fixture: &Path, json: bool, wide: bool, policy: &str) -> Result<bool, InputError> {
-    let policy = card_policy(policy)?;
+/// `replay` of a card fixture. Without `--policy`, a counterexample fixture replays under the
+/// policy its `trace` block records (so it shows its violation), any other under SPEC.
+fn run_replay(
+    fixture: &Path,
+    json: bool,
+    wide: bool,
+    policy: Option<&str>,
+) -> Result<bool, InputError> {
+    let given = policy.map(card_policy).transpose()?;
     let scenario = Scenario::load(fixture)?;
+    let recorded = match (&given, &scenario.trace) {
+        (None, Some(origin)) => Some(
+            origin
+                .policy
+                .parse::<PolicyName>()
+                .map_err(|message| InputError::invalid(fixture, "trace.policy", message))?,
+        ),
+        _ => None,
+    };
+    let from_trace = recorded.is_some();
+    let policy = given.or(recorded).unwrap_or_default();
     let report = replay::replay(&scenario, policy.0, &policy.to_string());
     if json {
         print(&(serde_json::to_string_pretty(&report).expect("reports serialise") + "\n"));
-    } else if wide {
-        print(&table::render_wide(&report));
     } else {
-        print(&table::render(&report));
+        let header = if from_trace {
+            format!("policy: {policy} (from the trace)\n")
+        } else {
+            String::new()
+        };
+        let table = if wide {
+            table::render_wide(&report)
+        } else {
+            table::render(&report)
+        };
+        print(&(header + &table));
     }
     Ok(report.passed())
 }
@@ -392,6 +419,13 @@ fn run_check(
     sweep: Option<SweepOptions>,
     options: &CheckRun,
 ) -> Result<bool, InputError> {
+    // Output paths first: a run that cannot write its results stops before any work.
+    if let Some(file) = &options.junit {
+        arrival::harness::input::writable_file("--junit", file)?;
+    }
+    if let Some(dir) = &options.trace_out {
+        arrival::harness::input::writable_dir("--trace-out", dir)?;
+    }
     // Read every model file first: bad input stops the run before any work is done.
     let loaded = models
         .iter()
@@ -457,7 +491,7 @@ fn run_check(
             .map(arrival::card::sweep::junit_suite)
             .collect();
         let xml = arrival::harness::junit::document(&reports, &extra);
-        std::fs::write(file, xml).map_err(|source| InputError::Io {
+        std::fs::write(file, xml).map_err(|source| InputError::Write {
             file: file.clone(),
             source,
         })?;
@@ -485,11 +519,14 @@ fn run_check(
 
 /// `report merge`: the shards' reports combined, printed like `check`'s.
 fn run_merge(files: &[PathBuf], json: bool, junit: Option<&Path>) -> Result<bool, InputError> {
+    if let Some(file) = junit {
+        arrival::harness::input::writable_file("--junit", file)?;
+    }
     let inputs = arrival::harness::merge::read(files)?;
     let reports = arrival::harness::merge::merge(&inputs)?;
     if let Some(file) = junit {
         let xml = arrival::harness::junit::document(&reports, &[]);
-        std::fs::write(file, xml).map_err(|source| InputError::Io {
+        std::fs::write(file, xml).map_err(|source| InputError::Write {
             file: file.to_owned(),
             source,
         })?;

@@ -510,6 +510,29 @@ impl Drop for TempDir {
 }
 
 #[test]
+fn replay_of_a_trace_uses_its_recorded_policy_unless_told_otherwise() {
+    let trace = "fixtures/regressions/mutant-ignore-pause.paused-frozen.json";
+    let out = arrival(&["replay", trace]);
+    assert_status(&out, 1, "replay of a trace under its recorded policy");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("policy: ignore-pause (from the trace)\n"),
+        "{text}"
+    );
+    assert!(text.contains("paused-frozen"), "{text}");
+    let out = arrival(&["replay", trace, "--json"]);
+    assert_status(&out, 1, "replay --json of a trace");
+    assert_eq!(json(&out)["policy"], "ignore-pause");
+    let out = arrival(&["replay", trace, "--policy", "spec"]);
+    assert_status(&out, 0, "replay of a trace under --policy spec");
+    assert!(!stdout(&out).contains("from the trace"));
+    // A fixture without a trace block replays under SPEC, with no such header.
+    let out = arrival(&["replay", "fixtures/B62-15-events.json"]);
+    assert_status(&out, 0, "replay of B62-15");
+    assert!(!stdout(&out).contains("from the trace"));
+}
+
+#[test]
 fn replay_with_a_wrong_expect_exits_1_and_names_what_differs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join(B62_15)).expect("B62-15");
@@ -878,4 +901,137 @@ fn replay_tables_fit_in_120_columns_unless_wide() {
     let text = String::from_utf8_lossy(&wide.stdout);
     assert!(text.lines().any(|line| line.chars().count() > 120));
     assert!(text.contains("card-7 v14 {label:Map v2,stage:archived}; card-8"));
+}
+
+/// Runs `arrival ARGS` that name an output path that cannot be written: exit 2 at once,
+/// naming the flag and saying `cannot write`, with no report printed.
+fn refused_output(args: &[&str], flag: &str) {
+    let started = std::time::Instant::now();
+    let out = arrival(args);
+    assert_status(&out, 2, &args.join(" "));
+    let err = stderr(&out);
+    assert!(err.contains(flag) && err.contains("cannot write"), "{err}");
+    assert!(!err.contains("cannot read"), "{err}");
+    assert!(out.stdout.is_empty(), "ran anyway: {}", stdout(&out));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{args:?} ran before refusing"
+    );
+}
+
+#[test]
+fn output_paths_that_cannot_be_written_stop_the_run_before_any_work() {
+    let dir = TempDir::new("outputs");
+    refused_output(
+        &[
+            "check",
+            "--quiet",
+            "--junit",
+            "/nonexistent/x.xml",
+            IGNORE_PAUSE,
+        ],
+        "--junit",
+    );
+    refused_output(
+        &[
+            "check",
+            "--quiet",
+            "--trace-out",
+            "/proc/nope",
+            IGNORE_PAUSE,
+        ],
+        "--trace-out",
+    );
+    // A file where the trace folder should be.
+    let file = dir.0.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    refused_output(
+        &[
+            "check",
+            "--quiet",
+            "--trace-out",
+            file.join("traces").to_str().unwrap(),
+            IGNORE_PAUSE,
+        ],
+        "--trace-out",
+    );
+    refused_output(
+        &[
+            "report",
+            "merge",
+            "--junit",
+            "/nonexistent/x.xml",
+            "no-such-report.json",
+        ],
+        "--junit",
+    );
+    refused_output(&["gen", "--out", "/nonexistent/fixture.json"], "--out");
+    refused_output(
+        &[
+            "store",
+            "drill",
+            "crash",
+            "fixtures/B62-15-events.json",
+            "--kills",
+            "3",
+            "--junit",
+            "/nonexistent/x.xml",
+        ],
+        "--junit",
+    );
+    refused_output(
+        &["pipeline", "drill", "kill", "--junit", "/nonexistent/x.xml"],
+        "--junit",
+    );
+    // A writable --junit that did not exist is not left behind by the check.
+    let junit = dir.0.join("later.xml");
+    let out = arrival(&[
+        "report",
+        "merge",
+        "--junit",
+        junit.to_str().unwrap(),
+        "no-such-report.json",
+    ]);
+    assert_status(&out, 2, "merge of a missing report");
+    assert!(stderr(&out).contains("no-such-report.json"));
+    assert!(!junit.exists());
+}
+
+#[test]
+fn store_drill_junit_is_schema_valid_with_a_case_per_check() {
+    let dir = TempDir::new("drill-junit");
+    let file = dir.0.join("drill.xml");
+    let db = format!("sqlite:{}", dir.0.join("drill.db").display());
+    let out = arrival(&[
+        "store",
+        "drill",
+        "crash",
+        "fixtures/B62-15-events.json",
+        "--kills",
+        "3",
+        "--db",
+        &db,
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_status(&out, 0, "store drill crash");
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testsuite ").count(), 1, "{xml}");
+    assert!(
+        xml.contains("<testsuite name=\"store drill crash on B62-15"),
+        "{xml}"
+    );
+    for check in [
+        "every acknowledged delivery recorded, as acknowledged",
+        "no decision twice",
+        "final state equals the model",
+    ] {
+        assert!(
+            xml.contains(&format!("<testcase name=\"{check}")),
+            "{check}: {xml}"
+        );
+    }
+    assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
+    assert!(!xml.contains("<failure"), "{xml}");
 }

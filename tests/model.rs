@@ -151,6 +151,21 @@ fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
         assert_eq!(mermaid, trace.mermaid);
         let svg = std::fs::read_to_string(written.replace(".json", ".svg")).expect(".svg");
         assert!(svg.starts_with("<svg") && svg.contains(&format!("VIOLATED {property}")));
+        // The committed regression of the same trace carries the same diagrams.
+        let name = Path::new(written).file_name().expect("a file name");
+        let kept = Path::new("fixtures/regressions").join(name);
+        if std::fs::read_to_string(&kept).ok() == std::fs::read_to_string(written).ok() {
+            for extension in ["mmd", "svg"] {
+                let committed = std::fs::read_to_string(kept.with_extension(extension));
+                let fresh = std::fs::read_to_string(Path::new(written).with_extension(extension));
+                assert_eq!(
+                    committed.ok(),
+                    fresh.ok(),
+                    "{}: regenerate with `arrival check {path} --trace-out fixtures/regressions`",
+                    kept.with_extension(extension).display()
+                );
+            }
+        }
         let scenario = Scenario::load(Path::new(written)).expect("trace fixture loads");
         assert_eq!(
             scenario.schedule.as_ref().map(Vec::len),
@@ -167,6 +182,29 @@ fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
         );
     }
     let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn a_diagram_shows_what_step_one_changed() {
+    // Step 1 is diffed against the fixture's initial cards: the unknown card the mutant
+    // creates appears at the violating step, and the cards it did not touch do not.
+    let loaded = load("models/mutant-create-unknown-card.toml");
+    let report = run(&loaded, None);
+    let trace = report
+        .properties
+        .iter()
+        .find(|entry| entry.name == Property::NoUnknownCard.name())
+        .and_then(|entry| entry.trace.as_ref())
+        .expect("a trace");
+    assert_eq!(trace.steps.len(), 1, "{:?}", trace.steps);
+    let notes: Vec<&str> = trace
+        .mermaid
+        .lines()
+        .filter(|line| line.contains("Note") && !line.contains("VIOLATED"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", trace.mermaid);
+    assert!(notes[0].contains("card-99"), "{}", trace.mermaid);
+    assert!(!notes[0].contains("card-7"), "{}", trace.mermaid);
 }
 
 #[test]

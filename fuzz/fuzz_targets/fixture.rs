@@ -73,7 +73,9 @@ fn check_error(error: &InputError, file: &Path) {
             assert!(!place.is_empty(), "an error without a place: {error}");
             assert!(!message.is_empty(), "an error without a message: {error}");
         }
-        InputError::Io { .. } => panic!("parsing text gave an I/O error: {error}"),
+        InputError::Io { .. } | InputError::Write { .. } => {
+            panic!("parsing text gave an I/O error: {error}")
+        }
     }
     let shown = error.to_string();
     assert!(shown.starts_with("fuzz.json: "), "{shown}");

@@ -194,11 +194,14 @@ pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
 
 /// `arrival gen`: writes the fixture.
 pub fn run(options: &GenOptions) -> Result<(), InputError> {
+    if let Some(path) = &options.out {
+        crate::harness::input::writable_file("--out", path)?;
+    }
     let raw = fixture(options)?;
     let text = serde_json::to_string_pretty(&raw).expect("fixtures serialise") + "\n";
     match &options.out {
         None => print!("{text}"),
-        Some(path) => std::fs::write(path, text).map_err(|source| InputError::Io {
+        Some(path) => std::fs::write(path, text).map_err(|source| InputError::Write {
             file: path.clone(),
             source,
         })?,

@@ -419,6 +419,18 @@ fn check_expect(scenario: &Scenario, world: &World, report: &Report) -> ExpectCh
     }
 }
 
+/// The receiver before any step: the fixture's initial cards and the cards it starts paused.
+/// Nothing is held before the first delivery.
+pub fn initial_state(scenario: &Scenario) -> (BTreeMap<String, CardReport>, Vec<String>) {
+    let world = World::initial(scenario, Budgets::UNLIMITED);
+    let paused = world
+        .receiver
+        .paused()
+        .map(|card| scenario.catalog.name(card).to_owned())
+        .collect();
+    (cards(scenario, &world), paused)
+}
+
 fn cards(scenario: &Scenario, world: &World) -> BTreeMap<String, CardReport> {
     world
         .receiver

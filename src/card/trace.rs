@@ -14,7 +14,7 @@ use crate::card::model::describe_step;
 use crate::card::network::{Fault, Step};
 use crate::card::policy::Spec;
 use crate::card::properties::Property;
-use crate::card::replay::{replay_steps, Report, StepReport};
+use crate::card::replay::{replay_steps, CardReport, Report, StepReport};
 use crate::card::table;
 use crate::harness::InputError;
 use std::path::Path;
@@ -122,51 +122,59 @@ const NETWORK: usize = 1;
 const RECEIVER: usize = 2;
 const AUTHORITY: usize = 3;
 
-/// What a step changed, from the replay's state after it and after the step before.
-fn changes(before: Option<&StepReport>, after: &StepReport) -> Option<String> {
-    let parts = |step: &StepReport| -> (Vec<String>, Vec<String>, Vec<String>) {
-        let (cards, paused, held) = match step {
-            StepReport::Deliver {
-                cards,
-                paused,
-                held,
-                ..
-            }
-            | StepReport::Reconcile {
-                cards,
-                paused,
-                held,
-                ..
-            }
-            | StepReport::Expire {
-                cards,
-                paused,
-                held,
-                ..
-            } => (cards, paused, held),
-        };
-        let cards = cards
-            .iter()
-            .map(|(name, card)| format!("{name} v{} {}", card.version, card.state))
-            .collect();
-        (cards, paused.clone(), held.clone())
+/// The receiver's visible state: cards as `NAME vVERSION STATE`, paused cards, held inputs.
+type Visible = (Vec<String>, Vec<String>, Vec<String>);
+
+fn visible_cards(cards: &std::collections::BTreeMap<String, CardReport>) -> Vec<String> {
+    cards
+        .iter()
+        .map(|(name, card)| format!("{name} v{} {}", card.version, card.state))
+        .collect()
+}
+
+/// The visible state after a step.
+fn visible(step: &StepReport) -> Visible {
+    let (cards, paused, held) = match step {
+        StepReport::Deliver {
+            cards,
+            paused,
+            held,
+            ..
+        }
+        | StepReport::Reconcile {
+            cards,
+            paused,
+            held,
+            ..
+        }
+        | StepReport::Expire {
+            cards,
+            paused,
+            held,
+            ..
+        } => (cards, paused, held),
     };
-    let (cards, paused, held) = parts(after);
-    let (cards_before, paused_before, held_before) =
-        before.map_or_else(|| (Vec::new(), Vec::new(), Vec::new()), parts);
+    (visible_cards(cards), paused.clone(), held.clone())
+}
+
+/// The visible state before the first step: the fixture's initial world.
+fn visible_initially(scenario: &crate::card::fixture::Scenario) -> Visible {
+    let (cards, paused) = crate::card::replay::initial_state(scenario);
+    (visible_cards(&cards), paused, Vec::new())
+}
+
+/// What a step changed, from the state before it (the initial world for step 1) and after.
+fn changes(before: &Visible, after: &Visible) -> Option<String> {
+    let (cards, paused, held) = after;
+    let (cards_before, paused_before, held_before) = before;
     let mut out = Vec::new();
-    let changed: Vec<&String> = cards
+    let changed: Vec<&str> = cards
         .iter()
         .filter(|card| !cards_before.contains(card))
+        .map(String::as_str)
         .collect();
-    if !changed.is_empty() && before.is_some() {
-        out.push(
-            changed
-                .iter()
-                .map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        );
+    if !changed.is_empty() {
+        out.push(changed.join(", "));
     }
     if paused != paused_before {
         out.push(format!(
@@ -209,9 +217,12 @@ pub fn diagram(
         changed,
     };
     let mut rows = Vec::new();
+    let mut before = visible_initially(scenario);
     for (index, step) in steps.iter().enumerate() {
         let report = &replayed.steps[index];
-        let changed = changes(index.checked_sub(1).map(|i| &replayed.steps[i]), report);
+        let after = visible(report);
+        let changed = changes(&before, &after);
+        before = after;
         let row = match (step, report) {
             (Step::Deliver { fault, .. }, StepReport::Deliver { decision, ack, .. }) => {
                 let what = describe_step(scenario, step);

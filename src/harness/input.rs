@@ -14,6 +14,14 @@ pub enum InputError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file could not be written.
+    #[error("{file}: cannot write: {source}")]
+    Write {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The file is not valid for its format.
     #[error("{file}: {place}: {message}")]
     Invalid {
@@ -32,6 +40,45 @@ pub fn read_text(file: &Path) -> Result<String, InputError> {
         file: file.to_owned(),
         source,
     })
+}
+
+/// Checks, before any work, that the file an output flag names can be written: its folder
+/// exists and the file can be created (or, if it exists, opened for writing). A file this
+/// creates is removed again. The error names the flag and says `cannot write`.
+pub fn writable_file(flag: &str, file: &Path) -> Result<(), InputError> {
+    let existed = file.exists();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(file)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(file);
+            }
+            Ok(())
+        }
+        Err(source) => Err(cannot_write(flag, file, &source)),
+    }
+}
+
+/// Checks, before any work, that the folder an output flag names can be created and written
+/// into (it is created if missing). The error names the flag and says `cannot write`.
+pub fn writable_dir(flag: &str, dir: &Path) -> Result<(), InputError> {
+    std::fs::create_dir_all(dir).map_err(|source| cannot_write(flag, dir, &source))?;
+    let probe = dir.join(format!(".arrival-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|source| cannot_write(flag, dir, &source))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+fn cannot_write(flag: &str, path: &Path, source: &std::io::Error) -> InputError {
+    InputError::invalid(
+        Path::new(flag),
+        "command line",
+        format!("cannot write {}: {source}", path.display()),
+    )
 }
 
 impl InputError {

@@ -103,6 +103,27 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
         suite.add_test_case(case);
         report.add_test_suite(suite);
     }
+    add_extra(&mut report, extra);
+    report.to_string().expect("JUnit reports serialise")
+}
+
+/// A JUnit document of suites that are not models (the drills): `name` is the report's.
+pub fn suites_document(name: &str, suites: &[ExtraSuite]) -> String {
+    let mut report = Report::new(name);
+    add_extra(&mut report, suites);
+    report.to_string().expect("JUnit reports serialise")
+}
+
+/// Writes one suite (a drill's) as a JUnit document to `file`.
+pub fn write_suite(file: &std::path::Path, suite: &ExtraSuite) -> Result<(), super::InputError> {
+    let xml = suites_document("arrival drill", std::slice::from_ref(suite));
+    std::fs::write(file, xml).map_err(|source| super::InputError::Write {
+        file: file.to_owned(),
+        source,
+    })
+}
+
+fn add_extra(report: &mut Report, extra: &[ExtraSuite]) {
     for extra in extra {
         let mut suite = TestSuite::new(extra.name.clone());
         suite.set_time(Duration::from_secs_f64(extra.seconds.max(0.0)));
@@ -123,5 +144,4 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
         }
         report.add_test_suite(suite);
     }
-    report.to_string().expect("JUnit reports serialise")
 }

@@ -75,7 +75,7 @@ pub fn load_fixture<T>(
             "fixture",
             format!("cannot read {}: {source}", file.display()),
         ),
-        invalid @ InputError::Invalid { .. } => {
+        invalid @ (InputError::Invalid { .. } | InputError::Write { .. }) => {
             InputError::invalid(model, "fixture", format!("bad fixture: {invalid}"))
         }
     })
@@ -93,7 +93,7 @@ pub fn write_trace(
         |stem| stem.to_string_lossy().into_owned(),
     );
     let path = dir.join(format!("{stem}.{property}.json"));
-    let io = |source| InputError::Io {
+    let io = |source| InputError::Write {
         file: path.clone(),
         source,
     };
@@ -170,7 +170,7 @@ pub fn write_diagram(fixture: &str, diagram: &super::diagram::Diagram) -> Result
             base.extension()
                 .map_or_else(String::new, |e| e.to_string_lossy().into_owned())
         ));
-        std::fs::write(&path, text).map_err(|source| InputError::Io { file: path, source })?;
+        std::fs::write(&path, text).map_err(|source| InputError::Write { file: path, source })?;
     }
     Ok(())
 }

@@ -243,7 +243,7 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
             store::put_applications(&mut conn, &scenario.applications)
                 .map_err(|error| env_error(&db, error))?;
             let keys = serde_json::to_string_pretty(&raw.secrets).expect("keys serialise");
-            std::fs::write(&keys_out, keys + "\n").map_err(|source| InputError::Io {
+            std::fs::write(&keys_out, keys + "\n").map_err(|source| InputError::Write {
                 file: keys_out.clone(),
                 source,
             })?;

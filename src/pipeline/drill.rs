@@ -78,6 +78,9 @@ pub struct DrillArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write the result as JUnit XML to this file (one suite, one case per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<std::path::PathBuf>,
 }
 
 /// One check of a drill.
@@ -115,6 +118,30 @@ pub struct DrillReport {
 }
 
 impl DrillReport {
+    /// The drill as a JUnit suite: one case per check, a failed one carrying what the drill
+    /// found.
+    pub fn junit_suite(&self) -> crate::harness::junit::ExtraSuite {
+        crate::harness::junit::ExtraSuite {
+            name: format!(
+                "pipeline drill {}{}",
+                self.drill,
+                self.mutant
+                    .as_ref()
+                    .map(|m| format!(" (mutant {m})"))
+                    .unwrap_or_default()
+            ),
+            cases: self
+                .checks
+                .iter()
+                .map(|check| {
+                    let failure = (!check.holds).then(|| check.detail.clone());
+                    (check.name.clone(), failure)
+                })
+                .collect(),
+            seconds: self.seconds,
+        }
+    }
+
     fn check(&mut self, name: &str, holds: bool, detail: String) {
         self.checks.push(Check {
             name: name.into(),
@@ -1042,6 +1069,9 @@ pub async fn drill(name: DrillName, options: &DrillOptions) -> Result<DrillRepor
 
 /// `arrival pipeline drill`: exit 0 when every check holds, 1 when one does not.
 pub fn cli(args: &DrillArgs) -> Result<bool, InputError> {
+    if let Some(file) = &args.junit {
+        crate::harness::input::writable_file("--junit", file)?;
+    }
     let mutant = args
         .mutant
         .as_deref()
@@ -1068,6 +1098,9 @@ pub fn cli(args: &DrillArgs) -> Result<bool, InputError> {
     let report = runtime
         .block_on(drill(args.name, &options))
         .map_err(|error| InputError::invalid(Path::new("drill"), "pipeline", error.to_string()))?;
+    if let Some(file) = &args.junit {
+        crate::harness::junit::write_suite(file, &report.junit_suite())?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
     } else {
@@ -1101,4 +1134,32 @@ pub fn cli(args: &DrillArgs) -> Result<bool, InputError> {
 /// Response from its parts (for tests).
 pub fn response(status: u16, reason: &str) -> Option<Response> {
     crate::facts::fixture::response_from_parts(status, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drill_suite_has_a_case_per_check_failing_with_what_was_found() {
+        let mut report = DrillReport {
+            drill: "kill".into(),
+            seconds: 1.5,
+            ..DrillReport::default()
+        };
+        report.check("no decision twice", true, "12 decisions".into());
+        report.check("every 202 decided", false, "request 7 has none".into());
+        let suite = report.junit_suite();
+        assert_eq!(suite.name, "pipeline drill kill");
+        assert_eq!(
+            suite.cases,
+            vec![
+                ("no decision twice".to_owned(), None),
+                (
+                    "every 202 decided".to_owned(),
+                    Some("request 7 has none".to_owned())
+                ),
+            ]
+        );
+    }
 }

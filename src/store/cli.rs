@@ -103,6 +103,9 @@ pub enum DrillCommand {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write the result as JUnit XML to this file (one suite, one case per check).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
     /// Run K receiver processes on one database, duplicates spread across them.
     Concurrent {
@@ -126,6 +129,9 @@ pub enum DrillCommand {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write the result as JUnit XML to this file (one suite, one case per check).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
 }
 
@@ -290,7 +296,11 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
             seed,
             mutant: broken,
             json,
+            junit,
         }) => {
+            if let Some(file) = &junit {
+                crate::harness::input::writable_file("--junit", file)?;
+            }
             let options = CrashOptions {
                 scenario: Scenario::load(&fixture)?,
                 fixture,
@@ -300,6 +310,9 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 mutant: mutant(broken.as_deref())?,
             };
             let report = drill::crash(&options)?;
+            if let Some(file) = &junit {
+                crate::harness::junit::write_suite(file, &report.junit_suite())?;
+            }
             if json {
                 print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
             } else {
@@ -315,7 +328,11 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
             seed,
             mutant: broken,
             json,
+            junit,
         }) => {
+            if let Some(file) = &junit {
+                crate::harness::input::writable_file("--junit", file)?;
+            }
             let options = ConcurrentOptions {
                 scenario: Scenario::load(&fixture)?,
                 fixture,
@@ -326,6 +343,9 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 mutant: mutant(broken.as_deref())?,
             };
             let report = drill::concurrent(&options)?;
+            if let Some(file) = &junit {
+                crate::harness::junit::write_suite(file, &report.junit_suite())?;
+            }
             if json {
                 print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
             } else {

@@ -116,6 +116,95 @@ impl DrillReport {
     }
 }
 
+/// The checks a store drill makes, as JUnit names them: one test case each.
+pub const CHECKS: &[&str] = &[
+    "receivers ran to completion",
+    "database integrity and the stored state loads",
+    "every acknowledged delivery recorded, as acknowledged",
+    "no decision twice",
+    "no card moved back",
+    "replacement counters equal applied records",
+    "audit trail replays through SPEC",
+    "final state equals the model's terminal state",
+];
+
+/// Which of [`CHECKS`] a failure message belongs to (by the shape `check_store`,
+/// `replay_audit`, `compare_with_spec` and the drills give it), after its `trial N:` or
+/// `run N:` context.
+fn check_of(message: &str) -> Option<&'static str> {
+    let at = |index: usize| Some(CHECKS[index]);
+    if message.contains("a receiver ended with")
+        || message.contains("reconciler")
+        || message.contains("reconcile child")
+    {
+        at(0)
+    } else if message.starts_with("integrity_check:") || message.starts_with("the stored state") {
+        at(1)
+    } else if message.starts_with("delivery ") {
+        at(2)
+    } else if message.contains(" times: ") {
+        at(3)
+    } else if message.contains(" moved back from ") {
+        at(4)
+    } else if message.contains("event replacement(s) counted") {
+        at(5)
+    } else if message.starts_with("audit #") || message.starts_with("the audit trail") {
+        at(6)
+    } else if ["final cards ", "paused ", "unresolved ", "replacements "]
+        .iter()
+        .any(|start| message.starts_with(start))
+    {
+        at(7)
+    } else {
+        None
+    }
+}
+
+impl DrillReport {
+    /// The drill as a JUnit suite: one case per check it makes (the crash drill replays the
+    /// audit trail, the concurrent one does not), a failed case carrying the drill's
+    /// messages for that check; a message no check claims fails an `other` case.
+    pub fn junit_suite(&self) -> crate::harness::junit::ExtraSuite {
+        let mut context = "";
+        let mut by_check: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let numbered = |text: &str| text.starts_with("trial ") || text.starts_with("run ");
+        for failure in &self.failures {
+            // `trial N:` or `run N:` alone heads the messages after it.
+            if let Some(head) = failure.strip_suffix(':').filter(|head| numbered(head)) {
+                context = head;
+                continue;
+            }
+            let message = match failure.split_once(": ") {
+                Some((head, rest)) if numbered(head) => rest,
+                _ => failure.as_str(),
+            };
+            let check = check_of(message).unwrap_or("other");
+            let text = if context.is_empty() {
+                failure.clone()
+            } else {
+                format!("{context}: {failure}")
+            };
+            by_check.entry(check).or_default().push(text);
+        }
+        let mut cases: Vec<(String, Option<String>)> = CHECKS
+            .iter()
+            .filter(|check| self.drill == "crash" || !check.starts_with("audit trail"))
+            .map(|check| {
+                let failed = by_check.remove(check).map(|messages| messages.join("; "));
+                ((*check).to_owned(), failed)
+            })
+            .collect();
+        if let Some(messages) = by_check.remove("other") {
+            cases.push(("other".into(), Some(messages.join("; "))));
+        }
+        crate::harness::junit::ExtraSuite {
+            name: format!("store drill {} on {}", self.drill, self.fixture),
+            cases,
+            seconds: self.seconds,
+        }
+    }
+}
+
 /// A scratch database for a drill: the given one, or an SQLite file in a temporary folder
 /// removed at the end.
 struct Scratch {
@@ -1040,6 +1129,70 @@ fn compare_with_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(drill: &str, failures: &[&str]) -> DrillReport {
+        DrillReport {
+            drill: drill.into(),
+            fixture: "f".into(),
+            backend: "sqlite".into(),
+            mutant: None,
+            trials: 1,
+            kills: 0,
+            processes: 1,
+            sent: 1,
+            acknowledged: 1,
+            passed: failures.is_empty(),
+            failures: failures.iter().map(|&f| f.to_owned()).collect(),
+            seconds: 0.5,
+        }
+    }
+
+    #[test]
+    fn a_drill_suite_has_a_case_per_check_and_each_failure_under_its_check() {
+        let passed = report("crash", &[]).junit_suite();
+        assert_eq!(passed.cases.len(), CHECKS.len());
+        assert!(passed.cases.iter().all(|(_, failure)| failure.is_none()));
+        let concurrent = report("concurrent", &[]).junit_suite();
+        assert_eq!(concurrent.cases.len(), CHECKS.len() - 1, "no audit replay");
+        let failed = report(
+            "crash",
+            &[
+                "trial 2:",
+                "integrity_check: page 3 is never used",
+                "delivery 4 (e-201) acknowledged applied but nothing is recorded",
+                "e-201 decided 2 times: [\"applied\", \"applied\"]",
+                "card-7 moved back from v12 to v10 (audit #Some(4))",
+                "card-7: 2 event replacement(s) counted but 1 applied record(s)",
+                "audit #5: delivery 4 recorded (\"applied\", None) where the SPEC receiver, in commit order, decides (\"duplicate\", None)",
+                "paused [\"card-7\"], SPEC []",
+                "something new",
+            ],
+        )
+        .junit_suite();
+        let failure = |name: &str| {
+            failed
+                .cases
+                .iter()
+                .find(|(case, _)| case == name)
+                .and_then(|(_, failure)| failure.clone())
+        };
+        assert_eq!(failure(CHECKS[0]), None);
+        for (index, check) in CHECKS.iter().enumerate().skip(1) {
+            let message = failure(check).unwrap_or_else(|| panic!("{check} did not fail"));
+            assert!(message.starts_with("trial 2: "), "{index}: {message}");
+        }
+        assert!(failure("other").is_some_and(|m| m.contains("something new")));
+        let ran = report(
+            "concurrent",
+            &["run 3: a receiver ended with signal 9 after 2 of 5 acknowledgements: "],
+        )
+        .junit_suite();
+        assert!(ran.cases[0]
+            .1
+            .as_ref()
+            .is_some_and(|m| m.starts_with("run 3: a receiver")));
+        assert!(ran.cases[1..].iter().all(|(_, failure)| failure.is_none()));
+    }
 
     fn ack(decision: &str, ack: &str, original: Option<&str>) -> Acknowledgement {
         Acknowledgement {
