@@ -206,6 +206,7 @@ fn an_exact_redelivery_on_stdin_is_a_duplicate_and_acks_follow_the_input_order()
 fn bad_input_is_exit_2_naming_the_source_and_line() {
     let folder = tempfile::tempdir().expect("a temporary folder");
     let db = format!("sqlite:{}", folder.path().join("bad.db").display());
+    ok(&["store", "init", "--db", &db]);
     let lines = folder.path().join("deliveries.jsonl");
     std::fs::write(&lines, "{\"delivery\": 1, \"event\": {}}\n{not json\n").expect("write");
     let output = arrival(&[
@@ -737,4 +738,271 @@ fn the_connect_error_names_only_what_the_command_line_reads() {
         !stderr.contains("ARRIVAL_DATABASE_URL"),
         "the command line does not read ARRIVAL_DATABASE_URL: {stderr}"
     );
+}
+
+/// A fresh SQLite store with B62-15's initial cards: (folder, `--db` text).
+fn b62_store(name: &str) -> (tempfile::TempDir, String) {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let db = format!("sqlite:{}", folder.path().join(name).display());
+    let fixture = b62();
+    ok(&[
+        "store",
+        "init",
+        "--db",
+        &db,
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    (folder, db)
+}
+
+fn snapshot_line(id: &str, version: u64) -> String {
+    format!(
+        "{{\"delivery\": {version}, \"event\": {{\"event_id\": \"{id}\", \"object_id\": \"card-7\", \
+         \"object_version\": {version}, \"type\": \"card.snapshot\", \"state\": {{\"stage\": \"v{version}\"}}}}}}\n"
+    )
+}
+
+fn card_7_version(db: &str) -> Value {
+    let shown: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+    shown["final"]["card-7"]["version"].clone()
+}
+
+#[test]
+fn a_bad_line_in_a_batch_commits_and_answers_the_lines_before_it() {
+    let (folder, db) = b62_store("batch.db");
+    let file = folder.path().join("batch.jsonl");
+    let input = format!(
+        "{}{}{}{{not json\n{}",
+        snapshot_line("e-b1", 20),
+        snapshot_line("e-b2", 21),
+        snapshot_line("e-b3", 22),
+        snapshot_line("e-b5", 23),
+    );
+    std::fs::write(&file, input).expect("write");
+    let output = arrival(&[
+        "store",
+        "ingest",
+        "--db",
+        &db,
+        "--batch",
+        "10",
+        "--file",
+        file.to_str().expect("UTF-8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("batch.jsonl") && stderr.contains("line 4"),
+        "{stderr}"
+    );
+    let answers: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    assert_eq!(
+        answers.len(),
+        3,
+        "the three lines before the bad one are answered"
+    );
+    assert!(answers.iter().all(|answer| answer["decision"] == "applied"));
+    assert_eq!(card_7_version(&db), 22, "and committed");
+}
+
+#[test]
+fn a_snapshot_or_initial_card_the_store_cannot_keep_writes_nothing_and_names_its_place() {
+    let (folder, db) = b62_store("snap.db");
+    let file = folder.path().join("snapshots.jsonl");
+    std::fs::write(
+        &file,
+        "{\"object_id\": \"card-new\", \"version\": 1, \"state\": {\"s\": 1}}\n\
+         {\"object_id\": \"card-\\u0000\", \"version\": 1, \"state\": {\"s\": 1}}\n",
+    )
+    .expect("write");
+    let output = arrival(&[
+        "store",
+        "reconcile",
+        "--db",
+        &db,
+        "--file",
+        file.to_str().expect("UTF-8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("snapshots.jsonl") && stderr.contains("line 2") && stderr.contains("NUL"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("sqlite:"),
+        "not the database's fault: {stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "");
+    let shown: Value =
+        serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+    assert!(shown["final"].get("card-new").is_none(), "{shown}");
+
+    // The same card id in a fixture's initial cards: the fixture and the field are named,
+    // and no store is created.
+    let fixture = folder.path().join("bad-initial.json");
+    let long = "x".repeat(2000);
+    std::fs::write(
+        &fixture,
+        serde_json::json!({"initial": {(long.as_str()): {"version": 1, "state": {}}},
+            "deliveries": []})
+        .to_string(),
+    )
+    .expect("write");
+    let fresh = folder.path().join("fresh.db");
+    let output = arrival(&[
+        "store",
+        "init",
+        "--db",
+        &format!("sqlite:{}", fresh.display()),
+        "--fixture",
+        fixture.to_str().expect("UTF-8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad-initial.json")
+            && stderr.contains("initial")
+            && stderr.contains("2000 bytes"),
+        "{stderr}"
+    );
+    assert!(!fresh.exists(), "nothing written");
+}
+
+/// `url` with `password` in its user part.
+fn with_password(url: &str, password: &str) -> String {
+    let start = url.find("://").expect("a URL") + 3;
+    let at = start + url[start..].find('@').expect("a user part");
+    let user = url[start..at].split(':').next().expect("a user");
+    format!("{}{user}:{password}{}", &url[..start], &url[at..])
+}
+
+#[test]
+fn connect_errors_give_the_servers_reason_and_never_the_password() {
+    let admin = std::env::var("ARRIVAL_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.into());
+    let base = admin.split('?').next().expect("a URL");
+    let cut = base.rfind('/').expect("a database path");
+    let missing = with_password(
+        &format!("{}/arrival_no_such_database", &base[..cut]),
+        "s3cret-pw",
+    );
+    let output = arrival(&["store", "show", "--db", &missing]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("arrival_no_such_database") && stderr.contains("does not exist"),
+        "the server's reason: {stderr}"
+    );
+    assert!(
+        !stderr.contains("installed and running"),
+        "the server answered: {stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    assert!(stderr.contains(":***@"), "{stderr}");
+
+    // A store that opens: init's line names the database, without the password.
+    let database = PgDatabase::new();
+    let url = with_password(&database.url, "s3cret-pw");
+    let output = arrival(&["store", "init", "--db", &url]);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{all}");
+    assert!(all.contains(":***@") && !all.contains("s3cret-pw"), "{all}");
+}
+
+#[test]
+fn ingest_lines_are_utf8_per_line_unique_keyed_and_the_store_must_exist() {
+    let (folder, db) = b62_store("small.db");
+    let run = |name: &str, bytes: &[u8], extra: &[&str]| {
+        let file = folder.path().join(name);
+        std::fs::write(&file, bytes).expect("write");
+        let mut args = vec!["store", "ingest", "--db", &db, "--file"];
+        args.push(file.to_str().expect("UTF-8"));
+        args.extend_from_slice(extra);
+        arrival(&args)
+    };
+    // Not UTF-8 on line 2: line 1 is answered, line 2 named.
+    let mut bytes = snapshot_line("e-u1", 30).into_bytes();
+    bytes.extend_from_slice(b"{\"delivery\": 2, \"event\": \"\xff\"}\n");
+    let output = run("latin1.jsonl", &bytes, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2") && stderr.contains("UTF-8"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
+
+    // A byte order mark at the start is skipped.
+    let mut bytes = b"\xef\xbb\xbf".to_vec();
+    bytes.extend_from_slice(snapshot_line("e-bom", 31).as_bytes());
+    let output = run("bom.jsonl", &bytes, &[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(card_7_version(&db), 31);
+
+    // --batch 0 is bad input.
+    let output = run(
+        "zero.jsonl",
+        snapshot_line("e-z", 32).as_bytes(),
+        &["--batch", "0"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--batch"), "{stderr}");
+    assert_eq!(card_7_version(&db), 31);
+
+    // The same key twice in one object.
+    let twice = "{\"delivery\": 3, \"delivery\": 4, \"event\": {\"event_id\": \"e-d\"}}\n";
+    let output = run("twice.jsonl", twice.as_bytes(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 1") && stderr.contains("`delivery` appears twice"),
+        "{stderr}"
+    );
+
+    // show, ingest and reconcile do not create a store; init does.
+    let missing = folder.path().join("missing.db");
+    let missing_db = format!("sqlite:{}", missing.display());
+    let fixture = b62();
+    for args in [
+        vec!["store", "show", "--db", &missing_db],
+        vec![
+            "store",
+            "ingest",
+            "--db",
+            &missing_db,
+            "--fixture",
+            fixture.to_str().expect("UTF-8"),
+        ],
+        vec![
+            "store",
+            "reconcile",
+            "--db",
+            &missing_db,
+            "--fixture",
+            fixture.to_str().expect("UTF-8"),
+        ],
+    ] {
+        let output = arrival(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no store at") && stderr.contains("arrival store init"),
+            "{stderr}"
+        );
+        assert!(!missing.exists(), "{args:?} created the file");
+    }
 }

@@ -9,7 +9,8 @@ use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
 use crate::store::drill::{self, ConcurrentOptions, CrashOptions};
 use crate::store::{
-    Acknowledgement, AuthoritySnapshot, DbUrl, Incoming, Store, StoreError, StoreMutant,
+    unkeepable_name, Acknowledgement, AuthoritySnapshot, DbUrl, Incoming, Store, StoreError,
+    StoreMutant,
 };
 use clap::Subcommand;
 use serde_json::Value;
@@ -154,7 +155,21 @@ fn mutant(text: Option<&str>) -> Result<Option<StoreMutant>, InputError> {
     .transpose()
 }
 
+/// Opens an existing store (for everything but `init`): a SQLite file that does not
+/// exist is bad input rather than a new, empty store.
 fn open(url: &DbUrl) -> Result<Store, InputError> {
+    if let DbUrl::Sqlite(path) = url {
+        if !path.exists() {
+            return Err(InputError::invalid(
+                Path::new("--db"),
+                "command line",
+                format!(
+                    "no store at {}: run `arrival store init --db {url}` first",
+                    path.display()
+                ),
+            ));
+        }
+    }
     let mut store = Store::open(url).map_err(|error| store_error(url, error))?;
     store.migrate().map_err(|error| store_error(url, error))?;
     Ok(store)
@@ -172,15 +187,28 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
     match command {
         StoreCommand::Init { db, fixture, reset } => {
             let url = db_url(&db)?;
+            // The fixture is read and checked before anything is written.
+            let cards = match &fixture {
+                Some(path) => {
+                    let cards = initial_cards(&Scenario::load(path)?);
+                    for (name, _, _) in &cards {
+                        if let Some(why) = unkeepable_name(name) {
+                            return Err(InputError::invalid(
+                                path,
+                                format!("initial: card id {}", shown_id(name)),
+                                format!("a card id that {why}"),
+                            ));
+                        }
+                    }
+                    cards
+                }
+                None => Vec::new(),
+            };
             let mut store = Store::open(&url).map_err(|error| store_error(&url, error))?;
             if reset {
                 store.reset().map_err(|error| store_error(&url, error))?;
             }
             let version = store.migrate().map_err(|error| store_error(&url, error))?;
-            let cards = match &fixture {
-                Some(path) => initial_cards(&Scenario::load(path)?),
-                None => Vec::new(),
-            };
             let added = store
                 .seed(&cards)
                 .map_err(|error| store_error(&url, error))?;
@@ -198,11 +226,17 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
         } => {
             let url = db_url(&db)?;
             let broken = mutant(broken.as_deref())?;
+            if batch == 0 {
+                return Err(InputError::invalid(
+                    Path::new("--batch"),
+                    "command line",
+                    "`--batch` is the number of deliveries per transaction: at least 1",
+                ));
+            }
             let mut store = open(&url)?;
             let mut emit = |ack: &Acknowledgement| {
                 print_line(&serde_json::to_string(ack).expect("acknowledgements serialise"));
             };
-            let batch = batch.max(1);
             let mut pending = Vec::with_capacity(batch);
             let mut flush = |store: &mut Store, pending: &mut Vec<Incoming>| {
                 if pending.is_empty() {
@@ -238,13 +272,17 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                         }
                         None => (PathBuf::from("stdin"), Box::new(std::io::stdin().lock())),
                     };
-                    for (index, line) in reader.lines().enumerate() {
-                        let line = line.map_err(|error| InputError::Io {
-                            file: source.clone(),
-                            source: error,
-                        })?;
-                        let Some(incoming) = parse_delivery(&source, index + 1, &line)? else {
-                            continue;
+                    let mut lines = JsonLines::new(&source, reader);
+                    loop {
+                        // Bad input ends the run, but only after what came before it is
+                        // committed and answered.
+                        let incoming = match lines.next_delivery() {
+                            Ok(Some(incoming)) => incoming,
+                            Ok(None) => break,
+                            Err(error) => {
+                                flush(&mut store, &mut pending)?;
+                                return Err(error);
+                            }
                         };
                         pending.push(incoming);
                         if pending.len() >= batch {
@@ -259,7 +297,22 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
         StoreCommand::Reconcile { db, fixture, file } => {
             let url = db_url(&db)?;
             let snapshots = match (fixture, file) {
-                (Some(path), _) => authority(&Scenario::load(&path)?),
+                (Some(path), _) => {
+                    let snapshots = authority(&Scenario::load(&path)?);
+                    for (index, snapshot) in snapshots.iter().enumerate() {
+                        if let Some(why) = unkeepable_name(&snapshot.object_id) {
+                            return Err(InputError::invalid(
+                                &path,
+                                format!("authority[{index}].object_id"),
+                                format!(
+                                    "card id {} {why}; nothing was reconciled",
+                                    shown_id(&snapshot.object_id)
+                                ),
+                            ));
+                        }
+                    }
+                    snapshots
+                }
                 (None, Some(path)) => read_snapshots(&path)?,
                 (None, None) => {
                     return Err(InputError::invalid(
@@ -427,8 +480,7 @@ pub fn parse_delivery(
         return Ok(None);
     }
     let bad = |message: String| InputError::invalid(source, format!("line {line_number}"), message);
-    let value: Value =
-        serde_json::from_str(line).map_err(|error| bad(format!("not valid JSON: {error}")))?;
+    let value = parse_line(line).map_err(bad)?;
     let Some(object) = value.as_object() else {
         return Err(bad(
             "not a JSON object: a line is {\"delivery\": N, \"event\": {...}} or an event \
@@ -497,30 +549,184 @@ pub fn parse_delivery(
     }))
 }
 
+/// A card id as an error message shows it: quoted, cut after 40 characters.
+pub fn shown_id(name: &str) -> String {
+    let mut shown: String = name.chars().take(40).collect();
+    let cut = shown.len() < name.len();
+    shown = format!("{shown:?}");
+    if cut {
+        shown += "...";
+    }
+    shown
+}
+
+/// Reads JSON lines one at a time, as bytes: a line that is not UTF-8 is bad input naming
+/// that line (the lines before it are already handed out), and a UTF-8 byte order mark at
+/// the start of the input is skipped.
+pub struct JsonLines<'a> {
+    source: &'a Path,
+    reader: Box<dyn BufRead + 'a>,
+    number: usize,
+    buffer: Vec<u8>,
+}
+
+impl<'a> JsonLines<'a> {
+    /// Lines of `reader`, named `source` in errors.
+    pub fn new(source: &'a Path, reader: Box<dyn BufRead + 'a>) -> JsonLines<'a> {
+        JsonLines {
+            source,
+            reader,
+            number: 0,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next line and its number (from 1), without its line ending; `None` at the end.
+    pub fn next_line(&mut self) -> Result<Option<(usize, String)>, InputError> {
+        self.buffer.clear();
+        let read = self
+            .reader
+            .read_until(b'\n', &mut self.buffer)
+            .map_err(|source| InputError::Io {
+                file: self.source.to_owned(),
+                source,
+            })?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        let mut bytes = self.buffer.as_slice();
+        if self.number == 1 {
+            bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+        }
+        bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        let line = std::str::from_utf8(bytes).map_err(|error| {
+            InputError::invalid(
+                self.source,
+                format!("line {}", self.number),
+                format!(
+                    "not UTF-8 (an invalid byte at byte {} of the line)",
+                    error.valid_up_to() + 1
+                ),
+            )
+        })?;
+        Ok(Some((self.number, line.to_owned())))
+    }
+
+    /// The next delivery ([`parse_delivery`]), skipping blank lines; `None` at the end.
+    pub fn next_delivery(&mut self) -> Result<Option<Incoming>, InputError> {
+        while let Some((number, line)) = self.next_line()? {
+            if let Some(incoming) = parse_delivery(self.source, number, &line)? {
+                return Ok(Some(incoming));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// One line's JSON value. An object with the same key twice (at any depth) is refused:
+/// `serde_json` would keep the last one silently, and which one the sender meant is
+/// anyone's guess.
+pub fn parse_line(line: &str) -> Result<Value, String> {
+    serde_json::from_str::<UniqueKeys>(line)
+        .map(|value| value.0)
+        .map_err(|error| format!("not valid JSON: {error}"))
+}
+
+/// A JSON value read like `serde_json`'s own, but refusing an object with a repeated key.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, value: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Bool(value)))
+    }
+    fn visit_i64<E>(self, value: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::from(value)))
+    }
+    fn visit_u64<E>(self, value: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::from(value)))
+    }
+    fn visit_f64<E>(self, value: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(
+            serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, value: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::String(value.to_owned())))
+    }
+    fn visit_string<E>(self, value: String) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::String(value)))
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Null))
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<UniqueKeys, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(UniqueKeys(Value::Array(items)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{key}` appears twice in one object"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(UniqueKeys(Value::Object(object)))
+    }
+}
+
 /// Authority snapshots as JSON lines.
 pub fn read_snapshots(path: &Path) -> Result<Vec<AuthoritySnapshot>, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+    let file = std::fs::File::open(path).map_err(|source| InputError::Io {
         file: path.to_owned(),
         source,
     })?;
+    let mut lines = JsonLines::new(path, Box::new(std::io::BufReader::new(file)));
     let mut snapshots = Vec::new();
-    for (index, line) in text.lines().enumerate() {
+    // Every line is read and checked before the caller writes anything.
+    while let Some((number, line)) = lines.next_line()? {
         if line.trim().is_empty() {
             continue;
         }
-        let snapshot: AuthoritySnapshot = serde_json::from_str(line).map_err(|error| {
-            InputError::invalid(
-                path,
-                format!("line {}", index + 1),
-                crate::harness::input::plain_types(&error.to_string()),
-            )
-        })?;
+        let bad = |message: String| InputError::invalid(path, format!("line {number}"), message);
+        let value = parse_line(&line).map_err(bad)?;
+        let snapshot: AuthoritySnapshot = serde_json::from_value(value)
+            .map_err(|error| bad(crate::harness::input::plain_types(&error.to_string())))?;
         if !snapshot.state.is_object() {
-            return Err(InputError::invalid(
-                path,
-                format!("line {}", index + 1),
-                "`state` must be a JSON object",
-            ));
+            return Err(bad("`state` must be a JSON object".into()));
+        }
+        if let Some(why) = unkeepable_name(&snapshot.object_id) {
+            return Err(bad(format!(
+                "`object_id`: card id {} {why}; nothing was reconciled",
+                shown_id(&snapshot.object_id)
+            )));
         }
         snapshots.push(snapshot);
     }

@@ -120,11 +120,63 @@ impl DbUrl {
     }
 }
 
+impl DbUrl {
+    /// The whole text, password included, for handing to a child process's `--db`. Never
+    /// print it: [`fmt::Display`] is the form for people (the password redacted).
+    pub fn connection_text(&self) -> String {
+        match self {
+            DbUrl::Sqlite(path) => format!("sqlite:{}", path.display()),
+            DbUrl::Postgres(url) => url.clone(),
+        }
+    }
+}
+
+/// A PostgreSQL URL with its password, if any, replaced by `***`: the one in the user
+/// part (`postgres://user:***@host/db`; as `tokio-postgres` reads it, the user part ends
+/// at the first `@`) and a `password=` parameter.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|at| at + 3) else {
+        return url.to_owned();
+    };
+    let (head, rest) = url.split_at(scheme_end);
+    let mut out = head.to_owned();
+    let rest = match rest.find('@') {
+        Some(at) => {
+            let (user_part, after) = rest.split_at(at);
+            match user_part.find(':') {
+                Some(colon) => {
+                    out += &user_part[..colon];
+                    out += ":***";
+                }
+                None => out += user_part,
+            }
+            after
+        }
+        None => rest,
+    };
+    match rest.find('?') {
+        None => out += rest,
+        Some(question) => {
+            out += &rest[..=question];
+            let params: Vec<String> = rest[question + 1..]
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key == "password" => format!("{key}=***"),
+                    _ => param.to_owned(),
+                })
+                .collect();
+            out += &params.join("&");
+        }
+    }
+    out
+}
+
 impl fmt::Display for DbUrl {
+    /// The form for people: a PostgreSQL password is shown as `***` ([`redact`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DbUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            DbUrl::Postgres(url) => f.write_str(url),
+            DbUrl::Postgres(url) => f.write_str(&redact(url)),
         }
     }
 }
@@ -337,17 +389,57 @@ fn postgres_error(error: postgres::Error) -> DbError {
     DbError { message, retry }
 }
 
+/// Why a connection failed, for people: the server's own message and SQLSTATE when it
+/// answered (a wrong database name, a refused login), else the client's error with its
+/// causes and the hint to start a server. The URL's password is never shown.
+fn connect_error(url: &str, error: &postgres::Error) -> DbError {
+    let shown = redact(url);
+    let message = match error.as_db_error() {
+        Some(db) => format!(
+            "postgres: cannot connect to {shown}: the server answered: {} ({})",
+            db.message(),
+            db.code().code()
+        ),
+        None => {
+            let mut why = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                let text = cause.to_string();
+                if !why.contains(&text) {
+                    why += ": ";
+                    why += &text;
+                }
+                source = cause.source();
+            }
+            // The client's errors do not quote the connection string, but be sure.
+            if let Some(password) = password_of(url) {
+                why = why.replace(&password, "***");
+            }
+            format!(
+                "postgres: cannot connect to {shown}: {why} (is PostgreSQL installed and \
+                 running? `apt-get install postgresql` then `service postgresql start`, or \
+                 give --db a server that answers)"
+            )
+        }
+    };
+    DbError {
+        message,
+        retry: false,
+    }
+}
+
+fn password_of(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let user_part = &rest[..rest.find('@')?];
+    let password = &user_part[user_part.find(':')? + 1..];
+    (!password.is_empty()).then(|| password.to_owned())
+}
+
 impl Postgres {
     /// Connects (no TLS: the server is local or on a trusted network).
     pub fn connect(url: &str) -> Result<Postgres, DbError> {
-        let client = postgres::Client::connect(url, postgres::NoTls).map_err(|error| DbError {
-            message: format!(
-                "postgres: cannot connect to {url}: {error} (is PostgreSQL installed and running? \
-                 `apt-get install postgresql` then `service postgresql start`, or give --db \
-                 a server that answers)"
-            ),
-            retry: false,
-        })?;
+        let client = postgres::Client::connect(url, postgres::NoTls)
+            .map_err(|error| connect_error(url, &error))?;
         let mut this = Postgres {
             client,
             statements: HashMap::new(),

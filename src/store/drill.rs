@@ -267,7 +267,7 @@ fn ingest_child(
 ) -> Result<Child, InputError> {
     let mut command = Command::new(exe()?);
     command
-        .args(["store", "ingest", "--db", &url.to_string()])
+        .args(["store", "ingest", "--db", &url.connection_text()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr);
@@ -497,7 +497,13 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
             });
             let mut command = Command::new(exe()?);
             command
-                .args(["store", "reconcile", "--db", &url.to_string(), "--fixture"])
+                .args([
+                    "store",
+                    "reconcile",
+                    "--db",
+                    &url.connection_text(),
+                    "--fixture",
+                ])
                 .arg(&options.fixture)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
@@ -697,7 +703,7 @@ fn reconcile_beside(
     seed: u64,
 ) -> Result<std::thread::JoinHandle<(usize, Option<String>)>, InputError> {
     let exe = exe()?;
-    let url = url.to_string();
+    let url = url.connection_text();
     let fixture = fixture.to_owned();
     Ok(std::thread::spawn(move || {
         let mut rng = SplitMix::new(seed);

@@ -643,6 +643,11 @@ impl Store {
         &mut self,
         snapshots: &[AuthoritySnapshot],
     ) -> Result<Vec<ReconcileReport>, StoreError> {
+        // Every card id is checked before the first transaction: nothing is written when
+        // one of them cannot be kept.
+        for snapshot in snapshots {
+            keepable_card(&snapshot.object_id)?;
+        }
         let mut done = Vec::new();
         for snapshot in snapshots {
             done.extend(self.reconcile(snapshot, true)?);
