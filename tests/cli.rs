@@ -843,7 +843,8 @@ fn check_flags_override_the_model_file() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let model = &report["models"][0];
-    assert_eq!(model["unique_states"], 64_400, "{model}");
+    // 64,400 when identical redeliveries are sent in every order (`symmetry = false`).
+    assert_eq!(model["unique_states"], 44_928, "{model}");
     let status = |name: &str| {
         model["properties"]
             .as_array()
