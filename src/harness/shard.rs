@@ -105,7 +105,7 @@ fn fingerprint<W: Hash>(world: &W) -> u64 {
     hasher.finish()
 }
 
-/// A world of a sharded model: the inner world and its node in the prefix tree ([`FREE`]
+/// A world of a sharded model: the inner world and its node in the prefix tree (`FREE`
 /// once past this shard's prefix).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ShardWorld<W> {
