@@ -122,7 +122,10 @@ pub struct ReceiverModel {
 /// reduced model has, with the same decisions, acknowledgements and verdict, and each
 /// trace is a real schedule, so it replays as it is. Inputs without an event id are
 /// excluded (their delivery number is their identity), and so are models with
-/// per-delivery budgets (the copies' budgets differ). `tests/model.rs` checks verdicts
+/// per-delivery budgets (the copies' budgets differ). The argument leans on two facts a
+/// change must keep: the model's expiry step ignores receive times (a time-based one would
+/// tell copies apart), and no step rewrites a first record with the same content (its
+/// receive time is compared by first-record-immutable). `tests/model.rs` checks verdicts
 /// and violated properties with and without it, on generated fixtures under every policy.
 #[derive(Debug)]
 pub struct Twins {
