@@ -8,8 +8,8 @@ use crate::card::fixture::{Replacements, Scenario};
 use crate::card::network::{transition, Budgets, Effect, Fault, Step, World};
 use crate::card::policy::Policy;
 use crate::card::properties::{self, Properties, Property};
-use crate::card::receiver::{HoldKey, Record, Settlement, Standing, Verdict};
-use crate::card::wire::Sym;
+use crate::card::receiver::{HoldKey, Receiver, Record, Settlement, Standing, Verdict};
+use crate::card::wire::{Catalog, Sym};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -301,7 +301,8 @@ pub fn replay_steps<P: Policy>(
         reports.push(step_report(scenario, &world, &journal, step, &effect));
     }
     let receiver = &world.receiver;
-    let unresolved_detail: Vec<UnresolvedReport> = unresolved_detail(scenario, &world);
+    let unresolved_detail: Vec<UnresolvedReport> =
+        unresolved_detail(&scenario.catalog, &world.receiver);
     let mut report = Report {
         fixture: scenario.name.clone(),
         policy: policy_name.into(),
@@ -632,8 +633,9 @@ pub fn fault_name(fault: Fault) -> &'static str {
     }
 }
 
-fn unresolved_detail(scenario: &Scenario, world: &World) -> Vec<UnresolvedReport> {
-    let receiver = &world.receiver;
+/// Every unresolved input with its record's decision and standing, by input name: the
+/// report's detail, shared with the durable store's `show`.
+pub fn unresolved_detail(catalog: &Catalog, receiver: &Receiver) -> Vec<UnresolvedReport> {
     let waiting = |record: &Record| receiver.is_unresolved(record);
     let describe = |input: String, record: &Record| UnresolvedReport {
         input,
@@ -652,7 +654,7 @@ fn unresolved_detail(scenario: &Scenario, world: &World) -> Vec<UnresolvedReport
             identity
                 .records()
                 .filter(|record| waiting(record))
-                .map(move |record| describe(scenario.catalog.name(id).to_owned(), record))
+                .map(move |record| describe(catalog.name(id).to_owned(), record))
         })
         .chain(
             receiver

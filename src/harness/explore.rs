@@ -139,7 +139,6 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
         finished.store(true, Ordering::Relaxed);
         outcome
     });
-    let _ = outcome.stopped_at_limit;
     Run {
         states: counters.states.load(Ordering::Relaxed),
         unique_states: counters.unique.load(Ordering::Relaxed),

@@ -362,16 +362,7 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 seed,
                 mutant: mutant(broken.as_deref())?,
             };
-            let report = drill::crash(&options)?;
-            if let Some(file) = &junit {
-                crate::harness::junit::write_suite(file, &report.junit_suite())?;
-            }
-            if json {
-                print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
-            } else {
-                print_line(&report.render());
-            }
-            Ok(report.passed)
+            finish_drill(&drill::crash(&options)?, json, junit.as_deref())
         }
         StoreCommand::Drill(DrillCommand::Concurrent {
             fixture,
@@ -395,16 +386,7 @@ pub fn run(command: StoreCommand) -> Result<bool, InputError> {
                 seed,
                 mutant: mutant(broken.as_deref())?,
             };
-            let report = drill::concurrent(&options)?;
-            if let Some(file) = &junit {
-                crate::harness::junit::write_suite(file, &report.junit_suite())?;
-            }
-            if json {
-                print_line(&serde_json::to_string_pretty(&report).expect("reports serialise"));
-            } else {
-                print_line(&report.render());
-            }
-            Ok(report.passed)
+            finish_drill(&drill::concurrent(&options)?, json, junit.as_deref())
         }
     }
 }
@@ -747,4 +729,21 @@ pub fn render(report: &crate::store::StoreReport) -> String {
     );
     out += &format!("unresolved: {:?}", report.unresolved);
     out
+}
+
+/// Writes a drill's JUnit file if asked, prints its report, and says whether it passed.
+fn finish_drill(
+    report: &drill::DrillReport,
+    json: bool,
+    junit: Option<&std::path::Path>,
+) -> Result<bool, InputError> {
+    if let Some(file) = junit {
+        crate::harness::junit::write_suite(file, &report.junit_suite())?;
+    }
+    if json {
+        print_line(&serde_json::to_string_pretty(report).expect("reports serialise"));
+    } else {
+        print_line(&report.render());
+    }
+    Ok(report.passed)
 }

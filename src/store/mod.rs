@@ -734,34 +734,7 @@ impl Loaded {
             })
             .collect();
         unresolved.sort();
-        let describe = |input: String, record: &Record| UnresolvedReport {
-            input,
-            decision: record.decision.name().to_owned(),
-            standing: match record.standing {
-                Standing::Superseded => "superseded",
-                Standing::Resolved => "resolved",
-                Standing::Held | Standing::Settled => "held",
-            }
-            .to_owned(),
-        };
-        let mut unresolved_detail: Vec<UnresolvedReport> = receiver
-            .identities()
-            .iter()
-            .flat_map(|(&id, identity)| {
-                identity
-                    .records()
-                    .filter(|record| receiver.is_unresolved(record))
-                    .map(move |record| describe(catalog.name(id).to_owned(), record))
-            })
-            .chain(
-                receiver
-                    .anonymous()
-                    .iter()
-                    .filter(|(_, record)| receiver.is_unresolved(record))
-                    .map(|(&number, record)| describe(format!("delivery-{number}"), record)),
-            )
-            .collect();
-        unresolved_detail.sort_by(|a, b| a.input.cmp(&b.input));
+        let unresolved_detail = crate::card::replay::unresolved_detail(catalog, receiver);
         let replacements = self.counters.values().fold(
             Replacements {
                 event: 0,
