@@ -502,19 +502,27 @@ fn run_check(
             document["sweep"] = serde_json::to_value(report).expect("reports serialise");
         }
         print(&(serde_json::to_string_pretty(&document).expect("reports serialise") + "\n"));
-    } else if reports.len() > 1 {
-        let failed: Vec<&str> = reports
-            .iter()
-            .filter(|report| !report.as_expected)
-            .map(|report| report.model.as_str())
-            .collect();
-        if failed.is_empty() {
-            print(&format!("all {} models as expected\n", reports.len()));
-        } else {
-            print(&format!("NOT as expected: {}\n", failed.join(", ")));
-        }
+    } else {
+        print_summary(&reports);
     }
     Ok(all_as_expected)
+}
+
+/// One closing line over several models: all as expected, or which are not.
+fn print_summary(reports: &[check::ModelReport]) {
+    if reports.len() < 2 {
+        return;
+    }
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|report| !report.as_expected)
+        .map(|report| report.model.as_str())
+        .collect();
+    if failed.is_empty() {
+        print(&format!("all {} models as expected\n", reports.len()));
+    } else {
+        print(&format!("NOT as expected: {}\n", failed.join(", ")));
+    }
 }
 
 /// `report merge`: the shards' reports combined, printed like `check`'s.
@@ -538,18 +546,7 @@ fn run_merge(files: &[PathBuf], json: bool, junit: Option<&Path>) -> Result<bool
         for report in &reports {
             print(&check::render(report));
         }
-        if reports.len() > 1 {
-            let failed: Vec<&str> = reports
-                .iter()
-                .filter(|report| !report.as_expected)
-                .map(|report| report.model.as_str())
-                .collect();
-            if failed.is_empty() {
-                print(&format!("all {} models as expected\n", reports.len()));
-            } else {
-                print(&format!("NOT as expected: {}\n", failed.join(", ")));
-            }
-        }
+        print_summary(&reports);
     }
     Ok(reports.iter().all(|report| report.as_expected))
 }
