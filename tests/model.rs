@@ -405,9 +405,10 @@ fn regression_fixtures_replay() {
     );
 }
 
-/// A generated fixture as a model, whole or split into independent parts, with or without
-/// the symmetry of identical redeliveries.
-fn generated_model(seed: u64, policy: PolicyName, split: bool, symmetry: bool) -> LoadedModel {
+/// A generated fixture as a model, whole or split into independent parts, with the default
+/// reductions (the symmetry of identical redeliveries, settled decisions merged); tests
+/// turn them off on the returned model.
+fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
     use arrival::card::check::{ModelFile, Strategy};
     use arrival::card::generate::GenOptions;
     use arrival::card::model::Reconciliation;
@@ -436,7 +437,8 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool, symmetry: bool) -
             threads: 1,
             state_limit: None,
             split,
-            symmetry,
+            symmetry: true,
+            merge_settled: true,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),
@@ -456,8 +458,8 @@ fn split_checks_give_the_verdicts_of_whole_checks() {
     let mut reduced = 0;
     for policy in policies {
         for seed in 1..=3 {
-            let whole = run(&generated_model(seed, policy, false, true), None);
-            let split = run(&generated_model(seed, policy, true, true), None);
+            let whole = run(&generated_model(seed, policy, false), None);
+            let split = run(&generated_model(seed, policy, true), None);
             assert_eq!(
                 (whole.verdict.as_str(), &whole.violated),
                 (split.verdict.as_str(), &split.violated),
@@ -489,8 +491,10 @@ fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
     let mut fewer = 0;
     for policy in policies {
         for seed in 1..=8 {
-            let full = run(&generated_model(seed, policy, false, false), None);
-            let reduced = run(&generated_model(seed, policy, false, true), None);
+            let mut loaded = generated_model(seed, policy, false);
+            let reduced = run(&loaded, None);
+            loaded.file.symmetry = false;
+            let full = run(&loaded, None);
             assert_eq!(
                 (full.verdict.as_str(), &full.violated),
                 (reduced.verdict.as_str(), &reduced.violated),
@@ -517,6 +521,66 @@ fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
             "{}",
             path.display()
         );
+    }
+}
+
+#[test]
+fn merging_settled_decisions_keeps_every_verdict_and_trace_length() {
+    // The reduction of `Receiver::hash_state` (worlds that differ only in which state
+    // decision settled records got are one state) against the full model: the same verdict,
+    // the same violated properties and the same shortest counterexample lengths (BFS) under
+    // SPEC and every mutant, on generated fixtures and on every card model file.
+    use arrival::card::check::Strategy;
+    let policies =
+        std::iter::once(PolicyName(None)).chain(Mutant::ALL.map(|mutant| PolicyName(Some(mutant))));
+    let trace_lengths = |report: &ModelReport| -> Vec<(String, usize)> {
+        report
+            .properties
+            .iter()
+            .filter_map(|property| {
+                let trace = property.trace.as_ref()?;
+                Some((property.name.clone(), trace.steps.len()))
+            })
+            .collect()
+    };
+    let compare = |mut loaded: LoadedModel, what: &str| -> bool {
+        loaded.file.strategy = Strategy::Bfs;
+        loaded.file.merge_settled = true;
+        let merged = run(&loaded, None);
+        loaded.file.merge_settled = false;
+        let full = run(&loaded, None);
+        assert_eq!(
+            (full.verdict.as_str(), &full.violated, trace_lengths(&full)),
+            (
+                merged.verdict.as_str(),
+                &merged.violated,
+                trace_lengths(&merged)
+            ),
+            "{what}"
+        );
+        assert!(merged.unique_states <= full.unique_states, "{what}");
+        merged.unique_states < full.unique_states
+    };
+    let mut fewer = 0;
+    let mut violated = 0;
+    for policy in policies {
+        for seed in 1..=8 {
+            let loaded = generated_model(seed, policy, false);
+            fewer += usize::from(compare(
+                loaded.clone(),
+                &format!("seed {seed}, policy {policy}"),
+            ));
+            violated += usize::from(run(&loaded, None).verdict == "fail");
+        }
+    }
+    assert!(
+        fewer > 0,
+        "merging removes states on some generated fixture"
+    );
+    assert!(violated > 0, "some mutant is caught on a generated fixture");
+    for path in model_files() {
+        let loaded = check::load_model(&path, None).expect("loads");
+        compare(loaded, &path.display().to_string());
     }
 }
 

@@ -31,6 +31,10 @@ fn default_symmetry() -> bool {
     true
 }
 
+fn default_merge_settled() -> bool {
+    true
+}
+
 fn default_reconciliation() -> Reconciliation {
     Reconciliation::Interleaved
 }
@@ -83,6 +87,11 @@ pub struct ModelFile {
     /// [`crate::card::model::Twins`]); ignored with per-delivery budgets.
     #[serde(default = "default_symmetry")]
     pub symmetry: bool,
+    /// Take worlds that differ only in which state decision (applied, stale, equal) settled
+    /// records got as one state (a sound reduction, see
+    /// [`crate::card::receiver::Receiver::hash_state`]).
+    #[serde(default = "default_merge_settled")]
+    pub merge_settled: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
     /// within its own budget; the totals above still apply.
@@ -289,6 +298,9 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
     }
     if loaded.file.symmetry && loaded.per_delivery.is_none() {
         model = model.with_symmetry();
+    }
+    if loaded.file.merge_settled {
+        model = model.with_merged_settled();
     }
     model
 }

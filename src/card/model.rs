@@ -108,6 +108,9 @@ pub struct ReceiverModel {
     pub coverage: Arc<Coverage>,
     /// Symmetry of identical redeliveries ([`Twins`]); `None`: every copy is sent on its own.
     pub twins: Option<Arc<Twins>>,
+    /// Worlds that differ only in settled records' state decisions are one state
+    /// ([`crate::card::receiver::Receiver::hash_state`]).
+    pub merge_settled: bool,
 }
 
 /// Identical redeliveries in a fixture: deliveries of one event id with one content (the
@@ -182,12 +185,20 @@ impl ReceiverModel {
             checked: Properties::SPEC,
             coverage: Arc::default(),
             twins: None,
+            merge_settled: false,
         }
     }
 
     /// The same model, sending identical redeliveries in fixture order ([`Twins`]).
     pub fn with_symmetry(mut self) -> ReceiverModel {
         self.twins = Twins::of(&self.scenario).map(Arc::new);
+        self
+    }
+
+    /// The same model, with worlds that differ only in settled records' state decisions
+    /// taken as one state ([`crate::card::receiver::Receiver::hash_state`]).
+    pub fn with_merged_settled(mut self) -> ReceiverModel {
+        self.merge_settled = true;
         self
     }
 
@@ -327,6 +338,7 @@ impl Protocol for ReceiverModel {
     fn init(&self) -> World {
         World {
             per_delivery: self.per_delivery.clone(),
+            merge_settled: self.merge_settled,
             ..World::initial(&self.scenario, self.budgets)
         }
     }

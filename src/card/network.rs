@@ -214,7 +214,12 @@ impl DeliverySet {
 
 /// The receiver, what the sender still owes, the fault budgets, and the first property a
 /// step broke.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// A world's `Hash` is its identity in the model checker's visited set. With
+/// `merge_settled` it leaves out which state decision (applied, stale, equal) each settled
+/// record got: see [`Receiver::hash_state`] for why worlds that differ only there are one
+/// state.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct World {
     /// The receiver's state, shared between worlds until a step changes it: a duplicate
     /// or a crash before record copies nothing.
@@ -230,6 +235,20 @@ pub struct World {
     pub per_delivery: DeliveryBudgets,
     /// The first property broken on the way here.
     pub violation: Option<Property>,
+    /// Whether the world's identity leaves out settled records' state decisions (the model
+    /// file's `merge_settled`; the same in every world of a run).
+    pub merge_settled: bool,
+}
+
+impl std::hash::Hash for World {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.receiver.hash_state(self.merge_settled, state);
+        self.owed.hash(state);
+        self.forgotten.hash(state);
+        self.budgets.hash(state);
+        self.per_delivery.hash(state);
+        self.violation.hash(state);
+    }
 }
 
 /// What a step did, for reports.
@@ -258,6 +277,7 @@ impl World {
             budgets,
             per_delivery: DeliveryBudgets::NONE,
             violation: None,
+            merge_settled: false,
         }
     }
 

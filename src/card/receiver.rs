@@ -106,6 +106,19 @@ impl Event {
     }
 }
 
+impl Record {
+    /// Feeds the record to a hasher as [`Receiver::hash_state`] sees it: like `Hash`, but
+    /// with `merge_settled` a settled record's state decision is left out.
+    fn hash_state<H: std::hash::Hasher>(&self, merge_settled: bool, state: &mut H) {
+        use std::hash::Hash;
+        self.event.content.hash(state);
+        self.standing.hash(state);
+        if !(merge_settled && self.standing == Standing::Settled) {
+            self.decision.hash(state);
+        }
+    }
+}
+
 impl std::hash::Hash for Record {
     /// The envelope's content id stands for the whole parsed event (every other event
     /// field is a function of it), which keeps model-state fingerprints cheap. The receive
@@ -1063,6 +1076,45 @@ impl Receiver {
             self.identities.remove(id);
         }
         gone
+    }
+
+    /// Feeds the receiver to a hasher as the model checker identifies states. Without
+    /// `merge_settled` this is the whole state (receive times aside, see `Hash for
+    /// Record`). With it, a settled record (standing [`Standing::Settled`]) contributes its
+    /// content but not which state decision it got (applied, stale or equal), so two
+    /// receivers that differ only there are one state: the same content reached in
+    /// different orders (v3 then v2, or v2 then v3) leaves different decisions and nothing
+    /// else.
+    ///
+    /// Why that is sound (the model key `merge_settled`, on by default; `tests/model.rs`
+    /// checks verdicts and violated properties with and without it, under SPEC and every
+    /// mutant): no decision function, policy or property reads a settled record's state
+    /// decision except to answer a redelivery of that same content, and that answer only
+    /// fixes the acknowledgement's kind, which no state keeps and which every property
+    /// compares with the same record's decision in the same receiver. Re-evaluation and
+    /// settlement read held records only (a settled record is never held), expiry and
+    /// unresolved inputs read standings, convergence reads cards, holds and standings, and
+    /// first-record-immutable compares contents and receive times. So from two receivers
+    /// that differ only in settled decisions, every step leads to two receivers that again
+    /// differ only there, with the same properties broken. A change that makes any of this
+    /// read a settled decision must drop the merge.
+    pub fn hash_state<H: std::hash::Hasher>(&self, merge_settled: bool, state: &mut H) {
+        use std::hash::Hash;
+        self.cards.hash(state);
+        self.identities.len().hash(state);
+        for (id, identity) in self.identities.iter() {
+            id.hash(state);
+            identity.variants.len().hash(state);
+            for record in identity.records() {
+                record.hash_state(merge_settled, state);
+            }
+        }
+        self.anonymous.len().hash(state);
+        for (number, record) in &self.anonymous {
+            number.hash(state);
+            record.hash_state(merge_settled, state);
+        }
+        self.holds.hash(state);
     }
 
     /// Checks the receiver's internal invariants (debug builds, SPEC policy only: some

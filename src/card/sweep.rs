@@ -111,6 +111,7 @@ fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
         state_limit: None,
         split: false,
         symmetry: true,
+        merge_settled: true,
         per_delivery: None,
         properties: None,
         expect: match expectation {
