@@ -36,7 +36,8 @@
 //! | [`card::properties`] | the contract's safety and convergence properties, the `authority-current` precondition and the opt-in `redelivery-recognised` |
 //! | [`card::replay`] | walks a fixture's schedule (or the default order) and builds the report (the `--json` contract) |
 //! | [`card::table`] | renders reports as text tables for people |
-//! | [`card::model`] | the card protocol as a [`harness::Protocol`] around [`card::network::transition`], with decision coverage |
+//! | [`card::model`] | the card protocol as a [`harness::Protocol`] around [`card::network::transition`], with decision coverage and the symmetry of identical redeliveries |
+//! | `card::fingerprint` | a receiver's fingerprint for the visited set, kept beside it until it changes, with settled decisions merged (a sound reduction, argued at [`card::receiver::Receiver::fingerprint`]) |
 //! | [`card::check`] | card model files and runs, through the harness |
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |

@@ -526,7 +526,7 @@ fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
 
 #[test]
 fn merging_settled_decisions_keeps_every_verdict_and_trace_length() {
-    // The reduction of `Receiver::hash_state` (worlds that differ only in which state
+    // The reduction of `Receiver::fingerprint` (worlds that differ only in which state
     // decision settled records got are one state) against the full model: the same verdict,
     // the same violated properties and the same shortest counterexample lengths (BFS) under
     // SPEC and every mutant, on generated fixtures and on every card model file.

@@ -89,7 +89,7 @@ pub struct ModelFile {
     pub symmetry: bool,
     /// Take worlds that differ only in which state decision (applied, stale, equal) settled
     /// records got as one state (a sound reduction, see
-    /// [`crate::card::receiver::Receiver::hash_state`]).
+    /// [`crate::card::receiver::Receiver::fingerprint`]).
     #[serde(default = "default_merge_settled")]
     pub merge_settled: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then

@@ -15,7 +15,7 @@ use crate::card::policy::{Mutant, Spec};
 use crate::card::properties::{Properties, Property};
 use crate::card::receiver::{Decision, Outcome, Verdict};
 use crate::harness::Protocol;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// When authority snapshots may be applied.
@@ -29,15 +29,37 @@ pub enum Reconciliation {
 }
 
 /// Counts of every decision kind and reconciliation outcome met on explored transitions.
+/// Every transition adds to them, from every checker thread: each thread counts in a
+/// stripe of its own (a cache line apart), so threads never contend for one counter.
 #[derive(Debug, Default)]
 pub struct Coverage {
+    stripes: [Stripe; STRIPES],
+}
+
+/// Checker threads beyond this many share stripes (still counted exactly).
+const STRIPES: usize = 8;
+
+/// One thread's counters, alone on their cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe {
     decisions: [AtomicU64; Decision::ALL.len()],
     duplicates: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
 }
 
+/// This thread's stripe.
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|stripe| *stripe)
+}
+
 impl Coverage {
     fn note(&self, effect: &Effect) {
+        let stripe = &self.stripes[stripe_index()];
         match effect {
             Effect::Delivered {
                 delivered: Some(answer),
@@ -45,11 +67,11 @@ impl Coverage {
             } => match answer.verdict {
                 Verdict::Decided(decision) => {
                     let index = Decision::ALL.iter().position(|&kind| kind == decision);
-                    self.decisions[index.expect("every decision is listed")]
+                    stripe.decisions[index.expect("every decision is listed")]
                         .fetch_add(1, Ordering::Relaxed);
                 }
                 Verdict::Duplicate(_) => {
-                    self.duplicates.fetch_add(1, Ordering::Relaxed);
+                    stripe.duplicates.fetch_add(1, Ordering::Relaxed);
                 }
             },
             Effect::Delivered {
@@ -60,12 +82,12 @@ impl Coverage {
                 let index = Outcome::ALL
                     .iter()
                     .position(|&kind| kind == reconciled.outcome);
-                self.outcomes[index.expect("every outcome is listed")]
+                stripe.outcomes[index.expect("every outcome is listed")]
                     .fetch_add(1, Ordering::Relaxed);
                 for (_, settlement) in &reconciled.settled {
                     if let crate::card::receiver::Settlement::ReEvaluated { to, .. } = settlement {
                         let index = Decision::ALL.iter().position(|kind| kind == to);
-                        self.decisions[index.expect("every decision is listed")]
+                        stripe.decisions[index.expect("every decision is listed")]
                             .fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -76,15 +98,21 @@ impl Coverage {
     /// Every decision kind (`duplicate` included) and outcome, with how many explored
     /// transitions met it.
     pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        let sum = |pick: &dyn Fn(&Stripe) -> &AtomicU64| -> u64 {
+            self.stripes
+                .iter()
+                .map(|stripe| pick(stripe).load(Ordering::Relaxed))
+                .sum()
+        };
         let decisions = Decision::ALL
             .iter()
-            .zip(&self.decisions)
-            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
-        let duplicate = std::iter::once(("duplicate", self.duplicates.load(Ordering::Relaxed)));
+            .enumerate()
+            .map(|(at, kind)| (kind.name(), sum(&|stripe| &stripe.decisions[at])));
+        let duplicate = std::iter::once(("duplicate", sum(&|stripe| &stripe.duplicates)));
         let outcomes = Outcome::ALL
             .iter()
-            .zip(&self.outcomes)
-            .map(|(kind, count)| (kind.name(), count.load(Ordering::Relaxed)));
+            .enumerate()
+            .map(|(at, kind)| (kind.name(), sum(&|stripe| &stripe.outcomes[at])));
         decisions.chain(duplicate).chain(outcomes).collect()
     }
 }
@@ -109,7 +137,7 @@ pub struct ReceiverModel {
     /// Symmetry of identical redeliveries ([`Twins`]); `None`: every copy is sent on its own.
     pub twins: Option<Arc<Twins>>,
     /// Worlds that differ only in settled records' state decisions are one state
-    /// ([`crate::card::receiver::Receiver::hash_state`]).
+    /// ([`crate::card::receiver::Receiver::fingerprint`]).
     pub merge_settled: bool,
 }
 
@@ -196,7 +224,7 @@ impl ReceiverModel {
     }
 
     /// The same model, with worlds that differ only in settled records' state decisions
-    /// taken as one state ([`crate::card::receiver::Receiver::hash_state`]).
+    /// taken as one state ([`crate::card::receiver::Receiver::fingerprint`]).
     pub fn with_merged_settled(mut self) -> ReceiverModel {
         self.merge_settled = true;
         self

@@ -217,7 +217,7 @@ impl DeliverySet {
 ///
 /// A world's `Hash` is its identity in the model checker's visited set. With
 /// `merge_settled` it leaves out which state decision (applied, stale, equal) each settled
-/// record got: see [`Receiver::hash_state`] for why worlds that differ only there are one
+/// record got: see [`Receiver::fingerprint`] for why worlds that differ only there are one
 /// state.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct World {
@@ -242,7 +242,7 @@ pub struct World {
 
 impl std::hash::Hash for World {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.receiver.hash_state(self.merge_settled, state);
+        state.write_u64(self.receiver.fingerprint(self.merge_settled));
         self.owed.hash(state);
         self.forgotten.hash(state);
         self.budgets.hash(state);

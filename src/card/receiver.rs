@@ -8,6 +8,7 @@
 //! receiver state; history (the audit trail, replacement counters, the global arrival order
 //! of holds) lives in [`crate::card::audit`].
 
+use crate::card::fingerprint::FingerprintCache;
 use crate::card::policy::{Mutant, Policy};
 use crate::card::wire::{ContentId, Event, Snapshot, StateId, Sym, Version};
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,19 +104,6 @@ impl Event {
             || self.object_id.is_none()
             || !matches!(self.version, Version::Valid(_))
             || self.state.is_none()
-    }
-}
-
-impl Record {
-    /// Feeds the record to a hasher as [`Receiver::hash_state`] sees it: like `Hash`, but
-    /// with `merge_settled` a settled record's state decision is left out.
-    fn hash_state<H: std::hash::Hasher>(&self, merge_settled: bool, state: &mut H) {
-        use std::hash::Hash;
-        self.event.content.hash(state);
-        self.standing.hash(state);
-        if !(merge_settled && self.standing == Standing::Settled) {
-            self.decision.hash(state);
-        }
     }
 }
 
@@ -431,6 +419,9 @@ pub struct Receiver {
     anonymous: BTreeMap<u32, Record>,
     /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
     holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+    /// The model checker's fingerprints of this value ([`Receiver::fingerprint`]), emptied
+    /// by every change; no part of the state.
+    fingerprints: FingerprintCache,
 }
 
 impl Decision {
@@ -575,7 +566,13 @@ impl Receiver {
             identities,
             anonymous,
             holds,
+            fingerprints: FingerprintCache::default(),
         }
+    }
+
+    /// The fingerprints kept for this value ([`Receiver::fingerprint`]).
+    pub(crate) fn fingerprint_cache(&self) -> &FingerprintCache {
+        &self.fingerprints
     }
 
     /// The known cards.
@@ -730,6 +727,7 @@ impl Receiver {
         event: &Event,
     ) -> Delivered {
         debug_assert!(self.recognise(policy, delivery, event).is_none());
+        self.fingerprints.clear();
         // Rule 1: identity.
         let Some(id) = event.event_id else {
             return self.deliver_anonymous(policy, delivery, received_at, event);
@@ -897,6 +895,7 @@ impl Receiver {
     /// The `pause-on-redelivery` mutant's answer to a recognised duplicate: it pauses the
     /// event's card. The SPEC receiver never calls this (a duplicate has no effect).
     pub fn pause_on_redelivery(&mut self, event: &Event) {
+        self.fingerprints.clear();
         self.pause_known(event.object_id);
     }
 
@@ -918,6 +917,7 @@ impl Receiver {
 
     /// Applies an authority snapshot to its card, then settles the card's holds.
     pub fn reconcile<P: Policy>(&mut self, policy: P, snapshot: &Snapshot) -> Reconciled {
+        self.fingerprints.clear();
         let object = snapshot.object_id;
         let outcome = match self.cards.get_mut(&object) {
             None => {
@@ -1066,6 +1066,7 @@ impl Receiver {
     }
 
     fn forget(&mut self, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
+        self.fingerprints.clear();
         let gone: Vec<Sym> = self
             .identities
             .iter()
@@ -1076,45 +1077,6 @@ impl Receiver {
             self.identities.remove(id);
         }
         gone
-    }
-
-    /// Feeds the receiver to a hasher as the model checker identifies states. Without
-    /// `merge_settled` this is the whole state (receive times aside, see `Hash for
-    /// Record`). With it, a settled record (standing [`Standing::Settled`]) contributes its
-    /// content but not which state decision it got (applied, stale or equal), so two
-    /// receivers that differ only there are one state: the same content reached in
-    /// different orders (v3 then v2, or v2 then v3) leaves different decisions and nothing
-    /// else.
-    ///
-    /// Why that is sound (the model key `merge_settled`, on by default; `tests/model.rs`
-    /// checks verdicts and violated properties with and without it, under SPEC and every
-    /// mutant): no decision function, policy or property reads a settled record's state
-    /// decision except to answer a redelivery of that same content, and that answer only
-    /// fixes the acknowledgement's kind, which no state keeps and which every property
-    /// compares with the same record's decision in the same receiver. Re-evaluation and
-    /// settlement read held records only (a settled record is never held), expiry and
-    /// unresolved inputs read standings, convergence reads cards, holds and standings, and
-    /// first-record-immutable compares contents and receive times. So from two receivers
-    /// that differ only in settled decisions, every step leads to two receivers that again
-    /// differ only there, with the same properties broken. A change that makes any of this
-    /// read a settled decision must drop the merge.
-    pub fn hash_state<H: std::hash::Hasher>(&self, merge_settled: bool, state: &mut H) {
-        use std::hash::Hash;
-        self.cards.hash(state);
-        self.identities.len().hash(state);
-        for (id, identity) in self.identities.iter() {
-            id.hash(state);
-            identity.variants.len().hash(state);
-            for record in identity.records() {
-                record.hash_state(merge_settled, state);
-            }
-        }
-        self.anonymous.len().hash(state);
-        for (number, record) in &self.anonymous {
-            number.hash(state);
-            record.hash_state(merge_settled, state);
-        }
-        self.holds.hash(state);
     }
 
     /// Checks the receiver's internal invariants (debug builds, SPEC policy only: some
