@@ -3,7 +3,7 @@
 # the independence split, one duplicate, one lost ack and one crash, reconciliation
 # interleaved, DFS on 2 threads (the table of issue 13). Seed 1 is `arrival gen`'s default;
 # seed 7 is the seed of the issue's first table (it puts about half the deliveries on one
-# card). Each size runs with both reductions on (the defaults); sizes up to 32 also run
+# card). Each size runs with both reductions on (the defaults); sizes up to 28 also run
 # with `merge_settled = false` and with `symmetry = false` too, to show what each removes.
 # One process per run, a time cap per run. Prints a Markdown table.
 # Usage: benches/scaling-split.sh [MAX_SECONDS_PER_RUN] [ENGINE] [SEEDS]
@@ -24,7 +24,7 @@ for seed in $seeds; do
     fixture="$work/gen-$seed-$deliveries.json"
     "$bin" gen --cards 4 --deliveries "$deliveries" --seed "$seed" --out "$fixture"
     settings="true,true"
-    if [ "$deliveries" -le 32 ]; then
+    if [ "$deliveries" -le 28 ]; then
       settings="true,true true,false false,false"
     fi
     for setting in $settings; do

@@ -78,8 +78,13 @@ impl Receiver {
     /// under SPEC and every mutant): no decision function, policy or property reads a
     /// settled record's state decision except to answer a redelivery of that same content,
     /// and that answer only fixes the acknowledgement's kind, which no state keeps and which
-    /// every property compares with the same record's decision in the same receiver.
-    /// Re-evaluation and settlement read held records only (a settled record is never
+    /// ack-implies-recorded compares with the decision recorded for the delivered content in
+    /// the same receiver. (Under `id-only-dedupe` the answer is the first record's, while the
+    /// delivered content may be another; but that mutant never records a second content of
+    /// an id, so such a delivery is unrecorded and breaks the property in both worlds alike.
+    /// A mutant that recorded variants and answered by id would need this argued again.)
+    /// Settled means applied, stale or equal under every policy (each record's standing is
+    /// derived from its decision; the digest asserts it in debug builds). Re-evaluation and settlement read held records only (a settled record is never
     /// held), expiry and unresolved inputs read standings, convergence reads cards, holds
     /// and standings, and first-record-immutable compares contents and receive times. So
     /// from two receivers that differ only in settled decisions, every step leads to two
@@ -115,6 +120,11 @@ impl Receiver {
             state.write_i64(card.stamp.unwrap_or(0));
         }
         let record = |state: &mut foldhash::quality::FoldHasher, record: &Record| {
+            debug_assert_eq!(
+                record.standing == Standing::Settled,
+                !record.decision.is_hold(),
+                "a record is settled exactly when its decision is a state decision"
+            );
             let decision = if merge_settled && record.standing == Standing::Settled {
                 0
             } else {
