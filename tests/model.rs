@@ -439,6 +439,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             split,
             symmetry: true,
             merge_settled: true,
+            merge_paused: true,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),
@@ -525,11 +526,12 @@ fn sending_identical_redeliveries_in_order_keeps_every_verdict() {
 }
 
 #[test]
-fn merging_settled_decisions_keeps_every_verdict_and_trace_length() {
-    // The reduction of `Receiver::fingerprint` (worlds that differ only in which state
-    // decision settled records got are one state) against the full model: the same verdict,
-    // the same violated properties and the same shortest counterexample lengths (BFS) under
-    // SPEC and every mutant, on generated fixtures and on every card model file.
+fn merging_settled_decisions_and_paused_paths_keeps_every_verdict_and_trace_length() {
+    // The reductions of `Receiver::fingerprint` (worlds that differ only in which state
+    // decision settled records got are one state; with `merge_paused`, also worlds that
+    // differ only in how a covered card got to its pause) against the full model: the same
+    // verdict, the same violated properties and the same shortest counterexample lengths
+    // (BFS) under SPEC and every mutant, on generated fixtures and on every card model file.
     use arrival::card::check::Strategy;
     let policies =
         std::iter::once(PolicyName(None)).chain(Mutant::ALL.map(|mutant| PolicyName(Some(mutant))));
@@ -543,39 +545,56 @@ fn merging_settled_decisions_keeps_every_verdict_and_trace_length() {
             })
             .collect()
     };
-    let compare = |mut loaded: LoadedModel, what: &str| -> bool {
+    // Distinct states with (merge_settled, merge_paused) off/off, on/off and on/on.
+    let compare = |mut loaded: LoadedModel, what: &str| -> [usize; 3] {
         loaded.file.strategy = Strategy::Bfs;
-        loaded.file.merge_settled = true;
-        let merged = run(&loaded, None);
-        loaded.file.merge_settled = false;
-        let full = run(&loaded, None);
-        assert_eq!(
-            (full.verdict.as_str(), &full.violated, trace_lengths(&full)),
-            (
-                merged.verdict.as_str(),
-                &merged.violated,
-                trace_lengths(&merged)
-            ),
-            "{what}"
+        let mut counts = [0; 3];
+        let mut reports = Vec::new();
+        for (at, (settled, paused)) in [(false, false), (true, false), (true, true)]
+            .into_iter()
+            .enumerate()
+        {
+            loaded.file.merge_settled = settled;
+            loaded.file.merge_paused = paused;
+            let report = run(&loaded, None);
+            counts[at] = report.unique_states;
+            reports.push(report);
+        }
+        let full = &reports[0];
+        for reduced in &reports[1..] {
+            assert_eq!(
+                (full.verdict.as_str(), &full.violated, trace_lengths(full)),
+                (
+                    reduced.verdict.as_str(),
+                    &reduced.violated,
+                    trace_lengths(reduced)
+                ),
+                "{what}"
+            );
+        }
+        assert!(
+            counts[2] <= counts[1] && counts[1] <= counts[0],
+            "{what}: {counts:?}"
         );
-        assert!(merged.unique_states <= full.unique_states, "{what}");
-        merged.unique_states < full.unique_states
+        counts
     };
-    let mut fewer = 0;
-    let mut violated = 0;
+    let (mut fewer_settled, mut fewer_paused, mut violated) = (0, 0, 0);
     for policy in policies {
         for seed in 1..=8 {
             let loaded = generated_model(seed, policy, false);
-            fewer += usize::from(compare(
-                loaded.clone(),
-                &format!("seed {seed}, policy {policy}"),
-            ));
+            let counts = compare(loaded.clone(), &format!("seed {seed}, policy {policy}"));
+            fewer_settled += usize::from(counts[1] < counts[0]);
+            fewer_paused += usize::from(counts[2] < counts[1]);
             violated += usize::from(run(&loaded, None).verdict == "fail");
         }
     }
     assert!(
-        fewer > 0,
-        "merging removes states on some generated fixture"
+        fewer_settled > 0,
+        "merging settled decisions removes states somewhere"
+    );
+    assert!(
+        fewer_paused > 0,
+        "merging paused paths removes states somewhere"
     );
     assert!(violated > 0, "some mutant is caught on a generated fixture");
     for path in model_files() {

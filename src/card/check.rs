@@ -92,6 +92,11 @@ pub struct ModelFile {
     /// [`crate::card::receiver::Receiver::fingerprint`]).
     #[serde(default = "default_merge_settled")]
     pub merge_settled: bool,
+    /// With `merge_settled`, under SPEC and without expiry: forget how a card whose
+    /// authority snapshot supersedes every input naming it got to its pause, while it is
+    /// paused (a sound reduction, see [`crate::card::fingerprint::covered_cards`]).
+    #[serde(default = "default_merge_settled")]
+    pub merge_paused: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
     /// within its own budget; the totals above still apply.
@@ -300,7 +305,7 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
         model = model.with_symmetry();
     }
     if loaded.file.merge_settled {
-        model = model.with_merged_settled();
+        model = model.with_merged_settled(loaded.file.merge_paused);
     }
     model
 }

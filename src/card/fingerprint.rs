@@ -4,26 +4,140 @@
 //! alone (a redelivery of recorded content, a crash before record) shares the allocation,
 //! so hashing the next world reads one word instead of walking every card and record. The
 //! digest writes a few words per card, record and hold rather than every field through the
-//! derived `Hash`. With `merge_settled` it leaves out settled records' state decisions: see
-//! [`Receiver::fingerprint`] for why that is sound.
+//! derived `Hash`. A [`View`] says which sound reductions the fingerprint makes: settled
+//! records' state decisions merged ([`Receiver::fingerprint`]), and how a paused card got
+//! to its pause forgotten when its authority snapshot supersedes every input that names it
+//! ([`covered_cards`]); each is argued where it is defined.
 
-use crate::card::receiver::{Decision, HoldKey, Receiver, Record, Standing};
+use crate::card::fixture::Scenario;
+use crate::card::receiver::{Decision, HoldKey, HoldReason, Receiver, Record, Standing};
+use crate::card::wire::{Sym, Version};
 use foldhash::quality::FixedState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// The fingerprints of one receiver value, with and without merged settled decisions
-/// (0: not computed yet). A clone starts empty, and every change to the receiver empties
-/// it, so a kept fingerprint is always its receiver's. It takes no part in comparisons.
+/// What a fingerprint leaves out; the same for every world of one model run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct View {
+    /// Settled records contribute their content, not their state decision.
+    merge_settled: bool,
+    /// Cards (sorted) whose path to a pause is forgotten while they are paused.
+    covered: Option<Arc<[Sym]>>,
+    /// The view's own hash, kept beside cached fingerprints; never 0.
+    tag: u64,
+}
+
+impl View {
+    /// The whole state: no reduction.
+    pub fn full() -> View {
+        View::new(false, Vec::new())
+    }
+
+    /// A view merging settled decisions or not, and forgetting how the `covered` cards got
+    /// to a pause (only with `merge_settled`, which [`covered_cards`] leans on).
+    pub fn new(merge_settled: bool, mut covered: Vec<Sym>) -> View {
+        assert!(
+            merge_settled || covered.is_empty(),
+            "merging paused paths needs merged settled decisions"
+        );
+        covered.sort();
+        covered.dedup();
+        let tag = FixedState::with_seed(0x7669_6577)
+            .hash_one((merge_settled, &covered))
+            .max(1);
+        let covered = (!covered.is_empty()).then(|| Arc::from(covered));
+        View {
+            merge_settled,
+            covered,
+            tag,
+        }
+    }
+
+    /// Whether settled records' state decisions are merged.
+    pub fn merges_settled(&self) -> bool {
+        self.merge_settled
+    }
+
+    /// The cards whose path to a pause is forgotten while they are paused.
+    pub fn covered(&self) -> &[Sym] {
+        self.covered.as_deref().unwrap_or(&[])
+    }
+
+    fn is_covered(&self, card: Option<Sym>) -> bool {
+        card.is_some_and(|card| self.covered().binary_search(&card).is_ok())
+    }
+}
+
+/// The cards of `scenario` whose authority snapshot supersedes every input that names them:
+/// every such input is a supported `card.snapshot` with a valid version and an object
+/// state, older than the snapshot or equal to it (same version, same state), and so is the
+/// initial card. Under the SPEC policy, with no expiry and with settled decisions merged,
+/// how such a card got to a pause does not matter while it is paused, and the model's
+/// fingerprint forgets it: the card's version and state, which of the records that name it
+/// are held for the pause rather than settled or resolved, and its holds of that kind.
+///
+/// Why that is sound. While the card is paused, every new input naming it is held or is a
+/// conflict, whatever the card's version; its authority is open (never behind), so no
+/// terminal world has it paused and convergence is never judged there; and reconciling it
+/// replaces or confirms it with the snapshot, whatever it was. Settlement then evaluates
+/// each held input again against the snapshot, which is at least as new as the input: the
+/// answer is stale or equal, a settled decision, and nothing pauses the card again, so the
+/// order of its holds cannot matter either; conflicted ids are resolved, inputs without an
+/// event id superseded. After that the card is the snapshot in every such world, and its
+/// records differ at most in being settled (any decision) or resolved, which no policy
+/// step, no property and no later settlement tells apart for an input that names an
+/// existing card and could be decided (resolved and settled are both not unresolved inputs,
+/// and a redelivery of either is a duplicate). Expiry would tell them apart (it forgets
+/// settled ids but never waiting ones), so the reduction is off when the model may expire
+/// records, and mutant policies (which may read a paused card or re-evaluate in order)
+/// keep the whole state.
+pub fn covered_cards(scenario: &Scenario) -> Vec<Sym> {
+    scenario
+        .authority
+        .iter()
+        .filter(|snapshot| {
+            let covers = |version: u64, state| {
+                version < snapshot.version
+                    || (version == snapshot.version && state == snapshot.state)
+            };
+            let card = snapshot.object_id;
+            let initial_covered = scenario
+                .initial
+                .iter()
+                .filter(|(id, _)| *id == card)
+                .all(|(_, initial)| covers(initial.version, initial.state));
+            let inputs_covered = scenario
+                .deliveries
+                .iter()
+                .map(|delivery| &delivery.event)
+                .filter(|event| event.object_id == Some(card))
+                .all(
+                    |event| match (event.supported, event.version, event.state) {
+                        (true, Version::Valid(version), Some(state)) => covers(version, state),
+                        _ => false,
+                    },
+                );
+            initial_covered && inputs_covered
+        })
+        .map(|snapshot| snapshot.object_id)
+        .collect()
+}
+
+/// The fingerprint of one receiver value and the view it was taken in (tag 0: none yet).
+/// A clone starts empty, and every change to the receiver empties it, so a kept
+/// fingerprint is always its receiver's. It takes no part in comparisons.
 #[derive(Default)]
-pub struct FingerprintCache([AtomicU64; 2]);
+pub struct FingerprintCache {
+    tag: AtomicU64,
+    fingerprint: AtomicU64,
+}
 
 impl FingerprintCache {
-    /// Forgets both fingerprints: the receiver is about to change.
+    /// Forgets the fingerprint: the receiver is about to change.
     pub(crate) fn clear(&mut self) {
-        for slot in &mut self.0 {
-            *slot.get_mut() = 0;
-        }
+        *self.tag.get_mut() = 0;
+        *self.fingerprint.get_mut() = 0;
     }
 }
 
@@ -91,29 +205,59 @@ impl Receiver {
     /// receivers that again differ only there, with the same properties broken; a trace to
     /// a violation in one is a trace to a violation in the other, of the same length. A
     /// change that makes any of this read a settled decision must drop the merge.
-    pub fn fingerprint(&self, merge_settled: bool) -> u64 {
-        let slot = &self.fingerprint_cache().0[usize::from(merge_settled)];
-        let kept = slot.load(Ordering::Relaxed);
-        if kept != 0 {
-            debug_assert_eq!(
-                kept,
-                self.digest(merge_settled),
-                "a kept fingerprint is stale"
-            );
+    ///
+    /// The view may also forget how some paused cards got to their pause
+    /// ([`covered_cards`] says which, and why).
+    pub fn fingerprint(&self, view: &View) -> u64 {
+        let cache = self.fingerprint_cache();
+        // All worlds of a run share one view; the tag guards against any other use.
+        if cache.tag.load(Ordering::Acquire) == view.tag {
+            let kept = cache.fingerprint.load(Ordering::Relaxed);
+            debug_assert_eq!(kept, self.digest(view), "a kept fingerprint is stale");
             return kept;
         }
-        let digest = self.digest(merge_settled);
-        slot.store(digest, Ordering::Relaxed);
+        let digest = self.digest(view);
+        cache.fingerprint.store(digest, Ordering::Relaxed);
+        cache.tag.store(view.tag, Ordering::Release);
         digest
     }
 
     /// Hashes the receiver, a few words per card, record and hold; never 0.
-    fn digest(&self, merge_settled: bool) -> u64 {
+    fn digest(&self, view: &View) -> u64 {
+        let merge_settled = view.merge_settled;
+        // A covered card that is paused: how it got there is left out.
+        let forgotten = |card: Option<Sym>| {
+            view.is_covered(card)
+                && card
+                    .and_then(|card| self.cards().get(&card))
+                    .is_some_and(|card| card.paused)
+        };
+        // A record of a covered card that reconciling it can only settle or has resolved.
+        let merged_path = |record: &Record| {
+            let card = record.event.object_id;
+            view.is_covered(card)
+                && match record.standing {
+                    Standing::Settled => true,
+                    // Resolved is not an unresolved input only when the card exists.
+                    Standing::Resolved => card.is_some_and(|card| self.cards().contains_key(&card)),
+                    Standing::Held => {
+                        record.decision == Decision::Held(HoldReason::Paused) && {
+                            debug_assert!(forgotten(card), "held for a pause, card paused");
+                            forgotten(card)
+                        }
+                    }
+                    Standing::Superseded => false,
+                }
+        };
         // A fixed seed: fingerprints, hence traces, are the same in every run.
         const HASHER: FixedState = FixedState::with_seed(0x7265_6365_6976_6572);
         let mut state = HASHER.build_hasher();
         state.write_usize(self.cards().len());
         for (id, card) in self.cards().iter() {
+            if forgotten(Some(*id)) {
+                state.write_u64(u64::from(id.0) | u64::from(u32::MAX) << 32);
+                continue;
+            }
             state.write_u64(u64::from(id.0) | u64::from(card.state.0) << 32);
             state.write_u64(card.version);
             state.write_u64(u64::from(card.paused) | u64::from(card.stamp.is_some()) << 1);
@@ -125,14 +269,20 @@ impl Receiver {
                 !record.decision.is_hold(),
                 "a record is settled exactly when its decision is a state decision"
             );
-            let decision = if merge_settled && record.standing == Standing::Settled {
+            let merged = merged_path(record);
+            let decision = if merged || (merge_settled && record.standing == Standing::Settled) {
                 0
             } else {
                 decision_code(record.decision)
             };
+            let standing = if merged {
+                standing_code(Standing::Settled)
+            } else {
+                standing_code(record.standing)
+            };
             state.write_u64(
                 u64::from(record.event.content.0)
-                    | u64::from(standing_code(record.standing)) << 32
+                    | u64::from(standing) << 32
                     | u64::from(decision) << 40,
             );
         };
@@ -151,14 +301,27 @@ impl Receiver {
         state.write_usize(self.holds().len());
         for (bucket, keys) in self.holds() {
             state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
+            let word = |key: &HoldKey| match *key {
+                HoldKey::Record { event, index } => {
+                    (0u8, u64::from(event.0) | u64::from(index) << 32)
+                }
+                HoldKey::Delivery(number) => (1u8, u64::from(number)),
+            };
+            if forgotten(*bucket) {
+                // The other holds as a set, without those held for the pause.
+                let (count, sum) = keys
+                    .iter()
+                    .filter(|&&key| !merged_path(self.record(key)))
+                    .fold((0u64, 0u64), |(count, sum), key| {
+                        (count + 1, sum.wrapping_add(KEY_HASHER.hash_one(word(key))))
+                    });
+                state.write_u64(count);
+                state.write_u64(sum);
+                continue;
+            }
             state.write_usize(keys.len());
             for key in keys {
-                let (tag, word) = match *key {
-                    HoldKey::Record { event, index } => {
-                        (0, u64::from(event.0) | u64::from(index) << 32)
-                    }
-                    HoldKey::Delivery(number) => (1, u64::from(number)),
-                };
+                let (tag, word) = word(key);
                 state.write_u8(tag);
                 state.write_u64(word);
             }
@@ -166,6 +329,9 @@ impl Receiver {
         state.finish().max(1)
     }
 }
+
+/// Hashes single hold keys of paused covered cards.
+const KEY_HASHER: FixedState = FixedState::with_seed(0x686f_6c64);
 
 /// A decision as a small non-zero number (0 stands for "a settled decision, merged").
 fn decision_code(decision: Decision) -> u8 {

@@ -6,7 +6,7 @@
 pub mod audit;
 mod canonical;
 pub mod check;
-mod fingerprint;
+pub mod fingerprint;
 pub mod fixture;
 pub mod generate;
 pub mod independence;

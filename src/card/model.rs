@@ -9,6 +9,7 @@
 //! `transition` and is then dropped (`None`): it would only lead back to a state already
 //! covered with more budget, so budgets cost transitions rather than states.
 
+use crate::card::fingerprint::{covered_cards, View};
 use crate::card::fixture::Scenario;
 use crate::card::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
 use crate::card::policy::{Mutant, Spec};
@@ -136,9 +137,9 @@ pub struct ReceiverModel {
     pub coverage: Arc<Coverage>,
     /// Symmetry of identical redeliveries ([`Twins`]); `None`: every copy is sent on its own.
     pub twins: Option<Arc<Twins>>,
-    /// Worlds that differ only in settled records' state decisions are one state
+    /// What a world's identity leaves out of the receiver
     /// ([`crate::card::receiver::Receiver::fingerprint`]).
-    pub merge_settled: bool,
+    pub view: View,
 }
 
 /// Identical redeliveries in a fixture: deliveries of one event id with one content (the
@@ -213,7 +214,7 @@ impl ReceiverModel {
             checked: Properties::SPEC,
             coverage: Arc::default(),
             twins: None,
-            merge_settled: false,
+            view: View::full(),
         }
     }
 
@@ -224,9 +225,16 @@ impl ReceiverModel {
     }
 
     /// The same model, with worlds that differ only in settled records' state decisions
-    /// taken as one state ([`crate::card::receiver::Receiver::fingerprint`]).
-    pub fn with_merged_settled(mut self) -> ReceiverModel {
-        self.merge_settled = true;
+    /// taken as one state ([`crate::card::receiver::Receiver::fingerprint`]); with
+    /// `merge_paused`, under SPEC and without expiry, also worlds that differ only in how a
+    /// covered card got to its pause ([`covered_cards`]).
+    pub fn with_merged_settled(mut self, merge_paused: bool) -> ReceiverModel {
+        let covered = if merge_paused && self.policy.is_none() && self.budgets.expiries == 0 {
+            covered_cards(&self.scenario)
+        } else {
+            Vec::new()
+        };
+        self.view = View::new(true, covered);
         self
     }
 
@@ -366,7 +374,7 @@ impl Protocol for ReceiverModel {
     fn init(&self) -> World {
         World {
             per_delivery: self.per_delivery.clone(),
-            merge_settled: self.merge_settled,
+            view: self.view.clone(),
             ..World::initial(&self.scenario, self.budgets)
         }
     }

@@ -7,6 +7,7 @@
 //! schedule through it and the model checker explores every schedule through it, so both
 //! run exactly the same code.
 
+use crate::card::fingerprint::View;
 use crate::card::fixture::Scenario;
 use crate::card::policy::{Mutant, Policy};
 use crate::card::properties::{self, Properties, Property};
@@ -215,10 +216,10 @@ impl DeliverySet {
 /// The receiver, what the sender still owes, the fault budgets, and the first property a
 /// step broke.
 ///
-/// A world's `Hash` is its identity in the model checker's visited set. With
-/// `merge_settled` it leaves out which state decision (applied, stale, equal) each settled
-/// record got: see [`Receiver::fingerprint`] for why worlds that differ only there are one
-/// state.
+/// A world's `Hash` is its identity in the model checker's visited set: its receiver's
+/// fingerprint in the run's [`View`] (which may leave out settled records' state decisions,
+/// and how a covered card got to its pause: see [`Receiver::fingerprint`] for why worlds
+/// that differ only there are one state) and everything else.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct World {
     /// The receiver's state, shared between worlds until a step changes it: a duplicate
@@ -235,14 +236,14 @@ pub struct World {
     pub per_delivery: DeliveryBudgets,
     /// The first property broken on the way here.
     pub violation: Option<Property>,
-    /// Whether the world's identity leaves out settled records' state decisions (the model
-    /// file's `merge_settled`; the same in every world of a run).
-    pub merge_settled: bool,
+    /// What the world's identity leaves out of the receiver (the model file's
+    /// `merge_settled` and `merge_paused`; the same in every world of a run).
+    pub view: View,
 }
 
 impl std::hash::Hash for World {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.receiver.fingerprint(self.merge_settled));
+        state.write_u64(self.receiver.fingerprint(&self.view));
         self.owed.hash(state);
         self.forgotten.hash(state);
         self.budgets.hash(state);
@@ -277,7 +278,7 @@ impl World {
             budgets,
             per_delivery: DeliveryBudgets::NONE,
             violation: None,
-            merge_settled: false,
+            view: View::full(),
         }
     }
 

@@ -112,6 +112,7 @@ fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
         split: false,
         symmetry: true,
         merge_settled: true,
+        merge_paused: true,
         per_delivery: None,
         properties: None,
         expect: match expectation {
