@@ -3,9 +3,9 @@
 //! Group `check`: `models/b62-15.toml` (DFS, 2 threads, as the file says) loaded once, then
 //! [`arrival::card::check::run`] (progress off) to exhaustion in each iteration:
 //! - `b62-15/arrival`: arrival's own checker, with the model file's defaults (the symmetry
-//!   of identical redeliveries, settled decisions merged);
-//! - `b62-15/arrival-unmerged`: the same checker with `merge_settled = false`, the model
-//!   as it was before that reduction;
+//!   of identical redeliveries, settled decisions and paused paths merged);
+//! - `b62-15/arrival-unmerged`: the same checker with `merge_settled = false` (which turns
+//!   `merge_paused` off too), the model as it was before those reductions;
 //! - `b62-15/stateright`: stateright 0.31's checker on the default model, the figure before
 //!   arrival had its own checker.
 //!
