@@ -3,8 +3,9 @@
 # the independence split, one duplicate, one lost ack and one crash, reconciliation
 # interleaved, DFS on 2 threads (the table of issue 13). Seed 1 is `arrival gen`'s default;
 # seed 7 is the seed of the issue's first table (it puts about half the deliveries on one
-# card). Each size runs with both reductions on (the defaults); sizes up to 28 also run
-# with `merge_settled = false` and with `symmetry = false` too, to show what each removes.
+# card). Each size runs with every reduction on (the defaults); sizes up to 28 also run
+# with `merge_settled = false` (which turns `merge_paused` off too) and with
+# `symmetry = false` as well, to show what the reductions remove.
 # One process per run, a time cap per run. Prints a Markdown table.
 # Usage: benches/scaling-split.sh [MAX_SECONDS_PER_RUN] [ENGINE] [SEEDS]
 set -euo pipefail
