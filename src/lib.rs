@@ -37,7 +37,7 @@
 //! | [`card::replay`] | walks a fixture's schedule (or the default order) and builds the report (the `--json` contract) |
 //! | [`card::table`] | renders reports as text tables for people |
 //! | [`card::model`] | the card protocol as a [`harness::Protocol`] around [`card::network::transition`], with decision coverage and the symmetry of identical redeliveries |
-//! | `card::fingerprint` | a receiver's fingerprint for the visited set, kept beside it until it changes, with settled decisions merged (a sound reduction, argued at [`card::receiver::Receiver::fingerprint`]) |
+//! | [`card::fingerprint`] | a receiver's fingerprint for the visited set, kept beside it until it changes, in a view that may merge settled decisions and forget how a covered card got to its pause (sound reductions, argued at [`card::receiver::Receiver::fingerprint`] and [`card::fingerprint::covered_cards`]) |
 //! | [`card::check`] | card model files and runs, through the harness |
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
