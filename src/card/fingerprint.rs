@@ -88,7 +88,8 @@ impl View {
 /// records differ at most in being settled (any decision) or resolved, which no policy
 /// step, no property and no later settlement tells apart for an input that names an
 /// existing card and could be decided (resolved and settled are both not unresolved inputs,
-/// and a redelivery of either is a duplicate). Expiry would tell them apart (it forgets
+/// and a redelivery of either is a duplicate), so the fingerprint takes a covered card's
+/// settled and resolved records as one, paused or not. Expiry would tell them apart (it forgets
 /// settled ids but never waiting ones), so the reduction is off when the model may expire
 /// records, and mutant policies (which may read a paused card or re-evaluate in order)
 /// keep the whole state.
