@@ -35,6 +35,10 @@ fn default_merge_settled() -> bool {
     true
 }
 
+fn default_merge_paused() -> bool {
+    true
+}
+
 fn default_reconciliation() -> Reconciliation {
     Reconciliation::Interleaved
 }
@@ -95,7 +99,7 @@ pub struct ModelFile {
     /// With `merge_settled`, under SPEC and without expiry: forget how a card whose
     /// authority snapshot supersedes every input naming it got to its pause, while it is
     /// paused (a sound reduction, see [`crate::card::fingerprint::covered_cards`]).
-    #[serde(default = "default_merge_settled")]
+    #[serde(default = "default_merge_paused")]
     pub merge_paused: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
@@ -305,7 +309,7 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
         model = model.with_symmetry();
     }
     if loaded.file.merge_settled {
-        model = model.with_merged_settled(loaded.file.merge_paused);
+        model = model.with_merges(loaded.file.merge_paused);
     }
     model
 }

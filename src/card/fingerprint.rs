@@ -54,11 +54,6 @@ impl View {
         }
     }
 
-    /// Whether settled records' state decisions are merged.
-    pub fn merges_settled(&self) -> bool {
-        self.merge_settled
-    }
-
     /// The cards whose path to a pause is forgotten while they are paused.
     pub fn covered(&self) -> &[Sym] {
         self.covered.as_deref().unwrap_or(&[])
@@ -199,9 +194,10 @@ impl Receiver {
     /// an id, so such a delivery is unrecorded and breaks the property in both worlds alike.
     /// A mutant that recorded variants and answered by id would need this argued again.)
     /// Settled means applied, stale or equal under every policy (each record's standing is
-    /// derived from its decision; the digest asserts it in debug builds). Re-evaluation and settlement read held records only (a settled record is never
-    /// held), expiry and unresolved inputs read standings, convergence reads cards, holds
-    /// and standings, and first-record-immutable compares contents and receive times. So
+    /// derived from its decision; the digest asserts it in debug builds). Re-evaluation
+    /// and settlement read held records only (a settled record is never held), expiry and
+    /// unresolved inputs read standings, convergence reads cards, holds and standings, and
+    /// first-record-immutable compares contents and receive times. So
     /// from two receivers that differ only in settled decisions, every step leads to two
     /// receivers that again differ only there, with the same properties broken; a trace to
     /// a violation in one is a trace to a violation in the other, of the same length. A

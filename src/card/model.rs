@@ -228,7 +228,7 @@ impl ReceiverModel {
     /// taken as one state ([`crate::card::receiver::Receiver::fingerprint`]); with
     /// `merge_paused`, under SPEC and without expiry, also worlds that differ only in how a
     /// covered card got to its pause ([`covered_cards`]).
-    pub fn with_merged_settled(mut self, merge_paused: bool) -> ReceiverModel {
+    pub fn with_merges(mut self, merge_paused: bool) -> ReceiverModel {
         let covered = if merge_paused && self.policy.is_none() && self.budgets.expiries == 0 {
             covered_cards(&self.scenario)
         } else {

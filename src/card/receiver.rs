@@ -419,7 +419,7 @@ pub struct Receiver {
     anonymous: BTreeMap<u32, Record>,
     /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
     holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
-    /// The model checker's fingerprints of this value ([`Receiver::fingerprint`]), emptied
+    /// The model checker's fingerprint of this value ([`Receiver::fingerprint`]), emptied
     /// by every change; no part of the state.
     fingerprints: FingerprintCache,
 }
@@ -570,7 +570,7 @@ impl Receiver {
         }
     }
 
-    /// The fingerprints kept for this value ([`Receiver::fingerprint`]).
+    /// The fingerprint kept for this value ([`Receiver::fingerprint`]).
     pub(crate) fn fingerprint_cache(&self) -> &FingerprintCache {
         &self.fingerprints
     }
