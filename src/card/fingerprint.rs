@@ -15,15 +15,18 @@ use crate::card::wire::{Sym, Version};
 use foldhash::quality::FixedState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::Mutex;
 
-/// What a fingerprint leaves out; the same for every world of one model run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+/// What a fingerprint leaves out; the same for every world of one model run. It is `Copy`
+/// (every world carries one, and a world is cloned for every step the checker takes): the
+/// covered cards are an interned slice, so copying a view touches no reference count that
+/// the checker's threads would share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct View {
     /// Settled records contribute their content, not their state decision.
     merge_settled: bool,
     /// Cards (sorted) whose path to a pause is forgotten while they are paused.
-    covered: Option<Arc<[Sym]>>,
+    covered: &'static [Sym],
     /// The view's own hash, kept beside cached fingerprints; never 0.
     tag: u64,
 }
@@ -46,7 +49,7 @@ impl View {
         let tag = FixedState::with_seed(0x7669_6577)
             .hash_one((merge_settled, &covered))
             .max(1);
-        let covered = (!covered.is_empty()).then(|| Arc::from(covered));
+        let covered = intern(covered);
         View {
             merge_settled,
             covered,
@@ -56,12 +59,29 @@ impl View {
 
     /// The cards whose path to a pause is forgotten while they are paused.
     pub fn covered(&self) -> &[Sym] {
-        self.covered.as_deref().unwrap_or(&[])
+        self.covered
     }
 
     fn is_covered(&self, card: Option<Sym>) -> bool {
         card.is_some_and(|card| self.covered().binary_search(&card).is_ok())
     }
+}
+
+/// The one `'static` copy of a sorted set of covered cards. A process keeps each distinct
+/// set once, for its lifetime (a set is a few card ids, and a process checks a handful of
+/// fixtures), so views can be copied freely.
+fn intern(covered: Vec<Sym>) -> &'static [Sym] {
+    static SETS: Mutex<Vec<&'static [Sym]>> = Mutex::new(Vec::new());
+    if covered.is_empty() {
+        return &[];
+    }
+    let mut sets = SETS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(kept) = sets.iter().find(|kept| kept[..] == covered[..]) {
+        return kept;
+    }
+    let kept: &'static [Sym] = Box::leak(covered.into_boxed_slice());
+    sets.push(kept);
+    kept
 }
 
 /// The cards of `scenario` whose authority snapshot supersedes every input that names them:

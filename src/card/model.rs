@@ -374,7 +374,7 @@ impl Protocol for ReceiverModel {
     fn init(&self) -> World {
         World {
             per_delivery: self.per_delivery.clone(),
-            view: self.view.clone(),
+            view: self.view,
             ..World::initial(&self.scenario, self.budgets)
         }
     }
