@@ -239,7 +239,7 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn a_missing_keys_file_is_bad_input() {
-    let status = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
         .args([
             "pipeline",
             "serve",
@@ -248,10 +248,52 @@ fn a_missing_keys_file_is_bad_input() {
             "--keys",
             "/nonexistent/keys.json",
         ])
-        .stderr(Stdio::null())
-        .status()
+        .output()
         .unwrap();
-    assert_eq!(status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/keys.json"), "{stderr}");
+}
+
+#[test]
+fn a_missing_inbox_is_bad_input_and_is_not_created() {
+    // Only `pipeline init` creates an inbox: a mistyped --db must not become a new, empty
+    // one with no applications (every fact would then wait for ever).
+    let dir = TempDir::new("missing-inbox").unwrap();
+    let keys = dir.0.join("keys.json");
+    std::fs::write(&keys, r#"{"finance":["k1"],"contracts":["k2"]}"#).unwrap();
+    let missing = dir.0.join("typo.db");
+    let db = missing.to_str().unwrap();
+    let keys = keys.to_str().unwrap();
+    for args in [
+        vec!["pipeline", "serve", "--db", db, "--keys", keys],
+        vec!["pipeline", "status", "--db", db],
+        vec![
+            "pipeline",
+            "upgrade",
+            "--db",
+            db,
+            "--tenant",
+            "t",
+            "--application",
+            "a",
+            "--material-version",
+            "2",
+        ],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+            .args(&args)
+            .env_remove("ARRIVAL_DB")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no inbox at") && stderr.contains("arrival pipeline init"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!missing.exists(), "{args:?} created {db}");
+    }
 }
 
 #[test]
@@ -321,4 +363,85 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
     assert_eq!(pending, 0, "the deleted entry stays pending");
     assert_eq!(dead.len(), 1, "dead-lettered once: {dead:?}");
     assert_eq!(dead[0].field("entry"), Some(id.as_bytes()));
+}
+
+#[test]
+fn a_body_that_stalls_is_answered_408_and_nothing_enters_the_stream() {
+    use std::io::{Read, Write};
+    let url = redis_url();
+    let dir = TempDir::new("arrival-test").unwrap();
+    store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
+    std::fs::write(
+        dir.0.join("keys.json"),
+        format!(
+            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
+            drill::KEY_FINANCE,
+            drill::KEY_CONTRACTS
+        ),
+    )
+    .unwrap();
+    let names = Names {
+        stream: unique("arrival-test"),
+        group: "inbox".into(),
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.0.join("inbox.db"))
+        .arg("--keys")
+        .arg(dir.0.join("keys.json"))
+        .args(["--stream", &names.stream, "--group", &names.group])
+        .args(["--consumers", "0", "--body-timeout-ms", "300"])
+        .env("ARRIVAL_REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .trim_start_matches("listening ")
+        .parse()
+        .unwrap();
+    // Headers promise 100 bytes; 10 arrive, then the sender stalls.
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    socket
+        .write_all(
+            b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nx-acme-source: finance\r\n\
+              x-acme-signature: sha256=00\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{\"event_id",
+        )
+        .unwrap();
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !String::from_utf8_lossy(&reply).contains("body_timeout") {
+        let read = socket
+            .read(&mut chunk)
+            .expect("an answer before the read timeout");
+        assert!(
+            read > 0,
+            "closed without an answer: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        reply.extend_from_slice(&chunk[..read]);
+    }
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let entries: usize = redis::cmd("XLEN")
+        .arg(&names.stream)
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(
+        entries, 0,
+        "a timed-out request must add nothing to the stream"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
 }

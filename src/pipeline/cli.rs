@@ -92,6 +92,9 @@ pub enum PipelineCommand {
         /// Freshness window (seconds).
         #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS)]
         freshness_seconds: i64,
+        /// How long to wait for a request's whole body before answering 408 (ms).
+        #[arg(long, default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS)]
+        body_timeout_ms: u64,
         /// Run a wrong pipeline (a facts mutant's name), for drills.
         #[arg(long)]
         mutant: Option<String>,
@@ -207,6 +210,24 @@ fn env_error(what: &Path, error: impl std::fmt::Display) -> InputError {
     InputError::invalid(what, "pipeline", error.to_string())
 }
 
+/// Refuses an inbox database that does not exist yet: only `pipeline init` creates one, so a
+/// mistyped `--db` is bad input (exit 2) rather than a new, empty inbox with no
+/// applications registered.
+fn existing_inbox(db: &Path) -> Result<(), InputError> {
+    if db.exists() {
+        return Ok(());
+    }
+    Err(InputError::invalid(
+        Path::new("--db"),
+        "command line",
+        format!(
+            "no inbox at {}: run `arrival pipeline init --db {} --fixture FIXTURE --keys-out KEYS` first",
+            db.display(),
+            db.display()
+        ),
+    ))
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, InputError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -267,12 +288,15 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
             busy_timeout_ms,
             max_body_bytes,
             freshness_seconds,
+            body_timeout_ms,
             mutant: name,
         } => {
+            let keys = ingress::load_keys(&keys)?;
+            existing_inbox(&db)?;
             let options = ServeOptions {
                 listen,
                 db: db.clone(),
-                keys: ingress::load_keys(&keys)?,
+                keys,
                 redis_url: redis.redis_url.clone(),
                 names: redis.names(),
                 consumers,
@@ -282,6 +306,7 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
                 busy_timeout_ms,
                 max_body_bytes,
                 freshness_seconds,
+                body_timeout_ms,
                 mutant: mutant(name.as_deref())?,
                 shifted_clock: false,
             };
@@ -291,6 +316,7 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
             Ok(true)
         }
         PipelineCommand::Status { db, json } => {
+            existing_inbox(&db)?;
             let mut conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS)
                 .map_err(|error| env_error(&db, error))?;
             let snapshot = store::snapshot(&mut conn).map_err(|error| env_error(&db, error))?;
@@ -345,6 +371,7 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
             application,
             material_version,
         } => {
+            existing_inbox(&db)?;
             let mut conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS)
                 .map_err(|error| env_error(&db, error))?;
             let key = crate::facts::application::AppKey {

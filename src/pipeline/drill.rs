@@ -371,6 +371,7 @@ pub async fn rig(
         busy_timeout_ms,
         max_body_bytes: crate::facts::ingress::DEFAULT_MAX_BODY_BYTES,
         freshness_seconds: crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS,
+        body_timeout_ms: super::ingress::DEFAULT_BODY_TIMEOUT_MS,
         mutant,
         shifted_clock: false,
     };

@@ -30,6 +30,10 @@ pub const ENTRY_HEADER: &str = "x-arrival-entry";
 /// How long ingress waits for `XADD` before answering 503.
 pub const XADD_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long ingress waits for a request's whole body by default: a sender that trickles
+/// its body (or stalls) is answered 408 and holds no connection beyond this.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
+
 /// The receiver's clock: the real one, or the real one shifted by a number of seconds (the
 /// fixture runner sets the shift per request so each request's `received_at` is now).
 #[derive(Debug, Default)]
@@ -113,6 +117,8 @@ pub struct IngressState {
     /// The receiver's clock.
     pub clock: Clock,
     mutant: Option<Mutant>,
+    /// How long to wait for a request's whole body.
+    body_timeout: Duration,
     /// When set, every accepted request is answered 503 as if `XADD` failed (the fixture
     /// runner's `stream_unavailable` step).
     pub stream_down: AtomicBool,
@@ -145,6 +151,18 @@ fn answer(response: Response, entry: Option<String>) -> axum::response::Response
     reply
 }
 
+/// 408 with `{"error":"body_timeout"}`: the body did not arrive in time. A transport
+/// answer, not an admission check: nothing of the request was judged or recorded.
+fn body_timed_out() -> axum::response::Response {
+    let mut reply = axum::response::Response::new(Body::from(r#"{"error":"body_timeout"}"#));
+    *reply.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    reply
+}
+
 async fn webhook(
     State(state): State<Arc<IngressState>>,
     headers: HeaderMap,
@@ -159,9 +177,13 @@ async fn webhook(
     if declared.is_some_and(|length| length > limit) {
         return answer(too_large, None);
     }
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return answer(too_large, None);
-    };
+    let bytes =
+        match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, limit)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(_)) => return answer(too_large, None),
+            // Nothing was read into the stream: the sender retries as after any failure.
+            Err(_) => return body_timed_out(),
+        };
     let Ok(apps) = state.applications() else {
         return answer(Response::unavailable(), None);
     };
@@ -225,6 +247,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Freshness window in seconds.
     pub freshness_seconds: i64,
+    /// How long to wait for a request's whole body (ms) before answering 408.
+    pub body_timeout_ms: u64,
     /// A wrong pipeline to run instead.
     pub mutant: Option<Mutant>,
     /// Use a clock the caller shifts ([`Clock::set_now`]) instead of the real one.
@@ -311,6 +335,7 @@ pub async fn start(
             Clock::real()
         },
         mutant: options.mutant,
+        body_timeout: Duration::from_millis(options.body_timeout_ms.max(1)),
         stream_down: AtomicBool::new(false),
     });
     let router = axum::Router::new()

@@ -108,6 +108,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, Pi
         max_deliveries: scenario.setup.max_deliveries,
         busy_timeout_ms: store::DEFAULT_BUSY_TIMEOUT_MS,
         max_body_bytes: scenario.setup.config.max_body_bytes,
+        body_timeout_ms: crate::pipeline::ingress::DEFAULT_BODY_TIMEOUT_MS,
         freshness_seconds: scenario.setup.config.freshness_seconds,
         mutant: options.mutant,
         shifted_clock: true,
