@@ -280,6 +280,43 @@ fn merge_refuses_what_cannot_be_merged() {
     let output = arrival(&["report", "merge", &a1, &other]);
     assert_eq!(status(&output), 2);
     assert!(stderr(&output).contains("policy"), "{}", stderr(&output));
+    // Shards by parts under different fault budgets are shares of two state spaces: the
+    // parts and the shard count agree, only the settings tell them apart.
+    let split = |spec: &str, budgets: &str, name: &str| -> String {
+        let output = arrival(&[
+            "check",
+            "models/b62-15-split.toml",
+            "--quiet",
+            "--json",
+            "--shard",
+            spec,
+            "--budgets",
+            budgets,
+        ]);
+        assert!(status(&output) < 2, "{}", stderr(&output));
+        let file = dir.path().join(name);
+        std::fs::write(&file, &output.stdout).unwrap();
+        file.display().to_string()
+    };
+    let one = split("1/2", "1,1,1,0", "split-1.json");
+    let two = split("2/2", "1,1,1,0", "split-2.json");
+    let fewer = split("2/2", "0,1,1,0", "split-2-fewer.json");
+    let output = arrival(&["report", "merge", &one, &two]);
+    assert_eq!(status(&output), 0, "{}", stderr(&output));
+    let output = arrival(&["report", "merge", &one, &fewer]);
+    assert_eq!(status(&output), 2, "{}", stderr(&output));
+    for word in [
+        "split-2-fewer.json",
+        "settings",
+        "duplicates=0",
+        "duplicates=1",
+    ] {
+        assert!(
+            stderr(&output).contains(word),
+            "{word}: {}",
+            stderr(&output)
+        );
+    }
 }
 
 #[test]

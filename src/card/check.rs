@@ -326,7 +326,45 @@ fn subject(loaded: &LoadedModel) -> Subject {
             Expectation::Violates(property) => Some(property.name()),
         },
         bytes_per_state: full_state_bytes(&loaded.scenario),
+        settings: settings_text(loaded),
     }
+}
+
+/// The model file's keys that shape the state space, after command-line overrides, in
+/// words (a report's `settings`).
+fn settings_text(loaded: &LoadedModel) -> String {
+    let file = &loaded.file;
+    let per_delivery = loaded
+        .per_delivery
+        .as_ref()
+        .map_or("none".to_owned(), |budgets| {
+            budgets
+                .iter()
+                .map(|(number, budget)| {
+                    format!(
+                        "#{number}:{}/{}/{}",
+                        budget.duplicates, budget.lost_acks, budget.crashes
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+    let reconciliation = match file.reconciliation {
+        Reconciliation::Interleaved => "interleaved",
+        Reconciliation::End => "end",
+    };
+    format!(
+        "duplicates={} lost_acks={} crashes={} expiries={} per_delivery={per_delivery} \
+         reconciliation={reconciliation} split={} symmetry={} merge_settled={} merge_paused={}",
+        file.duplicates,
+        file.lost_acks,
+        file.crashes,
+        file.expiries,
+        file.split,
+        file.symmetry,
+        file.merge_settled,
+        file.merge_paused
+    )
 }
 
 /// Checks one model file exhaustively.

@@ -921,6 +921,21 @@ fn diagram(
     }
 }
 
+/// The model file's keys that shape the state space, in words (a report's `settings`).
+fn settings_text(file: &ModelFile) -> String {
+    format!(
+        "consumers={} lost_responses={} crashes_before_commit={} crashes_after_commit={} \
+         takeovers={} poison={} upgrade={}",
+        file.consumers,
+        file.lost_responses,
+        file.crashes_before_commit,
+        file.crashes_after_commit,
+        file.takeovers,
+        file.poison,
+        file.upgrade
+    )
+}
+
 /// Checks one facts model file exhaustively.
 pub fn run(
     loaded: &LoadedModel,
@@ -947,6 +962,7 @@ pub fn run_with(
         policy: loaded.policy.clone(),
         expected: loaded.expected.map(Property::name),
         bytes_per_state: std::mem::size_of::<State>(),
+        settings: settings_text(&loaded.file),
     };
     let settings = Settings {
         strategy: loaded.file.strategy,

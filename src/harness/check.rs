@@ -27,6 +27,9 @@ pub struct Subject {
     pub expected: Option<&'static str>,
     /// Estimated bytes of one state.
     pub bytes_per_state: usize,
+    /// Everything else that shapes the state space (fault budgets, reductions, ...), in
+    /// the protocol's words: shard reports merge only when theirs are equal.
+    pub settings: String,
 }
 
 /// How a check covers the model.
@@ -276,6 +279,7 @@ pub fn check_parts_with<P: Protocol>(
         protocol: subject.protocol,
         fixture: subject.fixture,
         policy: subject.policy,
+        settings: subject.settings,
         verdict: verdict.into(),
         expected: subject.expected.unwrap_or("pass").into(),
         as_expected,
@@ -331,6 +335,7 @@ pub fn precondition_failed<P: Protocol>(
         protocol: subject.protocol,
         fixture: subject.fixture,
         policy: subject.policy,
+        settings: subject.settings,
         verdict: "fail".into(),
         expected: subject.expected.unwrap_or("pass").into(),
         as_expected: subject.expected == Some(property),

@@ -7,8 +7,9 @@
 //! `incomplete` with a shard missing or stopped at its state limit, else `pass`. State
 //! counts are summed over the shards (the shards do not share a visited set, so the sum of
 //! unique states counts a state once per shard that reached it). Reports of different
-//! models, policies, fixtures or shard counts, a shard given twice, a report that is not a
-//! shard's, and malformed JSON are refused, naming the file.
+//! models, policies, fixtures, settings (the report's `settings`: fault budgets,
+//! reconciliation, reductions) or shard counts, a shard given twice, a report that is not
+//! a shard's, and malformed JSON are refused, naming the file.
 
 use super::input::{parse_json, read_text, InputError};
 use super::report::{MergeReport, ModelReport, PropertyReport};
@@ -124,6 +125,7 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
         ("protocol", report.protocol.clone()),
         ("fixture", report.fixture.clone()),
         ("policy", report.policy.clone()),
+        ("settings", report.settings.clone()),
         ("expected", report.expected.clone()),
         ("parts", report.parts.to_string()),
         (
@@ -158,7 +160,7 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
                     file,
                     format!("model `{}`", report.model),
                     format!(
-                        "{what} `{mine}` differs from `{theirs}` in {}: merge the shards of one model under one policy, fixture and shard count",
+                        "{what} `{mine}` differs from `{theirs}` in {}: merge the shards of one model under one policy, fixture, settings and shard count",
                         first_file.display()
                     ),
                 ));
@@ -253,6 +255,7 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
         fixture: first.fixture.clone(),
         protocol: first.protocol.clone(),
         policy: first.policy.clone(),
+        settings: first.settings.clone(),
         verdict: verdict.into(),
         expected: first.expected.clone(),
         as_expected,

@@ -47,6 +47,10 @@ pub struct ModelReport {
     pub protocol: String,
     /// The policy checked.
     pub policy: String,
+    /// What else shapes the state space: fault budgets, reconciliation, reductions (card);
+    /// consumers and fault budgets (facts). Empty in reports written before it existed.
+    #[serde(default)]
+    pub settings: String,
     /// `pass`, `fail`, or `incomplete` (state limit hit with nothing violated, or a merge
     /// with shards missing); `partial` for one shard that violated nothing in its share;
     /// `sampled` for a simulation that found no violation (never `pass`).
