@@ -192,7 +192,7 @@ fn main() -> ExitCode {
             json,
             policy,
             wide,
-        } => replay_facts(&fixture, json, policy.as_deref().unwrap_or("spec"))
+        } => replay_facts(&fixture, json, policy.as_deref())
             .unwrap_or_else(|| run_replay(&fixture, json, wide, policy.as_deref())),
         Command::Check {
             models,
@@ -268,22 +268,42 @@ fn print(text: &str) {
 }
 
 /// `replay` of a facts fixture (top-level `"protocol": "facts"`): its table or JSON
-/// report. `None` for any other file, which the card.snapshot replay reads.
-fn replay_facts(fixture: &Path, json: bool, policy: &str) -> Option<Result<bool, InputError>> {
+/// report. `None` for any other file, which the card.snapshot replay reads. Without
+/// `--policy`, a counterexample fixture replays under the policy its `trace` block records
+/// (so it shows its violation), any other under SPEC, as for card fixtures.
+fn replay_facts(
+    fixture: &Path,
+    json: bool,
+    policy: Option<&str>,
+) -> Option<Result<bool, InputError>> {
     use arrival::facts::{fixture::is_facts_file, replay};
     if !is_facts_file(fixture) {
         return None;
     }
     let run = || -> Result<bool, InputError> {
         let mut scenario = arrival::facts::fixture::Scenario::load(fixture)?;
-        scenario.setup.mutant = facts_policy(policy).map_err(|message| {
-            InputError::invalid(Path::new("--policy"), "command line", message)
+        let (name, from_trace) = match (policy, &scenario.trace) {
+            (Some(given), _) => (given.to_owned(), false),
+            (None, Some(origin)) => (origin.policy.clone(), true),
+            (None, None) => ("spec".to_owned(), false),
+        };
+        scenario.setup.mutant = facts_policy(&name).map_err(|message| {
+            if from_trace {
+                InputError::invalid(fixture, "trace.policy", message)
+            } else {
+                InputError::invalid(Path::new("--policy"), "command line", message)
+            }
         })?;
         let report = replay::replay(&scenario);
         if json {
             print(&(serde_json::to_string_pretty(&report).expect("reports serialise") + "\n"));
         } else {
-            print(&replay::render_table(&report));
+            let header = if from_trace {
+                format!("policy: {name} (from the trace)\n")
+            } else {
+                String::new()
+            };
+            print(&(header + &replay::render_table(&report)));
         }
         Ok(report.passed())
     };

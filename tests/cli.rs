@@ -533,6 +533,33 @@ fn replay_of_a_trace_uses_its_recorded_policy_unless_told_otherwise() {
 }
 
 #[test]
+fn replay_of_a_facts_trace_uses_its_recorded_policy_unless_told_otherwise() {
+    let trace = "fixtures/regressions/acmeflow-mutant-ack-before-commit.ack-after-commit.json";
+    let out = arrival(&["replay", trace]);
+    assert_status(&out, 1, "replay of a facts trace under its recorded policy");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("policy: ack-before-commit (from the trace)\n"),
+        "{text}"
+    );
+    assert!(text.contains("ack-after-commit"), "{text}");
+    let out = arrival(&["replay", trace, "--json"]);
+    assert_status(&out, 1, "replay --json of a facts trace");
+    assert_eq!(json(&out)["policy"], "ack-before-commit");
+    let out = arrival(&["replay", trace, "--policy", "spec"]);
+    assert_status(&out, 0, "replay of a facts trace under --policy spec");
+    assert!(!stdout(&out).contains("from the trace"));
+    assert_eq!(
+        json(&arrival(&["replay", trace, "--policy", "spec", "--json"]))["policy"],
+        "spec"
+    );
+    // A facts fixture without a trace block replays under SPEC.
+    let out = arrival(&["replay", "fixtures/acmeflow-wf14.json"]);
+    assert_status(&out, 0, "replay of acmeflow-wf14");
+    assert!(!stdout(&out).contains("from the trace"));
+}
+
+#[test]
 fn replay_with_a_wrong_expect_exits_1_and_names_what_differs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join(B62_15)).expect("B62-15");

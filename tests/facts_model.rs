@@ -93,6 +93,15 @@ fn every_facts_mutant_is_caught_by_its_named_property_with_a_trace_that_replays(
             .expect(".mmd")
             .contains("participant L0 as source"));
         let mut scenario = Scenario::load(Path::new(written)).expect("the trace loads");
+        let origin = scenario
+            .trace
+            .as_ref()
+            .expect("a written trace has its trace block");
+        assert_eq!(
+            (origin.policy.as_str(), origin.violates.as_str()),
+            (mutant.name(), property.name()),
+            "{written}"
+        );
         assert_eq!(
             scenario.schedule.as_ref().map(Vec::len),
             Some(trace.steps.len())
@@ -134,6 +143,17 @@ fn the_kept_facts_traces_still_replay() {
             .split_once('.')
             .expect("mutant.property.json");
         let mut scenario = Scenario::load(&path).expect("loads");
+        let origin = scenario
+            .trace
+            .clone()
+            .expect("a kept trace has its trace block");
+        assert_eq!(origin.policy, mutant, "{name}");
+        assert_eq!(origin.violates, property, "{name}");
+        assert_eq!(
+            origin.model,
+            format!("models/acmeflow-mutant-{mutant}.toml"),
+            "{name}"
+        );
         assert!(replay(&scenario).violations.is_empty(), "{name} under spec");
         scenario.setup.mutant = Some(mutant.parse().expect("a facts mutant"));
         let report = replay(&scenario);

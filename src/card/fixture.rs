@@ -107,17 +107,7 @@ pub struct RawStep {
     pub expire: bool,
 }
 
-/// Where a counterexample fixture came from.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TraceOrigin {
-    /// The model file.
-    pub model: String,
-    /// The policy that was checked.
-    pub policy: String,
-    /// The property the schedule violates under that policy.
-    pub violates: String,
-}
+pub use crate::harness::model_file::TraceOrigin;
 
 /// A fixture file as written.
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -10,6 +10,7 @@ use super::envelope::Source;
 use super::ingress::{IngressConfig, Reason, Response, Secret, DEFAULT_MAX_BODY_BYTES};
 use super::world::{Consumer, Crash, PostFault, PostedRequest, Setup, Step};
 use crate::harness::input::InputError;
+use crate::harness::model_file::TraceOrigin;
 use crate::harness::timestamp::parse_rfc3339;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -183,6 +184,9 @@ pub struct RawFixture {
     /// One explicit order of steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<RawStep>>,
+    /// Where a counterexample fixture came from (written by `check --trace-out`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceOrigin>,
     /// What replay checks at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<RawExpect>,
@@ -225,6 +229,8 @@ pub struct Scenario {
     pub labels: BTreeMap<AppKey, String>,
     /// The explicit schedule, if any.
     pub schedule: Option<Vec<Step>>,
+    /// Where it came from, for a counterexample fixture.
+    pub trace: Option<TraceOrigin>,
     /// What replay checks.
     pub expect: Option<Expect>,
 }
@@ -398,6 +404,7 @@ impl Scenario {
             applications,
             labels,
             schedule,
+            trace: raw.trace.clone(),
             expect,
         })
     }

@@ -761,13 +761,17 @@ fn trace(
                 scenario.name, property, loaded.policy
             ));
             raw.description = Some(format!(
-                "Counterexample found by `arrival check {}`: under policy {} this schedule violates {}. Replay it with `arrival replay --policy {} FILE`.",
+                "Counterexample found by `arrival check {}`: under policy {} this schedule violates {}. `arrival replay FILE` replays it under that policy (the trace block's), `--policy spec` under the contract.",
                 loaded.path.display(),
                 loaded.policy,
                 property,
-                loaded.policy
             ));
             raw.schedule = Some(steps.iter().map(raw_step).collect());
+            raw.trace = Some(crate::harness::model_file::TraceOrigin {
+                model: loaded.path.display().to_string(),
+                policy: loaded.policy.clone(),
+                violates: property.name().to_owned(),
+            });
             raw.expect = None;
             Some(crate::harness::model_file::write_trace(
                 dir,

@@ -114,6 +114,8 @@ pub struct Report {
     pub name: String,
     /// Always `facts`.
     pub protocol: &'static str,
+    /// The policy replayed: `spec` or a facts mutant's name.
+    pub policy: &'static str,
     /// Whether the fixture's own schedule was walked (else the default order).
     pub scheduled: bool,
     /// The steps.
@@ -229,6 +231,7 @@ pub fn replay(scenario: &Scenario) -> Report {
         fixture: scenario.file.display().to_string(),
         name: scenario.name.clone(),
         protocol: "facts",
+        policy: scenario.setup.mutant.map_or("spec", |mutant| mutant.name()),
         scheduled: scenario.schedule.is_some(),
         steps,
         end,

@@ -81,6 +81,20 @@ pub fn load_fixture<T>(
     })
 }
 
+/// Where a counterexample fixture came from: its `trace` block, the same for every
+/// protocol. `replay` without `--policy` replays such a fixture under `policy`, so it shows
+/// its violation.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceOrigin {
+    /// The model file.
+    pub model: String,
+    /// The policy that was checked.
+    pub policy: String,
+    /// The property the schedule violates under that policy.
+    pub violates: String,
+}
+
 /// Writes a counterexample fixture as `DIR/MODEL-STEM.PROPERTY.json` and returns its path.
 pub fn write_trace(
     dir: &Path,

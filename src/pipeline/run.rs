@@ -498,6 +498,7 @@ impl Runner<'_> {
             fixture: self.scenario.file.display().to_string(),
             name: self.scenario.name.clone(),
             protocol: "facts",
+            policy: self.options.mutant.map_or("spec", |mutant| mutant.name()),
             scheduled: self.scenario.schedule.is_some(),
             steps: std::mem::take(&mut self.steps),
             end,
