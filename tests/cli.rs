@@ -1066,3 +1066,45 @@ fn store_drill_junit_is_schema_valid_with_a_case_per_check() {
     assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
     assert!(!xml.contains("<failure"), "{xml}");
 }
+
+#[test]
+fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
+    let model = "models/mutant-last-arrival-wins.toml";
+    let trace_of = |out: &std::process::Output| -> Value {
+        let report = json(out);
+        report["models"][0]["properties"]
+            .as_array()
+            .expect("properties")
+            .iter()
+            .find(|property| property["name"] == "convergence")
+            .expect("convergence is checked")["trace"]
+            .clone()
+    };
+    // Depth-first, the checker meets a convergence violation within 200 states; the
+    // breadth-first search for a shortest one needs more than that.
+    let limited = [
+        "check",
+        model,
+        "--quiet",
+        "--strategy",
+        "dfs",
+        "--state-limit",
+        "200",
+    ];
+    let mut args = limited.to_vec();
+    args.push("--json");
+    let trace = trace_of(&arrival(&args));
+    assert_eq!(trace["shortest"], false, "{trace}");
+    let text = stdout(&arrival(&limited));
+    assert!(text.contains("not known to be shortest"), "{text}");
+    // Without the limit the same model's trace is a shortest one, and says nothing more.
+    let out = arrival(&["check", model, "--quiet", "--strategy", "dfs", "--json"]);
+    let trace = trace_of(&out);
+    assert_eq!(trace["shortest"], true, "{trace}");
+    assert!(
+        trace["steps"].as_array().unwrap().len() <= 12,
+        "a shortest trace is no longer than the limited run's: {trace}"
+    );
+    let text = stdout(&arrival(&["check", model, "--quiet", "--strategy", "dfs"]));
+    assert!(!text.contains("not known to be shortest"), "{text}");
+}

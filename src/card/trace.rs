@@ -113,6 +113,7 @@ pub fn report(
             .collect(),
         fixture: written,
         table: table::render(&replayed),
+        shortest: true,
     })
 }
 

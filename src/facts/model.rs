@@ -789,6 +789,7 @@ fn trace(
         steps: steps.iter().map(describe_step).collect(),
         fixture: written,
         table,
+        shortest: true,
     })
 }
 

@@ -80,14 +80,15 @@ impl Tally {
     }
 }
 
-/// Explores `protocol`, adds its counts to `tally`, and returns a shortest path for each
-/// property it violated that `wanted` accepts.
+/// Explores `protocol`, adds its counts to `tally`, and returns a path for each property it
+/// violated that `wanted` accepts: a shortest one, unless the state limit stops the
+/// breadth-first search for it first (then the path the exploration found, marked `false`).
 fn exhaust<Q: Protocol>(
     protocol: &Q,
     settings: &Settings,
     tally: &mut Tally,
     wanted: impl Fn(usize) -> bool,
-) -> Vec<(usize, Vec<Q::Step>)> {
+) -> Vec<(usize, Vec<Q::Step>, bool)> {
     let run = explore(protocol.clone(), settings);
     tally.add(&run, settings);
     let mut found = Vec::new();
@@ -96,8 +97,10 @@ fn exhaust<Q: Protocol>(
             continue;
         };
         if wanted(index) {
-            let steps = shortest(protocol, index, settings).unwrap_or(steps);
-            found.push((index, steps));
+            match shortest(protocol, index, settings) {
+                Some(shortest) => found.push((index, shortest, true)),
+                None => found.push((index, steps, false)),
+            }
         }
     }
     found
@@ -143,14 +146,18 @@ pub fn check_parts_with<P: Protocol>(
                     prefix_depth: Some(depth),
                 });
                 let wanted = |index| checked(index) && !traces.contains_key(&index);
-                for (index, steps) in exhaust(&restricted, settings, &mut tally, wanted) {
-                    traces.insert(index, trace(part, index, &steps)?);
+                for (index, steps, shortest) in exhaust(&restricted, settings, &mut tally, wanted) {
+                    let mut report = trace(part, index, &steps)?;
+                    report.shortest = shortest;
+                    traces.insert(index, report);
                 }
             }
             Mode::Exhaustive | Mode::Shard(_) => {
                 let wanted = |index| checked(index) && !traces.contains_key(&index);
-                for (index, steps) in exhaust(part, settings, &mut tally, wanted) {
-                    traces.insert(index, trace(part, index, &steps)?);
+                for (index, steps, shortest) in exhaust(part, settings, &mut tally, wanted) {
+                    let mut report = trace(part, index, &steps)?;
+                    report.shortest = shortest;
+                    traces.insert(index, report);
                 }
             }
             Mode::Simulate(how) => {
@@ -201,7 +208,9 @@ pub fn check_parts_with<P: Protocol>(
                         trace_steps: steps.len(),
                         shortest: is_shortest,
                     });
-                    traces.insert(index, trace(part, index, &steps)?);
+                    let mut trace = trace(part, index, &steps)?;
+                    trace.shortest = is_shortest;
+                    traces.insert(index, trace);
                 }
             }
         }

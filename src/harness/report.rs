@@ -33,6 +33,15 @@ pub struct TraceReport {
     /// The trace as a Mermaid sequence diagram.
     #[serde(default)]
     pub mermaid: String,
+    /// Whether the trace is known to be a shortest one. False when the breadth-first rerun
+    /// that looks for it stopped at the state limit (or, for a simulation, at its budget)
+    /// before reaching the violation: the trace is then the path the first search found.
+    #[serde(default = "known_shortest")]
+    pub shortest: bool,
+}
+
+fn known_shortest() -> bool {
+    true
 }
 
 /// One model's result.
@@ -242,9 +251,14 @@ pub fn render(report: &ModelReport) -> String {
         if let Some(trace) = &property.trace {
             let _ = writeln!(
                 out,
-                "\n  counterexample for {} ({} steps):",
+                "\n  counterexample for {} ({} steps{}):",
                 property.name,
-                trace.steps.len()
+                trace.steps.len(),
+                if trace.shortest {
+                    ""
+                } else {
+                    "; not known to be shortest: the breadth-first search for one stopped at its state budget"
+                }
             );
             for (index, step) in trace.steps.iter().enumerate() {
                 let _ = writeln!(out, "    {}. {step}", index + 1);
