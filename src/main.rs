@@ -144,7 +144,8 @@ enum ReportCommand {
     /// the same models in each) into one verdict per model, as one unsharded run would give.
     /// Exit status 0 when every merged verdict is as expected, 1 when not (a shard missing
     /// makes a model expected to pass `incomplete`), 2 when the reports cannot be merged
-    /// (different models, policies, fixtures or shard counts; a shard twice; bad JSON).
+    /// (different models, policies, fixtures, settings or shard counts; a shard twice; a
+    /// report without settings, written by an older arrival; bad JSON).
     Merge {
         /// The shard reports.
         #[arg(required = true, value_name = "REPORT")]

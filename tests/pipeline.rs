@@ -294,6 +294,30 @@ fn a_missing_inbox_is_bad_input_and_is_not_created() {
         );
         assert!(!missing.exists(), "{args:?} created {db}");
     }
+    // A file that is there but is no inbox (empty, say) is refused too, and left as it was.
+    let empty = dir.0.join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(["pipeline", "status", "--db", empty.to_str().unwrap()])
+        .env_remove("ARRIVAL_DB")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not an arrival inbox"), "{stderr}");
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "left as it was"
+    );
+    // A zero body timeout is refused by the command line.
+    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args(["pipeline", "serve", "--db", db, "--keys", keys])
+        .args(["--body-timeout-ms", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--body-timeout-ms"));
 }
 
 #[test]

@@ -317,6 +317,27 @@ fn merge_refuses_what_cannot_be_merged() {
             stderr(&output)
         );
     }
+    // Reports from before `settings` existed cannot show they share a state space.
+    let old = |from: &str, name: &str| -> String {
+        let mut report: Value =
+            serde_json::from_str(&std::fs::read_to_string(from).unwrap()).unwrap();
+        report["models"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("settings");
+        let file = dir.path().join(name);
+        std::fs::write(&file, report.to_string()).unwrap();
+        file.display().to_string()
+    };
+    let (old_one, old_two) = (old(&one, "old-1.json"), old(&two, "old-2.json"));
+    let output = arrival(&["report", "merge", &old_one, &old_two]);
+    assert_eq!(status(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("old-1.json")
+            && stderr(&output).contains("before reports carried"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]

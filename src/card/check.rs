@@ -330,8 +330,8 @@ fn subject(loaded: &LoadedModel) -> Subject {
     }
 }
 
-/// The model file's keys that shape the state space, after command-line overrides, in
-/// words (a report's `settings`).
+/// The model file's keys that shape the state space, after command-line overrides and as
+/// they take effect, in words (a report's `settings`).
 fn settings_text(loaded: &LoadedModel) -> String {
     let file = &loaded.file;
     let per_delivery = loaded
@@ -353,17 +353,21 @@ fn settings_text(loaded: &LoadedModel) -> String {
         Reconciliation::Interleaved => "interleaved",
         Reconciliation::End => "end",
     };
+    // The reductions as they take effect ([`build_model`], `ReceiverModel::with_merges`),
+    // not as written: a key that changes nothing must not keep shards apart.
+    let symmetry = file.symmetry && loaded.per_delivery.is_none();
+    let merge_paused =
+        file.merge_settled && file.merge_paused && loaded.policy.0.is_none() && file.expiries == 0;
     format!(
         "duplicates={} lost_acks={} crashes={} expiries={} per_delivery={per_delivery} \
-         reconciliation={reconciliation} split={} symmetry={} merge_settled={} merge_paused={}",
+         reconciliation={reconciliation} split={} symmetry={symmetry} merge_settled={} \
+         merge_paused={merge_paused}",
         file.duplicates,
         file.lost_acks,
         file.crashes,
         file.expiries,
         file.split,
-        file.symmetry,
         file.merge_settled,
-        file.merge_paused
     )
 }
 

@@ -68,6 +68,16 @@ pub fn merge(inputs: &[(PathBuf, Vec<ModelReport>)]) -> Result<Vec<ModelReport>,
                     ),
                 ));
             }
+            if report.settings.is_empty() {
+                return Err(InputError::invalid(
+                    file,
+                    place,
+                    format!(
+                        "`{}` was written before reports carried their settings (fault budgets, reductions), so whether its shards checked one state space cannot be told: run the shards again with this arrival",
+                        report.model
+                    ),
+                ));
+            }
             if report.shard.is_none() {
                 return Err(InputError::invalid(
                     file,

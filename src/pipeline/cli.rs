@@ -92,8 +92,12 @@ pub enum PipelineCommand {
         /// Freshness window (seconds).
         #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS)]
         freshness_seconds: i64,
-        /// How long to wait for a request's whole body before answering 408 (ms).
-        #[arg(long, default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS)]
+        /// How long to wait for a request's whole body before answering 408 (ms, at least 1).
+        #[arg(
+            long,
+            default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS,
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
         body_timeout_ms: u64,
         /// Run a wrong pipeline (a facts mutant's name), for drills.
         #[arg(long)]
@@ -210,22 +214,50 @@ fn env_error(what: &Path, error: impl std::fmt::Display) -> InputError {
     InputError::invalid(what, "pipeline", error.to_string())
 }
 
-/// Refuses an inbox database that does not exist yet: only `pipeline init` creates one, so a
-/// mistyped `--db` is bad input (exit 2) rather than a new, empty inbox with no
-/// applications registered.
+/// Refuses a `--db` that is not an inbox yet: only `pipeline init` creates one, so a
+/// mistyped path, or another file (empty, or a database of something else), is bad input
+/// (exit 2) rather than becoming a new, empty inbox with no applications registered. An
+/// inbox is a SQLite database with the `applications` table; the check opens the file
+/// without the right to create it and only reads.
 fn existing_inbox(db: &Path) -> Result<(), InputError> {
-    if db.exists() {
-        return Ok(());
+    use rusqlite::OpenFlags;
+    let refuse = |what: String| {
+        InputError::invalid(
+            Path::new("--db"),
+            "command line",
+            format!(
+                "{what}: run `arrival pipeline init --db {} --fixture FIXTURE --keys-out KEYS` first",
+                db.display()
+            ),
+        )
+    };
+    if !db.exists() {
+        return Err(refuse(format!("no inbox at {}", db.display())));
     }
-    Err(InputError::invalid(
-        Path::new("--db"),
-        "command line",
-        format!(
-            "no inbox at {}: run `arrival pipeline init --db {} --fixture FIXTURE --keys-out KEYS` first",
-            db.display(),
+    let tables = rusqlite::Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .and_then(|conn| {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'applications'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+    })
+    .map_err(|error| {
+        refuse(format!(
+            "{} is not an arrival inbox ({error})",
             db.display()
-        ),
-    ))
+        ))
+    })?;
+    if tables == 0 {
+        return Err(refuse(format!(
+            "{} is not an arrival inbox (it has no applications table)",
+            db.display()
+        )));
+    }
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, InputError> {

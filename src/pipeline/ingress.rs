@@ -247,7 +247,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Freshness window in seconds.
     pub freshness_seconds: i64,
-    /// How long to wait for a request's whole body (ms) before answering 408.
+    /// How long to wait for a request's whole body (ms) before answering 408 (0 is taken
+    /// as 1 ms; the command line refuses 0).
     pub body_timeout_ms: u64,
     /// A wrong pipeline to run instead.
     pub mutant: Option<Mutant>,
