@@ -511,52 +511,43 @@ impl Drop for TempDir {
 
 #[test]
 fn replay_of_a_trace_uses_its_recorded_policy_unless_told_otherwise() {
-    let trace = "fixtures/regressions/mutant-ignore-pause.paused-frozen.json";
-    let out = arrival(&["replay", trace]);
-    assert_status(&out, 1, "replay of a trace under its recorded policy");
-    let text = stdout(&out);
-    assert!(
-        text.starts_with("policy: ignore-pause (from the trace)\n"),
-        "{text}"
-    );
-    assert!(text.contains("paused-frozen"), "{text}");
-    let out = arrival(&["replay", trace, "--json"]);
-    assert_status(&out, 1, "replay --json of a trace");
-    assert_eq!(json(&out)["policy"], "ignore-pause");
-    let out = arrival(&["replay", trace, "--policy", "spec"]);
-    assert_status(&out, 0, "replay of a trace under --policy spec");
-    assert!(!stdout(&out).contains("from the trace"));
-    // A fixture without a trace block replays under SPEC, with no such header.
-    let out = arrival(&["replay", "fixtures/B62-15-events.json"]);
-    assert_status(&out, 0, "replay of B62-15");
-    assert!(!stdout(&out).contains("from the trace"));
-}
-
-#[test]
-fn replay_of_a_facts_trace_uses_its_recorded_policy_unless_told_otherwise() {
-    let trace = "fixtures/regressions/acmeflow-mutant-ack-before-commit.ack-after-commit.json";
-    let out = arrival(&["replay", trace]);
-    assert_status(&out, 1, "replay of a facts trace under its recorded policy");
-    let text = stdout(&out);
-    assert!(
-        text.starts_with("policy: ack-before-commit (from the trace)\n"),
-        "{text}"
-    );
-    assert!(text.contains("ack-after-commit"), "{text}");
-    let out = arrival(&["replay", trace, "--json"]);
-    assert_status(&out, 1, "replay --json of a facts trace");
-    assert_eq!(json(&out)["policy"], "ack-before-commit");
-    let out = arrival(&["replay", trace, "--policy", "spec"]);
-    assert_status(&out, 0, "replay of a facts trace under --policy spec");
-    assert!(!stdout(&out).contains("from the trace"));
-    assert_eq!(
-        json(&arrival(&["replay", trace, "--policy", "spec", "--json"]))["policy"],
-        "spec"
-    );
-    // A facts fixture without a trace block replays under SPEC.
-    let out = arrival(&["replay", "fixtures/acmeflow-wf14.json"]);
-    assert_status(&out, 0, "replay of acmeflow-wf14");
-    assert!(!stdout(&out).contains("from the trace"));
+    // Card and facts counterexamples alike, each beside a fixture of its protocol with no
+    // trace block.
+    for (trace, policy, property, plain) in [
+        (
+            "fixtures/regressions/mutant-ignore-pause.paused-frozen.json",
+            "ignore-pause",
+            "paused-frozen",
+            "fixtures/B62-15-events.json",
+        ),
+        (
+            "fixtures/regressions/acmeflow-mutant-ack-before-commit.ack-after-commit.json",
+            "ack-before-commit",
+            "ack-after-commit",
+            "fixtures/acmeflow-wf14.json",
+        ),
+    ] {
+        let out = arrival(&["replay", trace]);
+        assert_status(&out, 1, "replay of a trace under its recorded policy");
+        let text = stdout(&out);
+        assert!(
+            text.starts_with(&format!("policy: {policy} (from the trace)\n")),
+            "{text}"
+        );
+        assert!(text.contains(property), "{text}");
+        let out = arrival(&["replay", trace, "--json"]);
+        assert_status(&out, 1, "replay --json of a trace");
+        assert_eq!(json(&out)["policy"], policy);
+        let out = arrival(&["replay", trace, "--policy", "spec"]);
+        assert_status(&out, 0, "replay of a trace under --policy spec");
+        assert!(!stdout(&out).contains("from the trace"));
+        let out = arrival(&["replay", trace, "--policy", "spec", "--json"]);
+        assert_eq!(json(&out)["policy"], "spec", "{trace}");
+        // A fixture without a trace block replays under SPEC, with no such header.
+        let out = arrival(&["replay", plain]);
+        assert_status(&out, 0, "replay of a fixture without a trace block");
+        assert!(!stdout(&out).contains("from the trace"));
+    }
 }
 
 #[test]

@@ -129,15 +129,45 @@ fn a_poison_entry_is_dead_lettered_and_the_rest_flows() {
     assert!(report.passed, "{:#?}", failures(&report));
 }
 
-/// Starts `arrival pipeline serve` as a child and returns it with its address.
+/// Writes `DIR/keys.json` with the drill's keys.
+fn write_drill_keys(dir: &Path) {
+    std::fs::write(
+        dir.join("keys.json"),
+        format!(
+            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
+            drill::KEY_FINANCE,
+            drill::KEY_CONTRACTS
+        ),
+    )
+    .unwrap();
+}
+
+/// Starts `arrival pipeline serve` as a child (one consumer, batches of one, takeover after
+/// 200 ms) and returns it with its address.
 fn serve(dir: &Path, names: &Names, url: &str) -> (std::process::Child, std::net::SocketAddr) {
+    serve_with(
+        dir,
+        names,
+        url,
+        &["--consumers", "1", "--count", "1", "--min-idle-ms", "200"],
+    )
+}
+
+/// Starts `arrival pipeline serve` on `DIR/inbox.db` and `DIR/keys.json` with `options`, as
+/// a child, and returns it with its address.
+fn serve_with(
+    dir: &Path,
+    names: &Names,
+    url: &str,
+    options: &[&str],
+) -> (std::process::Child, std::net::SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_arrival"))
         .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
         .arg(dir.join("inbox.db"))
         .arg("--keys")
         .arg(dir.join("keys.json"))
         .args(["--stream", &names.stream, "--group", &names.group])
-        .args(["--consumers", "1", "--count", "1", "--min-idle-ms", "200"])
+        .args(options)
         .env("ARRIVAL_REDIS_URL", url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -163,15 +193,7 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
     let (apps, requests) = drill::requests(11, 40, now);
     let mut conn = store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
     store::put_applications(&mut conn, &apps).unwrap();
-    std::fs::write(
-        dir.0.join("keys.json"),
-        format!(
-            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
-            drill::KEY_FINANCE,
-            drill::KEY_CONTRACTS
-        ),
-    )
-    .unwrap();
+    write_drill_keys(&dir.0);
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
@@ -326,15 +348,7 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
     // count its deliveries up: a consumer that waited for max_deliveries would spin on it.
     let url = redis_url();
     let dir = TempDir::new("arrival-test").unwrap();
-    std::fs::write(
-        dir.0.join("keys.json"),
-        format!(
-            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
-            drill::KEY_FINANCE,
-            drill::KEY_CONTRACTS
-        ),
-    )
-    .unwrap();
+    write_drill_keys(&dir.0);
     store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
     let names = Names {
         stream: unique("arrival-test"),
@@ -395,40 +409,17 @@ fn a_body_that_stalls_is_answered_408_and_nothing_enters_the_stream() {
     let url = redis_url();
     let dir = TempDir::new("arrival-test").unwrap();
     store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
-    std::fs::write(
-        dir.0.join("keys.json"),
-        format!(
-            r#"{{"finance":["{}"],"contracts":["{}"]}}"#,
-            drill::KEY_FINANCE,
-            drill::KEY_CONTRACTS
-        ),
-    )
-    .unwrap();
+    write_drill_keys(&dir.0);
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_arrival"))
-        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.0.join("inbox.db"))
-        .arg("--keys")
-        .arg(dir.0.join("keys.json"))
-        .args(["--stream", &names.stream, "--group", &names.group])
-        .args(["--consumers", "0", "--body-timeout-ms", "300"])
-        .env("ARRIVAL_REDIS_URL", &url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr: std::net::SocketAddr = line
-        .trim()
-        .trim_start_matches("listening ")
-        .parse()
-        .unwrap();
+    let (mut child, addr) = serve_with(
+        &dir.0,
+        &names,
+        &url,
+        &["--consumers", "0", "--body-timeout-ms", "300"],
+    );
     // Headers promise 100 bytes; 10 arrive, then the sender stalls.
     let mut socket = std::net::TcpStream::connect(addr).unwrap();
     socket

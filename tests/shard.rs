@@ -214,17 +214,25 @@ fn merge_names_missing_shards_and_the_verdict_is_incomplete() {
 #[test]
 fn merge_refuses_what_cannot_be_merged() {
     let dir = tempfile::tempdir().unwrap();
-    let shard = |model: &str, spec: &str, name: &str| -> String {
-        let output = arrival(&["check", model, "--quiet", "--json", "--shard", spec]);
+    // Shard `spec` of `model` (with `extra` arguments), written to `name` in the folder.
+    let shard = |model: &str, spec: &str, name: &str, extra: &[&str]| -> String {
+        let mut args = vec!["check", model, "--quiet", "--json", "--shard", spec];
+        args.extend_from_slice(extra);
+        let output = arrival(&args);
         assert!(status(&output) < 2, "{}", stderr(&output));
         let file = dir.path().join(name);
         std::fs::write(&file, &output.stdout).unwrap();
         file.display().to_string()
     };
-    let a1 = shard("models/conflicted-first-record.toml", "1/2", "a1.json");
-    let a2 = shard("models/conflicted-first-record.toml", "2/2", "a2.json");
-    let b2 = shard("models/re-pause.toml", "2/2", "b2.json");
-    let a2of3 = shard("models/conflicted-first-record.toml", "2/3", "a2of3.json");
+    let a1 = shard("models/conflicted-first-record.toml", "1/2", "a1.json", &[]);
+    let a2 = shard("models/conflicted-first-record.toml", "2/2", "a2.json", &[]);
+    let b2 = shard("models/re-pause.toml", "2/2", "b2.json", &[]);
+    let a2of3 = shard(
+        "models/conflicted-first-record.toml",
+        "2/3",
+        "a2of3.json",
+        &[],
+    );
     let whole = dir.path().join("whole.json");
     let output = arrival(&[
         "check",
@@ -262,41 +270,24 @@ fn merge_refuses_what_cannot_be_merged() {
     let output = arrival(&["report", "merge", &a2, &a1]);
     assert_eq!(status(&output), 0, "{}", stderr(&output));
     // A policy given to one shard only is another check.
-    let other = {
-        let output = arrival(&[
-            "check",
-            "models/conflicted-first-record.toml",
-            "--quiet",
-            "--json",
-            "--shard",
-            "2/2",
-            "--policy",
-            "last-arrival-wins",
-        ]);
-        let file = dir.path().join("other.json");
-        std::fs::write(&file, &output.stdout).unwrap();
-        file.display().to_string()
-    };
+    let other = shard(
+        "models/conflicted-first-record.toml",
+        "2/2",
+        "other.json",
+        &["--policy", "last-arrival-wins"],
+    );
     let output = arrival(&["report", "merge", &a1, &other]);
     assert_eq!(status(&output), 2);
     assert!(stderr(&output).contains("policy"), "{}", stderr(&output));
     // Shards by parts under different fault budgets are shares of two state spaces: the
     // parts and the shard count agree, only the settings tell them apart.
     let split = |spec: &str, budgets: &str, name: &str| -> String {
-        let output = arrival(&[
-            "check",
+        shard(
             "models/b62-15-split.toml",
-            "--quiet",
-            "--json",
-            "--shard",
             spec,
-            "--budgets",
-            budgets,
-        ]);
-        assert!(status(&output) < 2, "{}", stderr(&output));
-        let file = dir.path().join(name);
-        std::fs::write(&file, &output.stdout).unwrap();
-        file.display().to_string()
+            name,
+            &["--budgets", budgets],
+        )
     };
     let one = split("1/2", "1,1,1,0", "split-1.json");
     let two = split("2/2", "1,1,1,0", "split-2.json");

@@ -58,34 +58,27 @@ pub fn merge(inputs: &[(PathBuf, Vec<ModelReport>)]) -> Result<Vec<ModelReport>,
     for (file, reports) in inputs {
         for (at, report) in reports.iter().enumerate() {
             let place = format!("models[{at}]");
-            if report.merged.is_some() {
+            // What makes a report no shard report of today's arrival, in check order.
+            let unfit = if report.merged.is_some() {
+                Some("is already a merged report; merge the shards' own reports")
+            } else if report.settings.is_empty() {
+                Some(
+                    "was written before reports carried their settings (fault budgets, \
+                     reductions), so whether its shards checked one state space cannot be \
+                     told: run the shards again with this arrival",
+                )
+            } else if report.shard.is_none() {
+                Some(
+                    "is not a shard report; merge the reports of `arrival check --shard K/N --json`",
+                )
+            } else {
+                None
+            };
+            if let Some(why) = unfit {
                 return Err(InputError::invalid(
                     file,
                     place,
-                    format!(
-                        "`{}` is already a merged report; merge the shards' own reports",
-                        report.model
-                    ),
-                ));
-            }
-            if report.settings.is_empty() {
-                return Err(InputError::invalid(
-                    file,
-                    place,
-                    format!(
-                        "`{}` was written before reports carried their settings (fault budgets, reductions), so whether its shards checked one state space cannot be told: run the shards again with this arrival",
-                        report.model
-                    ),
-                ));
-            }
-            if report.shard.is_none() {
-                return Err(InputError::invalid(
-                    file,
-                    place,
-                    format!(
-                        "`{}` is not a shard report; merge the reports of `arrival check --shard K/N --json`",
-                        report.model
-                    ),
+                    format!("`{}` {why}", report.model),
                 ));
             }
             if !names.contains(&report.model.as_str()) {
