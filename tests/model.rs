@@ -440,6 +440,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             symmetry: true,
             merge_settled: true,
             merge_paused: true,
+            sleep_sets: true,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),
@@ -775,4 +776,163 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
         assert!(report.as_expected, "{}", check::render(&report));
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sleep_sets_visit_every_state_and_keep_every_verdict() {
+    // Sleep sets (`card::commute`, the checker's depth-first search) prune transitions,
+    // never states: with and without them the unique count, the verdict and the violated
+    // properties are the same, under SPEC with several fault budgets, both reconciliation
+    // modes, one and two threads, on generated fixtures (also with an `expect` no order
+    // meets, so that convergence fails) and on every card model file. Under mutants,
+    // expiry and per-delivery budgets nothing sleeps, and the counts are equal too.
+    use arrival::card::model::Reconciliation;
+    let compare = |mut loaded: LoadedModel, what: &str| -> (usize, usize) {
+        loaded.file.strategy = check::Strategy::Dfs;
+        loaded.file.sleep_sets = false;
+        let full = run(&loaded, None);
+        loaded.file.sleep_sets = true;
+        let asleep = run(&loaded, None);
+        assert_eq!(
+            (full.verdict.as_str(), &full.violated, full.unique_states),
+            (
+                asleep.verdict.as_str(),
+                &asleep.violated,
+                asleep.unique_states
+            ),
+            "{what}"
+        );
+        assert!(asleep.states <= full.states, "{what}");
+        (full.states, asleep.states)
+    };
+    let (mut fewer, mut failed) = (0, 0);
+    for seed in 1..=6 {
+        for (duplicates, lost_acks, crashes) in [(1, 1, 1), (2, 1, 0), (0, 2, 1)] {
+            for reconciliation in [Reconciliation::Interleaved, Reconciliation::End] {
+                for threads in [1, 2] {
+                    let mut loaded = generated_model(seed, PolicyName(None), false);
+                    loaded.file.duplicates = duplicates;
+                    loaded.file.lost_acks = lost_acks;
+                    loaded.file.crashes = crashes;
+                    loaded.file.reconciliation = reconciliation;
+                    loaded.file.threads = threads;
+                    let what = format!(
+                        "seed {seed}, budgets {duplicates}/{lost_acks}/{crashes}, \
+                         {reconciliation:?}, {threads} threads"
+                    );
+                    let (full, asleep) = compare(loaded, &what);
+                    fewer += usize::from(asleep < full);
+                }
+            }
+        }
+        // An expectation no order meets: convergence fails with and without sleep sets.
+        let mut loaded = generated_model(seed, PolicyName(None), false);
+        let mut raw = loaded.scenario.raw.clone();
+        let expect = raw.expect.as_mut().expect("generated fixtures expect");
+        expect.unresolved.push("no-such-event".into());
+        loaded.scenario = std::sync::Arc::new(
+            Scenario::from_raw(Path::new("(generated)"), raw).expect("still valid"),
+        );
+        loaded.file.threads = 2;
+        let report = run(&loaded, None);
+        assert_eq!(report.violated, ["convergence"], "seed {seed}");
+        compare(loaded, &format!("seed {seed}, expect no order meets"));
+        failed += 1;
+    }
+    assert!(fewer > 0, "sleep sets prune transitions somewhere");
+    assert!(failed > 0);
+    for policy in Mutant::ALL.map(|mutant| PolicyName(Some(mutant))) {
+        let loaded = generated_model(1, policy, false);
+        let (full, asleep) = compare(loaded, &format!("policy {policy}"));
+        assert_eq!(full, asleep, "nothing sleeps under {policy}");
+    }
+    for path in model_files() {
+        let loaded = check::load_model(&path, None).expect("loads");
+        compare(loaded, &path.display().to_string());
+    }
+}
+
+#[test]
+fn steps_declared_to_commute_commute_in_every_reachable_state() {
+    // The footprints of `card::commute`, checked directly: in every reachable world of
+    // generated fixtures (SPEC, one fault of each kind, both reconciliation modes), for
+    // every step `t` taken and every step `u` declared to commute with it, `t` neither
+    // enables nor disables `u`, and when both are enabled both orders give the same world
+    // and neither order breaks a property.
+    use arrival::card::model::{ReceiverModel, Reconciliation};
+    use arrival::card::network::{transition, Budgets, Step, World};
+    use arrival::harness::Protocol;
+    use std::collections::HashSet;
+    let budgets = Budgets {
+        duplicates: 1,
+        lost_acks: 1,
+        crashes: 1,
+        expiries: 0,
+    };
+    let (mut commuting_pairs, mut worlds) = (0usize, 0usize);
+    for seed in 1..=4 {
+        for reconciliation in [Reconciliation::Interleaved, Reconciliation::End] {
+            let loaded = generated_model(seed, PolicyName(None), false);
+            let scenario = loaded.scenario.clone();
+            let model = ReceiverModel::new(scenario.clone(), None, budgets, reconciliation)
+                .with_symmetry()
+                .with_sleep_sets();
+            let Some(commuting) = model.commuting.clone() else {
+                continue;
+            };
+            let after = |world: &World, step: Step| {
+                transition(&scenario, Spec, Properties::SPEC, world, step).0
+            };
+            let enabled = |world: &World| {
+                let mut steps = Vec::new();
+                model.steps(world, &mut steps);
+                steps
+            };
+            // The receiver's fingerprint cache is interior mutability that no hash or
+            // comparison reads.
+            #[allow(clippy::mutable_key_type)]
+            let mut seen: HashSet<World> = HashSet::new();
+            let mut stack = vec![model.init()];
+            while let Some(world) = stack.pop() {
+                if !seen.insert(world.clone()) {
+                    continue;
+                }
+                worlds += 1;
+                let here = enabled(&world);
+                for t in &here {
+                    let world_t = after(&world, *t);
+                    assert_eq!(world_t.violation, None, "SPEC breaks nothing");
+                    let there = enabled(&world_t);
+                    for u in here.iter().chain(&there) {
+                        if u == t || !commuting.commute(t, u) {
+                            continue;
+                        }
+                        assert_eq!(
+                            here.contains(u),
+                            there.contains(u),
+                            "seed {seed} {reconciliation:?}: {t:?} changes whether {u:?} \
+                             is enabled in {world:?}"
+                        );
+                        if !here.contains(u) {
+                            continue;
+                        }
+                        commuting_pairs += 1;
+                        let world_u = after(&world, *u);
+                        let (tu, ut) = (after(&world_t, *u), after(&world_u, *t));
+                        assert_eq!(
+                            tu, ut,
+                            "seed {seed} {reconciliation:?}: {t:?} and {u:?} do not commute \
+                             from {world:?}"
+                        );
+                        assert_eq!(tu.violation, None);
+                    }
+                    if let Some(next) = model.next(&world, t) {
+                        stack.push(next);
+                    }
+                }
+            }
+        }
+    }
+    assert!(worlds > 1000, "{worlds} worlds");
+    assert!(commuting_pairs > 1000, "{commuting_pairs} pairs");
 }

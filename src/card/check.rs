@@ -39,6 +39,10 @@ fn default_merge_paused() -> bool {
     true
 }
 
+fn default_sleep_sets() -> bool {
+    true
+}
+
 fn default_reconciliation() -> Reconciliation {
     Reconciliation::Interleaved
 }
@@ -101,6 +105,13 @@ pub struct ModelFile {
     /// paused (a sound reduction, see [`crate::card::fingerprint::covered_cards`]).
     #[serde(default = "default_merge_paused")]
     pub merge_paused: bool,
+    /// Under SPEC, without expiry and without per-delivery budgets: let depth-first search
+    /// skip transitions whose result it reaches anyway with steps that commute taken in
+    /// another order (sleep sets, see [`crate::card::commute`]). Every state is still
+    /// visited: only the count of states generated changes, never the unique count or
+    /// the verdict.
+    #[serde(default = "default_sleep_sets")]
+    pub sleep_sets: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
     /// within its own budget; the totals above still apply.
@@ -310,6 +321,9 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
     }
     if loaded.file.merge_settled {
         model = model.with_merges(loaded.file.merge_paused);
+    }
+    if loaded.file.sleep_sets {
+        model = model.with_sleep_sets();
     }
     model
 }

@@ -6,6 +6,7 @@
 pub mod audit;
 mod canonical;
 pub mod check;
+pub mod commute;
 pub mod fingerprint;
 pub mod fixture;
 pub mod generate;

@@ -9,6 +9,7 @@
 //! `transition` and is then dropped (`None`): it would only lead back to a state already
 //! covered with more budget, so budgets cost transitions rather than states.
 
+use crate::card::commute::Commuting;
 use crate::card::fingerprint::{covered_cards, View};
 use crate::card::fixture::Scenario;
 use crate::card::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
@@ -140,6 +141,8 @@ pub struct ReceiverModel {
     /// What a world's identity leaves out of the receiver
     /// ([`crate::card::receiver::Receiver::fingerprint`]).
     pub view: View,
+    /// Which steps commute, for depth-first search's sleep sets; `None`: nothing sleeps.
+    pub commuting: Option<Arc<Commuting>>,
 }
 
 /// Identical redeliveries in a fixture: deliveries of one event id with one content (the
@@ -215,6 +218,7 @@ impl ReceiverModel {
             coverage: Arc::default(),
             twins: None,
             view: View::full(),
+            commuting: None,
         }
     }
 
@@ -235,6 +239,19 @@ impl ReceiverModel {
             Vec::new()
         };
         self.view = View::new(true, covered);
+        self
+    }
+
+    /// The same model, telling depth-first search which steps commute ([`Commuting`]), under
+    /// SPEC without expiry or per-delivery budgets (the footprints hold there only).
+    pub fn with_sleep_sets(mut self) -> ReceiverModel {
+        let footprints_hold = self.policy.is_none()
+            && self.budgets.expiries == 0
+            && self.per_delivery.left().is_none();
+        self.commuting = footprints_hold
+            .then(|| Commuting::of(&self.scenario, self.budgets, self.reconciliation))
+            .flatten()
+            .map(Arc::new);
         self
     }
 
@@ -464,5 +481,19 @@ impl Protocol for ReceiverModel {
 
     fn coverage(&self) -> Vec<(&'static str, u64)> {
         self.coverage.counts()
+    }
+
+    fn sleeps(&self) -> bool {
+        self.commuting.is_some()
+    }
+
+    fn sleep_key(&self, step: &Step) -> Option<u8> {
+        self.commuting.as_deref()?.key(step)
+    }
+
+    fn commutes_with(&self, key: u8) -> crate::harness::checker::SleepSet {
+        self.commuting
+            .as_deref()
+            .map_or(0, |commuting| commuting.commutes_with(key))
     }
 }

@@ -113,6 +113,7 @@ fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
         symmetry: true,
         merge_settled: true,
         merge_paused: true,
+        sleep_sets: true,
         per_delivery: None,
         properties: None,
         expect: match expectation {

@@ -18,6 +18,22 @@
 //!   stack hand its oldest half to an idle one: exhaustive in any order, with memory for
 //!   the stacks only.
 //!
+//! - Depth-first search may also carry sleep sets (Godefroid's "sleep sets", without
+//!   persistent sets), when the model says which of its actions commute ([`Commute`]):
+//!   after a state's action `t` has been explored, each later sibling's subtree leaves `t`
+//!   asleep for as long as only actions independent of `t` follow, because the same states
+//!   are reached with `t` taken first. Sleep sets prune transitions, never states: every
+//!   reachable state is still visited (the unique count is the same with and without them,
+//!   which `tests/model.rs` checks). A state reached again with actions awake that were
+//!   asleep when it was expanded is expanded again with the smaller sleep set; each slot
+//!   keeps the union of the awake sets it has been expanded with, so a revisit that wakes
+//!   nothing new costs nothing. Why this is complete for any order of work among threads:
+//!   exploring a state with a smaller sleep set reaches everything a larger one would, so
+//!   a visit may be skipped when some expansion of the state had no action asleep that
+//!   this visit has awake, which is what the slot's awake set records. Breadth-first
+//!   search never sleeps (it must keep shortest paths, and a re-expansion at a later level
+//!   could give a longer one).
+//!
 //! Only `always` properties are supported (the harness has no others). A property is
 //! judged on every state when it is first generated, the initial states included; a state
 //! that violates one is still counted and never expanded (the harness's model offers no
@@ -34,6 +50,24 @@ type Fingerprint = u64;
 
 /// Marks "no parent" (an initial state).
 const ROOT: Fingerprint = 0;
+
+/// A set of sleeping actions, by [`Commute::sleep_key`]: bit `k` is the action with key `k`.
+pub type SleepSet = u64;
+
+/// Which actions commute, for sleep sets in depth-first search.
+///
+/// Two actions with keys `a` and `b` may be declared independent (each in the other's
+/// [`Commute::commutes_with`]) only if, in every reachable state where both are enabled:
+/// taking one leaves the other enabled, both orders end in the same state, and each is
+/// judged by every property the same way before and after the other. An action's key
+/// must name the same action in every state where it is enabled. A model with no opinion
+/// returns `None` for every action: nothing sleeps.
+pub trait Commute<A> {
+    /// The action's bit in a sleep set (below 64); `None`: it never sleeps.
+    fn sleep_key(&self, action: &A) -> Option<u8>;
+    /// The keys of the actions independent of the action with key `key`.
+    fn commutes_with(&self, key: u8) -> SleepSet;
+}
 
 fn fingerprint<T: Hash>(value: &T) -> Fingerprint {
     // A fixed seed: fingerprints, hence traces, are the same in every run.
@@ -79,11 +113,26 @@ struct Visited {
     reserve: usize,
 }
 
-/// A slot: a fingerprint and its parent, side by side so an insert touches one cache line.
+/// A slot: a fingerprint, its parent and the actions awake in some expansion of it (see
+/// [`Slot::wake`]), side by side so an insert touches one cache line.
 #[derive(Default)]
 struct Slot {
     key: AtomicU64,
     parent: AtomicU64,
+    awake: AtomicU64,
+}
+
+impl Slot {
+    /// A visit of this state with `sleep` asleep: the sleep set to expand it with, or `None`
+    /// when the latest expansion had nothing asleep that this visit has awake. The slot's
+    /// awake set only grows, and each expansion uses exactly the complement of the awake
+    /// set its visit left (the intersection of every sleep set the state was reached with
+    /// so far), so the sets expanded with only shrink, and a visit skipped here is covered
+    /// by an expansion (done or under way) with no more asleep than the visit has.
+    fn wake(&self, sleep: SleepSet) -> Option<SleepSet> {
+        let awake = self.awake.fetch_or(!sleep, Ordering::AcqRel);
+        (!sleep & !awake != 0).then_some(sleep & !awake)
+    }
 }
 
 struct Table {
@@ -105,14 +154,14 @@ impl Table {
         (key.rotate_left(32) as usize) & self.mask
     }
 
-    /// Inserts `key`; false if it was there already.
-    fn insert(&self, key: Fingerprint, parent: Fingerprint) -> bool {
+    /// Inserts `key`; false if it was there already. Either way, the state's slot.
+    fn insert(&self, key: Fingerprint, parent: Fingerprint) -> (bool, &Slot) {
         debug_assert_ne!(key, 0);
         let mut at = self.slot(key);
         for _ in 0..=self.mask {
             let found = self.slots[at].key.load(Ordering::Acquire);
             if found == key {
-                return false;
+                return (false, &self.slots[at]);
             }
             if found == 0 {
                 match self.slots[at].key.compare_exchange(
@@ -123,9 +172,9 @@ impl Table {
                 ) {
                     Ok(_) => {
                         self.slots[at].parent.store(parent, Ordering::Release);
-                        return true;
+                        return (true, &self.slots[at]);
                     }
-                    Err(taken) if taken == key => return false,
+                    Err(taken) if taken == key => return (false, &self.slots[at]),
                     Err(_) => {}
                 }
             }
@@ -186,7 +235,10 @@ impl Visited {
         for slot in table.slots.iter() {
             let key = slot.key.load(Ordering::Relaxed);
             if key != 0 {
-                bigger.insert(key, slot.parent.load(Ordering::Relaxed));
+                let (_, moved) = bigger.insert(key, slot.parent.load(Ordering::Relaxed));
+                moved
+                    .awake
+                    .store(slot.awake.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
         *table = bigger;
@@ -267,9 +319,34 @@ where
         parent: Fingerprint,
     ) -> bool {
         tally.states += 1;
-        if !table.insert(key, parent) {
-            return false;
+        let (new, _) = table.insert(key, parent);
+        new && self.judge(tally, state, key)
+    }
+
+    /// Records `state`, reached from `parent` with `sleep` asleep: the sleep set to expand
+    /// it with, if it should be (it is new, or this visit wakes what its last expansion
+    /// left asleep: [`Slot::wake`]).
+    fn admit_sleeping(
+        &self,
+        table: &Table,
+        tally: &mut Tally,
+        state: &M::State,
+        key: Fingerprint,
+        parent: Fingerprint,
+        sleep: SleepSet,
+    ) -> Option<SleepSet> {
+        tally.states += 1;
+        let (new, slot) = table.insert(key, parent);
+        if new && !self.judge(tally, state, key) {
+            return None;
         }
+        // A revisit of a violating state wakes it in vain: the model offers no actions there.
+        slot.wake(sleep)
+    }
+
+    /// Counts a new state and judges it by every property; true if it holds them all (and
+    /// should be expanded).
+    fn judge(&self, tally: &mut Tally, state: &M::State, key: Fingerprint) -> bool {
         tally.unique += 1;
         let mut expand = true;
         for (index, property) in self.properties.iter().enumerate() {
@@ -324,6 +401,45 @@ where
             .collect();
         self.flush(&mut tally);
         initial
+    }
+
+    /// Expands `state` with `sleep` asleep: each successor to expand goes to `push` with
+    /// its own sleep set. An action asleep is skipped; each action taken (whether or not
+    /// its successor is new, or a step the model drops) puts to sleep, in the successors
+    /// of the actions after it, those of the earlier actions and of `sleep` it commutes
+    /// with.
+    #[allow(clippy::too_many_arguments)]
+    fn expand_sleeping(
+        &self,
+        table: &Table,
+        tally: &mut Tally,
+        state: &M::State,
+        key: Fingerprint,
+        sleep: SleepSet,
+        commute: &dyn Commute<M::Action>,
+        actions: &mut Vec<M::Action>,
+        mut push: impl FnMut(M::State, Fingerprint, SleepSet),
+    ) {
+        self.model.actions(state, actions);
+        let mut taken: SleepSet = 0;
+        for action in actions.drain(..) {
+            let key_of = commute.sleep_key(&action);
+            debug_assert!(key_of.is_none_or(|k| k < 64), "a sleep key is below 64");
+            let bit = key_of.map_or(0, |k| 1u64 << k);
+            if sleep & bit != 0 {
+                continue;
+            }
+            // An action that never sleeps commutes with nothing, as far as the checker knows.
+            let next_sleep = key_of.map_or(0, |k| (sleep | taken) & commute.commutes_with(k));
+            if let Some(next) = self.model.next_state(state, action) {
+                let next_key = fingerprint(&next);
+                if let Some(z) = self.admit_sleeping(table, tally, &next, next_key, key, next_sleep)
+                {
+                    push(next, next_key, z);
+                }
+            }
+            taken |= bit;
+        }
     }
 
     /// Expands `state`: every new successor goes to `push`.
@@ -408,9 +524,9 @@ where
         }
     }
 
-    fn depth_first(&self, threads: usize) {
+    fn depth_first(&self, threads: usize, commute: Option<&(dyn Commute<M::Action> + Sync)>) {
         struct Pool<S> {
-            jobs: Vec<(S, Fingerprint, usize)>,
+            jobs: Vec<(S, Fingerprint, usize, SleepSet)>,
             idle: usize,
             done: bool,
         }
@@ -418,7 +534,7 @@ where
             jobs: self
                 .initial()
                 .into_iter()
-                .map(|(state, key)| (state, key, 1))
+                .map(|(state, key)| (state, key, 1, 0))
                 .collect(),
             idle: 0,
             done: false,
@@ -428,7 +544,7 @@ where
         std::thread::scope(|scope| {
             for _ in 0..threads {
                 scope.spawn(|| {
-                    let mut stack: Vec<(M::State, Fingerprint, usize)> = Vec::new();
+                    let mut stack: Vec<(M::State, Fingerprint, usize, SleepSet)> = Vec::new();
                     let mut actions = Vec::new();
                     let mut tally = Tally::default();
                     loop {
@@ -468,18 +584,30 @@ where
                                 if tally.unique >= FLUSH {
                                     break;
                                 }
-                                let Some((state, key, depth)) = stack.pop() else {
+                                let Some((state, key, depth, sleep)) = stack.pop() else {
                                     break;
                                 };
                                 deepest = deepest.max(depth);
-                                self.expand(
-                                    &table,
-                                    &mut tally,
-                                    &state,
-                                    key,
-                                    &mut actions,
-                                    |s, k| stack.push((s, k, depth + 1)),
-                                );
+                                match commute {
+                                    Some(commute) => self.expand_sleeping(
+                                        &table,
+                                        &mut tally,
+                                        &state,
+                                        key,
+                                        sleep,
+                                        commute,
+                                        &mut actions,
+                                        |s, k, z| stack.push((s, k, depth + 1, z)),
+                                    ),
+                                    None => self.expand(
+                                        &table,
+                                        &mut tally,
+                                        &state,
+                                        key,
+                                        &mut actions,
+                                        |s, k| stack.push((s, k, depth + 1, 0)),
+                                    ),
+                                }
                             }
                             self.note_depth(deepest);
                         }
@@ -537,13 +665,14 @@ where
 
 /// Explores `model` with `threads` threads in `order`, stopping after about `limit`
 /// generated states, every property violated, or everything explored. `counters` are live
-/// for progress reports.
+/// for progress reports. With `commute`, depth-first search uses sleep sets.
 pub fn check<M>(
     model: &M,
     order: Order,
     threads: usize,
     limit: Option<usize>,
     counters: &Counters,
+    commute: Option<&(dyn Commute<M::Action> + Sync)>,
 ) -> Outcome<M::Action>
 where
     M: Model + Sync,
@@ -554,7 +683,7 @@ where
     let run = Run::new(model, counters, limit, threads);
     match order {
         Order::BreadthFirst => run.breadth_first(threads),
-        Order::DepthFirst => run.depth_first(threads),
+        Order::DepthFirst => run.depth_first(threads, commute),
     }
     let discoveries = run
         .properties

@@ -129,12 +129,15 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
                 })
             });
         }
+        let commute: Option<&(dyn checker::Commute<P::Step> + Sync)> =
+            model.0.sleeps().then_some(&model);
         let outcome = checker::check(
             &model,
             order,
             settings.threads,
             settings.state_limit,
             &counters,
+            commute,
         );
         finished.store(true, Ordering::Relaxed);
         outcome

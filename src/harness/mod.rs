@@ -69,6 +69,31 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     fn describe_world(&self, world: &Self::World) -> String;
     /// How many explored transitions met each decision kind or outcome.
     fn coverage(&self) -> Vec<(&'static str, u64)>;
+
+    /// Whether this model says which of its steps commute, so that depth-first search may
+    /// use sleep sets ([`checker::Commute`], whose contract [`Protocol::sleep_key`] and
+    /// [`Protocol::commutes_with`] must keep). The default: no.
+    fn sleeps(&self) -> bool {
+        false
+    }
+    /// The step's bit in a sleep set (below 64), or `None` if it never sleeps.
+    fn sleep_key(&self, _step: &Self::Step) -> Option<u8> {
+        None
+    }
+    /// The keys of the steps that commute with the step whose key is `key`.
+    fn commutes_with(&self, _key: u8) -> checker::SleepSet {
+        0
+    }
+}
+
+impl<P: Protocol> checker::Commute<P::Step> for Checked<P> {
+    fn sleep_key(&self, step: &P::Step) -> Option<u8> {
+        self.0.sleep_key(step)
+    }
+
+    fn commutes_with(&self, key: u8) -> checker::SleepSet {
+        self.0.commutes_with(key)
+    }
 }
 
 /// How many properties one protocol may have.

@@ -1,0 +1,239 @@
+//! Which steps of a fixture commute: the footprints behind the checker's sleep sets
+//! ([`crate::harness::checker::Commute`]).
+//!
+//! Under SPEC a step reads and writes only a few parts of the world, which the fixture
+//! fixes in advance (its footprint):
+//! - a delivery of event id `e`: `e`'s records, and every card any delivery of `e` names
+//!   (its value, pause and the holds filed under it; a changed payload pauses the first
+//!   record's card, which some delivery of `e` named), or the hold list of inputs without
+//!   a card when one of them has none; a delivery without an event id: its own record and
+//!   its card. Also whether the sender still owes that delivery, and the fault budget
+//!   the step spends, if any;
+//! - reconciling card `c`: `c`, and for every delivery that names `c` the records of its
+//!   event id and everything that id's deliveries name (reconciliation settles the holds
+//!   filed under `c` and resolves changed payloads whose first record named `c`, filed
+//!   under the variant's card). With reconciliation only at the end it also reads
+//!   whether anything is owed at all, so it depends on every delivery.
+//!
+//! Steps with disjoint footprints commute in the sense the checker needs: neither enables
+//! nor disables the other (enabledness reads only the footprint: what is owed, the budget,
+//! whether the card is paused or unknown), both orders end in the same world (each step
+//! changes only its own footprint, from values in it), and each step is judged by every
+//! property alike before and after the other: the step checks compare before and after
+//! the step, so a part of the world the step does not change compares equal, whatever its
+//! value, and the parts it does change are the same in both orders. State properties
+//! judge states, and sleep sets visit every state. Two steps of one delivery share its
+//! record, so they never commute.
+//!
+//! The footprints hold for the SPEC receiver only: mutants may write outside them (the
+//! `pause-on-redelivery` mutant pauses a card on a duplicate), expiry forgets every
+//! settled id at once, and per-delivery budgets make the copies' budgets differ, so the
+//! model uses no sleep sets then ([`Commuting::of`] says `None`). `tests/model.rs` checks
+//! the footprints directly: on generated fixtures it takes every reachable state and every
+//! pair of enabled steps declared to commute, and compares both orders.
+
+use crate::card::fixture::Scenario;
+use crate::card::model::Reconciliation;
+use crate::card::network::{Budgets, Fault, Step};
+use crate::card::wire::Sym;
+use crate::harness::checker::SleepSet;
+use std::collections::BTreeSet;
+
+/// A part of the world a step may read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    /// An event id's records.
+    Records(Sym),
+    /// The record of a delivery without an event id, by delivery number.
+    Anonymous(u32),
+    /// A card: its value, its pause and the holds filed under it.
+    Card(Sym),
+    /// The holds of inputs without a usable card.
+    NoCard,
+    /// Whether the sender still owes a delivery (by index).
+    Owed(usize),
+    /// A fault budget.
+    Budget(Fault),
+}
+
+/// A step's class of a delivery: the plain delivery and each fault are separate steps.
+const CLASSES: usize = 4;
+
+fn class(fault: Option<Fault>) -> usize {
+    match fault {
+        None => 0,
+        Some(Fault::AckLost) => 1,
+        Some(Fault::Crash) => 2,
+        Some(Fault::Duplicate) => 3,
+    }
+}
+
+/// Sleep keys of deliveries by number.
+#[derive(Clone, Debug)]
+enum DeliveryKeys {
+    /// Indexed by delivery number.
+    Direct(Vec<[Option<u8>; CLASSES]>),
+    /// Sorted by delivery number.
+    Sorted(Vec<(u32, [Option<u8>; CLASSES])>),
+}
+
+impl DeliveryKeys {
+    /// Numbers below this are indexed directly.
+    const DIRECT_BELOW: u32 = 4096;
+
+    fn new(mut keys: Vec<(u32, [Option<u8>; CLASSES])>) -> DeliveryKeys {
+        keys.sort_by_key(|&(number, _)| number);
+        match keys.last() {
+            Some(&(largest, _)) if largest < Self::DIRECT_BELOW => {
+                let mut direct = vec![[None; CLASSES]; largest as usize + 1];
+                for (number, classes) in keys {
+                    direct[number as usize] = classes;
+                }
+                DeliveryKeys::Direct(direct)
+            }
+            _ => DeliveryKeys::Sorted(keys),
+        }
+    }
+
+    #[inline]
+    fn get(&self, number: u32) -> Option<&[Option<u8>; CLASSES]> {
+        match self {
+            DeliveryKeys::Direct(direct) => direct.get(number as usize),
+            DeliveryKeys::Sorted(sorted) => sorted
+                .binary_search_by_key(&number, |&(number, _)| number)
+                .ok()
+                .map(|at| &sorted[at].1),
+        }
+    }
+}
+
+/// The sleep keys of a fixture's steps and which of them commute.
+#[derive(Clone, Debug)]
+pub struct Commuting {
+    /// Sleep keys of deliveries, one per class, by delivery number (a direct index when
+    /// the numbers are small, as fixtures' are; a sorted list otherwise).
+    deliveries: DeliveryKeys,
+    /// Sleep keys of reconciliations, by card (`Sym.0`).
+    reconciles: Vec<Option<u8>>,
+    /// For each key, the keys of the steps that commute with it.
+    independent: [SleepSet; 64],
+}
+
+impl Commuting {
+    /// The footprints of `scenario`'s steps under SPEC with total `budgets` (no expiry) and
+    /// the given reconciliation; `None` when nothing could commute. The first 64 steps (in
+    /// fixture order, each delivery's classes then each card's reconciliation) get keys;
+    /// the rest never sleep, which only costs transitions.
+    pub fn of(
+        scenario: &Scenario,
+        budgets: Budgets,
+        reconciliation: Reconciliation,
+    ) -> Option<Commuting> {
+        debug_assert_eq!(budgets.expiries, 0, "no sleep sets with expiry");
+        let deliveries = &scenario.deliveries;
+        // What a delivery's identity touches: its records and every card its id's
+        // deliveries name.
+        let identity = |index: usize| -> BTreeSet<Part> {
+            let event = &deliveries[index].event;
+            let mut parts = BTreeSet::new();
+            let card = |object: Option<Sym>| object.map_or(Part::NoCard, Part::Card);
+            match event.event_id {
+                Some(id) => {
+                    parts.insert(Part::Records(id));
+                    for other in deliveries.iter().filter(|d| d.event.event_id == Some(id)) {
+                        parts.insert(card(other.event.object_id));
+                    }
+                }
+                None => {
+                    parts.insert(Part::Anonymous(deliveries[index].number));
+                    parts.insert(card(event.object_id));
+                }
+            }
+            parts
+        };
+        let mut footprints: Vec<BTreeSet<Part>> = Vec::new();
+        let mut keyed = |footprint: BTreeSet<Part>| -> Option<u8> {
+            let key = u8::try_from(footprints.len()).ok().filter(|&k| k < 64)?;
+            footprints.push(footprint);
+            Some(key)
+        };
+        let mut delivery_keys = Vec::with_capacity(deliveries.len());
+        for (index, delivery) in deliveries.iter().enumerate() {
+            let mut keys = [None; CLASSES];
+            let faults = [
+                (None, true),
+                (Some(Fault::AckLost), budgets.lost_acks > 0),
+                (Some(Fault::Crash), budgets.crashes > 0),
+                (Some(Fault::Duplicate), budgets.duplicates > 0),
+            ];
+            for (fault, possible) in faults {
+                if !possible {
+                    continue;
+                }
+                let mut footprint = identity(index);
+                footprint.insert(Part::Owed(index));
+                if let Some(fault) = fault {
+                    footprint.insert(Part::Budget(fault));
+                }
+                keys[class(fault)] = keyed(footprint);
+            }
+            delivery_keys.push((delivery.number, keys));
+        }
+        let mut reconciles = Vec::new();
+        for snapshot in &scenario.authority {
+            let card = snapshot.object_id;
+            let mut footprint = BTreeSet::from([Part::Card(card)]);
+            for (index, delivery) in deliveries.iter().enumerate() {
+                if delivery.event.object_id == Some(card) {
+                    footprint.extend(identity(index));
+                }
+                if reconciliation == Reconciliation::End {
+                    footprint.insert(Part::Owed(index));
+                }
+            }
+            let at = card.0 as usize;
+            if reconciles.len() <= at {
+                reconciles.resize(at + 1, None);
+            }
+            reconciles[at] = keyed(footprint);
+        }
+        let mut independent = [0; 64];
+        for (a, mine) in footprints.iter().enumerate() {
+            for (b, theirs) in footprints.iter().enumerate() {
+                if mine.is_disjoint(theirs) {
+                    independent[a] |= 1 << b;
+                }
+            }
+        }
+        let any = independent.iter().any(|&keys| keys != 0);
+        any.then_some(Commuting {
+            deliveries: DeliveryKeys::new(delivery_keys),
+            reconciles,
+            independent,
+        })
+    }
+
+    /// The step's sleep key, if it has one.
+    #[inline]
+    pub fn key(&self, step: &Step) -> Option<u8> {
+        match *step {
+            Step::Deliver { delivery, fault } => self.deliveries.get(delivery)?[class(fault)],
+            Step::Reconcile(card) => self.reconciles.get(card.0 as usize).copied().flatten(),
+            Step::Expire => None,
+        }
+    }
+
+    /// The keys of the steps that commute with the step whose key is `key`.
+    #[inline]
+    pub fn commutes_with(&self, key: u8) -> SleepSet {
+        self.independent[usize::from(key)]
+    }
+
+    /// Whether the steps `a` and `b` are declared to commute.
+    pub fn commute(&self, a: &Step, b: &Step) -> bool {
+        match (self.key(a), self.key(b)) {
+            (Some(a), Some(b)) => self.commutes_with(a) & (1 << b) != 0,
+            _ => false,
+        }
+    }
+}
