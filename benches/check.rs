@@ -3,7 +3,9 @@
 //! Group `check`: `models/b62-15.toml` (DFS, 2 threads, as the file says) loaded once, then
 //! [`arrival::card::check::run`] (progress off) to exhaustion in each iteration:
 //! - `b62-15/arrival`: arrival's own checker, with the model file's defaults (the symmetry
-//!   of identical redeliveries, settled decisions and paused paths merged);
+//!   of identical redeliveries, settled decisions and paused paths merged, sleep sets);
+//! - `b62-15/arrival-no-sleep-sets`: the same with `sleep_sets = false`: the same states
+//!   through more transitions, the figure before sleep sets;
 //! - `b62-15/arrival-unmerged`: the same checker with `merge_settled = false` (which turns
 //!   `merge_paused` off too), the model as it was before those reductions;
 //! - `b62-15/stateright`: stateright 0.31's checker on the default model, the figure before
@@ -29,12 +31,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn b62_15(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/b62-15.toml");
     let merged = check::load_model(&path, None).expect("models/b62-15.toml loads");
+    let mut awake = merged.clone();
+    awake.file.sleep_sets = false;
     let mut unmerged = merged.clone();
     unmerged.file.merge_settled = false;
     let mut group = c.benchmark_group("check");
     let mut unique = None;
     for (name, engine, loaded) in [
         ("arrival", Engine::Arrival, &merged),
+        ("arrival-no-sleep-sets", Engine::Arrival, &awake),
         ("arrival-unmerged", Engine::Arrival, &unmerged),
         ("stateright", Engine::Stateright, &merged),
     ] {

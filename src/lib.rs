@@ -17,7 +17,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, arrival's own checker for it (`stateright`'s on request), the Explorer's model, exploration, shortest counterexamples, sharding and report merging, random-walk simulation, verdicts, JSON/text/JUnit reports, sequence diagrams, model-file parsing, typed input errors |
+//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, arrival's own checker for it (with sleep sets in depth-first search when a protocol says which steps commute; `stateright`'s on request), the Explorer's model, exploration, shortest counterexamples, sharding and report merging, random-walk simulation, verdicts, JSON/text/JUnit reports, sequence diagrams, model-file parsing, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
 //! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, properties, mutants, replay, model |
 //! | [`store`] | the durable card receiver: the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
@@ -41,6 +41,7 @@
 //! | [`card::check`] | card model files and runs, through the harness |
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
+//! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
 //!
