@@ -108,8 +108,9 @@ pub struct ModelFile {
     /// Under SPEC, without expiry and without per-delivery budgets: let depth-first search
     /// skip transitions whose result it reaches anyway with steps that commute taken in
     /// another order (sleep sets, see [`crate::card::commute`]). Every state is still
-    /// visited: only the count of states generated changes, never the unique count or
-    /// the verdict.
+    /// visited: on a run that explores everything, only the count of states generated
+    /// changes, never the unique count or the verdict (a run cut short by a state limit,
+    /// or stopped once every checked property is violated, may stop elsewhere).
     #[serde(default = "default_sleep_sets")]
     pub sleep_sets: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then

@@ -16,8 +16,10 @@
 //!   whether anything is owed at all, so it depends on every delivery.
 //!
 //! Steps with disjoint footprints commute in the sense the checker needs: neither enables
-//! nor disables the other (enabledness reads only the footprint: what is owed, the budget,
-//! whether the card is paused or unknown), both orders end in the same world (each step
+//! nor disables the other (enabledness reads whether the delivery is owed, the budget,
+//! whether the card is paused or unknown, and, with the symmetry of identical
+//! redeliveries, whether earlier copies are owed: copies share their id's records, so they
+//! never commute with each other anyway), both orders end in the same world (each step
 //! changes only its own footprint, from values in it), and each step is judged by every
 //! property alike before and after the other: the step checks compare before and after
 //! the step, so a part of the world the step does not change compares equal, whatever its

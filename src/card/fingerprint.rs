@@ -315,9 +315,21 @@ impl Receiver {
             state.write_u32(number);
             record(&mut state, entry);
         }
-        state.write_usize(self.holds().len());
+        // A paused covered card's bucket that holds only inputs held for the pause is no
+        // bucket at all: either way reconciling the card leaves no hold of it, and the
+        // records are merged above (without this, a world where reconciling another card
+        // emptied the bucket, and so removed it, and one where such holds remain in it
+        // were two states that behave alike).
+        let only_merged = |bucket: Option<Sym>, keys: &[HoldKey]| {
+            forgotten(bucket) && keys.iter().all(|&key| merged_path(self.record(key)))
+        };
+        let buckets = self
+            .holds()
+            .iter()
+            .filter(|(bucket, keys)| !only_merged(**bucket, keys))
+            .count();
+        state.write_usize(buckets);
         for (bucket, keys) in self.holds() {
-            state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
             let word = |key: &HoldKey| match *key {
                 HoldKey::Record { event, index } => {
                     (0u8, u64::from(event.0) | u64::from(index) << 32)
@@ -332,10 +344,15 @@ impl Receiver {
                     .fold((0u64, 0u64), |(count, sum), key| {
                         (count + 1, sum.wrapping_add(KEY_HASHER.hash_one(word(key))))
                     });
+                if count == 0 {
+                    continue;
+                }
+                state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
                 state.write_u64(count);
                 state.write_u64(sum);
                 continue;
             }
+            state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
             state.write_usize(keys.len());
             for key in keys {
                 let (tag, word) = word(key);

@@ -57,11 +57,17 @@ pub type SleepSet = u64;
 /// Which actions commute, for sleep sets in depth-first search.
 ///
 /// Two actions with keys `a` and `b` may be declared independent (each in the other's
-/// [`Commute::commutes_with`]) only if, in every reachable state where both are enabled:
-/// taking one leaves the other enabled, both orders end in the same state, and each is
-/// judged by every property the same way before and after the other. An action's key
-/// must name the same action in every state where it is enabled. A model with no opinion
-/// returns `None` for every action: nothing sleeps.
+/// [`Commute::commutes_with`]) only if, in every reachable state: taking one neither
+/// enables nor disables the other, and where both are enabled both orders end in the same
+/// state and each is judged by every property the same way before and after the other.
+/// An action's key must name the same action in every state where it is enabled. A model
+/// with no opinion returns `None` for every action: nothing sleeps.
+///
+/// A state that breaks a property is a dead end (the checker takes no step from it), so
+/// an action that leads to one "disables" every other. That costs nothing: the violation
+/// is found where the action is taken, and an action asleep at a state was taken at an
+/// ancestor, where it is judged alike; the dead ends pruned behind it are only other
+/// violating states, whose violations show on the step into them the same way.
 pub trait Commute<A> {
     /// The action's bit in a sleep set (below 64); `None`: it never sleeps.
     fn sleep_key(&self, action: &A) -> Option<u8>;
@@ -319,7 +325,11 @@ where
         parent: Fingerprint,
     ) -> bool {
         tally.states += 1;
-        let (new, _) = table.insert(key, parent);
+        let (new, slot) = table.insert(key, parent);
+        if new {
+            // Expanded with nothing asleep, should a sleeping search meet it again.
+            slot.awake.store(!0, Ordering::Relaxed);
+        }
         new && self.judge(tally, state, key)
     }
 
