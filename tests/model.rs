@@ -781,8 +781,9 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
 #[test]
 fn sleep_sets_visit_every_state_and_keep_every_verdict() {
     // Sleep sets (`card::commute`, the checker's depth-first search) prune transitions,
-    // never states: with and without them the unique count, the verdict and the violated
-    // properties are the same, under SPEC with several fault budgets, both reconciliation
+    // not states: with and without them the verdict and the violated properties are the
+    // same, and so is the unique count of a passing run (a failing one may skip violating
+    // dead ends behind a sleeping step, never a violated property), under SPEC with several fault budgets, both reconciliation
     // modes, one and two threads, on generated fixtures (also with an `expect` no order
     // meets, so that convergence fails) and on every card model file. Under mutants,
     // expiry and per-delivery budgets nothing sleeps, and the counts are equal too.
@@ -794,14 +795,15 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
         loaded.file.sleep_sets = true;
         let asleep = run(&loaded, None);
         assert_eq!(
-            (full.verdict.as_str(), &full.violated, full.unique_states),
-            (
-                asleep.verdict.as_str(),
-                &asleep.violated,
-                asleep.unique_states
-            ),
+            (full.verdict.as_str(), &full.violated),
+            (asleep.verdict.as_str(), &asleep.violated),
             "{what}"
         );
+        if full.violated.is_empty() {
+            assert_eq!(full.unique_states, asleep.unique_states, "{what}");
+        } else {
+            assert!(asleep.unique_states <= full.unique_states, "{what}");
+        }
         assert!(asleep.states <= full.states, "{what}");
         (full.states, asleep.states)
     };
@@ -944,8 +946,8 @@ fn worlds_merged_as_one_state_are_one_state_in_every_visit_order() {
     // sets, which assume merged worlds step alike, would be reasoned about on a quotient
     // that is not one). Found by review: a paused covered card's hold bucket with only
     // inputs held for the pause hashed unlike no bucket, so breadth- and depth-first
-    // search counted different states. Fixtures with ids sent to several cards (which the
-    // generator never makes), every budget 1: one count for BFS, DFS, 1 and 2 threads,
+    // search counted different states. Fixtures with ids sent to several cards (which
+    // `arrival gen` never makes), every budget 1: one count for BFS, DFS, 1 and 2 threads,
     // with and without sleep sets.
     use arrival::card::check::Strategy;
     use std::collections::BTreeSet;

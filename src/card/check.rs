@@ -107,10 +107,11 @@ pub struct ModelFile {
     pub merge_paused: bool,
     /// Under SPEC, without expiry and without per-delivery budgets: let depth-first search
     /// skip transitions whose result it reaches anyway with steps that commute taken in
-    /// another order (sleep sets, see [`crate::card::commute`]). Every state is still
-    /// visited: on a run that explores everything, only the count of states generated
-    /// changes, never the unique count or the verdict (a run cut short by a state limit,
-    /// or stopped once every checked property is violated, may stop elsewhere).
+    /// another order (sleep sets, see [`crate::card::commute`]). Every state that breaks
+    /// no property is still visited: on a run that explores everything, the verdict and
+    /// the violated properties never change, nor, on a passing run, the unique count (a
+    /// failing run may skip violating dead ends; a run cut short by a state limit, or
+    /// stopped once every checked property is violated, may stop elsewhere).
     #[serde(default = "default_sleep_sets")]
     pub sleep_sets: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then

@@ -22,9 +22,11 @@
 //!   persistent sets), when the model says which of its actions commute ([`Commute`]):
 //!   after a state's action `t` has been explored, each later sibling's subtree leaves `t`
 //!   asleep for as long as only actions independent of `t` follow, because the same states
-//!   are reached with `t` taken first. Sleep sets prune transitions, never states: every
-//!   reachable state is still visited (the unique count is the same with and without them,
-//!   which `tests/model.rs` checks). A state reached again with actions awake that were
+//!   are reached with `t` taken first. Sleep sets prune transitions, not states: every
+//!   reachable state that breaks no property is still visited, so a passing run counts the
+//!   unique states of a run without them (which `tests/model.rs` checks); a failing run
+//!   may skip violating dead ends behind a sleeping action (see [`Commute`]), never a
+//!   violated property. A state reached again with actions awake that were
 //!   asleep when it was expanded is expanded again with the smaller sleep set; each slot
 //!   keeps the union of the awake sets it has been expanded with, so a revisit that wakes
 //!   nothing new costs nothing. Why this is complete for any order of work among threads:
