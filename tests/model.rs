@@ -782,9 +782,9 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
 fn sleep_sets_visit_every_state_and_keep_every_verdict() {
     // Sleep sets (`card::commute`, the checker's depth-first search) prune transitions,
     // not states: with and without them the verdict and the violated properties are the
-    // same, and so is the unique count of a passing run (a failing one may skip violating
-    // dead ends behind a sleeping step, never a violated property), under SPEC with several fault budgets, both reconciliation
-    // modes, one and two threads, on generated fixtures (also with an `expect` no order
+    // same, and so is the unique count (a failing run may in general skip violating dead
+    // ends behind a sleeping step, never a violated property; see below), under SPEC with
+    // several fault budgets, both reconciliation modes, one and two threads, on generated fixtures (also with an `expect` no order
     // meets, so that convergence fails) and on every card model file. Under mutants,
     // expiry and per-delivery budgets nothing sleeps, and the counts are equal too.
     use arrival::card::model::Reconciliation;
@@ -799,11 +799,11 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
             (asleep.verdict.as_str(), &asleep.violated),
             "{what}"
         );
-        if full.violated.is_empty() {
-            assert_eq!(full.unique_states, asleep.unique_states, "{what}");
-        } else {
-            assert!(asleep.unique_states <= full.unique_states, "{what}");
-        }
+        // A failing run may in general skip violating dead ends behind a sleeping step. The
+        // failing runs here break only convergence, at worlds where nothing is owed: every
+        // other step there is a dropped redelivery or leads back to the same world, so
+        // nothing lies behind them and the counts stay equal.
+        assert_eq!(full.unique_states, asleep.unique_states, "{what}");
         assert!(asleep.states <= full.states, "{what}");
         (full.states, asleep.states)
     };

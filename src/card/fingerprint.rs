@@ -319,16 +319,10 @@ impl Receiver {
         // bucket at all: either way reconciling the card leaves no hold of it, and the
         // records are merged above (without this, a world where reconciling another card
         // emptied the bucket, and so removed it, and one where such holds remain in it
-        // were two states that behave alike).
-        let only_merged = |bucket: Option<Sym>, keys: &[HoldKey]| {
-            forgotten(bucket) && keys.iter().all(|&key| merged_path(self.record(key)))
-        };
-        let buckets = self
-            .holds()
-            .iter()
-            .filter(|(bucket, keys)| !only_merged(**bucket, keys))
-            .count();
-        state.write_usize(buckets);
+        // were two states that behave alike). The holds come last, so the count of buckets
+        // written goes after them (no pass ahead to count them): each bucket is written
+        // whole, its layout fixed by the cards already hashed.
+        let mut buckets = 0usize;
         for (bucket, keys) in self.holds() {
             let word = |key: &HoldKey| match *key {
                 HoldKey::Record { event, index } => {
@@ -347,11 +341,13 @@ impl Receiver {
                 if count == 0 {
                     continue;
                 }
+                buckets += 1;
                 state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
                 state.write_u64(count);
                 state.write_u64(sum);
                 continue;
             }
+            buckets += 1;
             state.write_u64(bucket.map_or(u64::MAX, |card| u64::from(card.0)));
             state.write_usize(keys.len());
             for key in keys {
@@ -360,6 +356,7 @@ impl Receiver {
                 state.write_u64(word);
             }
         }
+        state.write_usize(buckets);
         state.finish().max(1)
     }
 }
