@@ -52,6 +52,14 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
         &["initial.card-7.version", "1.5", "non-negative integer"],
     ),
     (
+        "trace-unknown-property.json",
+        &[
+            "trace.violates",
+            "unknown property `paused-forever`",
+            "paused-frozen",
+        ],
+    ),
+    (
         "initial-string-version.json",
         &[
             "initial.card-7.version",

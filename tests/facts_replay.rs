@@ -362,6 +362,14 @@ const MALFORMED: &[(&str, &[&str])] = &[
         &["secrets", "unknown variant `hr`"],
     ),
     (
+        "trace-unknown-property.json",
+        &[
+            "trace.violates",
+            "unknown facts property `ack-after-comit`",
+            "ack-after-commit",
+        ],
+    ),
+    (
         "unknown-top-level-key.json",
         &["requestz", "unknown field `requestz`"],
     ),

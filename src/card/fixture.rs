@@ -280,6 +280,13 @@ impl Scenario {
             None => None,
             Some(expect) => Some(typed_expect(expect, &mut catalog, &deliveries, file)?),
         };
+        if let Some(origin) = &raw.trace {
+            // A misspelt property would otherwise replay as SPEC's and show nothing.
+            origin
+                .violates
+                .parse::<crate::card::properties::Property>()
+                .map_err(|message| bad("trace.violates".into(), message))?;
+        }
         let name = raw.name.clone().unwrap_or_else(|| {
             file.file_stem().map_or_else(
                 || "fixture".into(),

@@ -281,7 +281,8 @@ pub fn replay_steps<P: Policy>(
     let mut journal = Journal::new();
     let mut reports = Vec::with_capacity(steps.len());
     let mut violations = Vec::new();
-    // SPEC's properties, and the one a counterexample fixture was written to show.
+    // SPEC's properties, and the one a counterexample fixture was written to show (a name
+    // the fixture's reader has already checked).
     let checked = scenario
         .raw
         .trace

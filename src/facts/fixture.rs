@@ -379,6 +379,12 @@ impl Scenario {
                 "at least one delivery is needed".into(),
             ));
         }
+        if let Some(origin) = &raw.trace {
+            origin
+                .violates
+                .parse::<super::properties::Property>()
+                .map_err(|message| bad("trace.violates".into(), message))?;
+        }
         let mut config = IngressConfig::new(keys);
         config.freshness_seconds = raw
             .freshness_seconds
