@@ -52,6 +52,14 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
         &["initial.card-7.version", "1.5", "non-negative integer"],
     ),
     (
+        "trace-unknown-policy.json",
+        &[
+            "trace.policy",
+            "unknown policy `ignore-paus`",
+            "ignore-pause",
+        ],
+    ),
+    (
         "trace-unknown-property.json",
         &[
             "trace.violates",
@@ -394,6 +402,22 @@ fn check_of_a_model_with_a_malformed_fixture_names_both_files() {
     );
     assert!(err.contains("deliveries[2].delivery"), "{err}");
     assert!(output.stdout.is_empty(), "{}", stdout(&output));
+}
+
+#[test]
+fn a_bad_trace_block_is_refused_even_when_another_policy_is_given() {
+    // `--policy` means the trace's own policy is never used; the block must still be sound.
+    let failures: Vec<String> = [
+        ("trace-unknown-policy.json", "trace.policy"),
+        ("trace-unknown-property.json", "trace.violates"),
+    ]
+    .iter()
+    .flat_map(|(name, place)| {
+        let file = format!("{MALFORMED}/{name}");
+        rejected(&["replay", "--policy", "spec", &file], &file, &[place])
+    })
+    .collect();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
 #[test]

@@ -362,6 +362,14 @@ const MALFORMED: &[(&str, &[&str])] = &[
         &["secrets", "unknown variant `hr`"],
     ),
     (
+        "trace-card-policy.json",
+        &[
+            "trace.policy",
+            "unknown facts policy `ignore-pause`",
+            "ack-before-commit",
+        ],
+    ),
+    (
         "trace-unknown-property.json",
         &[
             "trace.violates",

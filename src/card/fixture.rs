@@ -281,7 +281,13 @@ impl Scenario {
             Some(expect) => Some(typed_expect(expect, &mut catalog, &deliveries, file)?),
         };
         if let Some(origin) = &raw.trace {
-            // A misspelt property would otherwise replay as SPEC's and show nothing.
+            // Checked here, not only where used: a misspelt property would otherwise
+            // replay as SPEC's and show nothing, and a misspelt policy would pass unseen
+            // under `--policy`.
+            origin
+                .policy
+                .parse::<crate::card::policy::PolicyName>()
+                .map_err(|message| bad("trace.policy".into(), message))?;
             origin
                 .violates
                 .parse::<crate::card::properties::Property>()

@@ -380,6 +380,12 @@ impl Scenario {
             ));
         }
         if let Some(origin) = &raw.trace {
+            if origin.policy != "spec" {
+                origin
+                    .policy
+                    .parse::<super::mutants::Mutant>()
+                    .map_err(|message| bad("trace.policy".into(), message))?;
+            }
             origin
                 .violates
                 .parse::<super::properties::Property>()
