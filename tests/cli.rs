@@ -408,12 +408,22 @@ fn check_of_a_model_with_a_malformed_fixture_names_both_files() {
 fn a_bad_trace_block_is_refused_even_when_another_policy_is_given() {
     // `--policy` means the trace's own policy is never used; the block must still be sound.
     let failures: Vec<String> = [
-        ("trace-unknown-policy.json", "trace.policy"),
-        ("trace-unknown-property.json", "trace.violates"),
+        (MALFORMED, "trace-unknown-policy.json", "trace.policy"),
+        (MALFORMED, "trace-unknown-property.json", "trace.violates"),
+        (
+            "tests/facts-malformed",
+            "trace-card-policy.json",
+            "trace.policy",
+        ),
+        (
+            "tests/facts-malformed",
+            "trace-unknown-property.json",
+            "trace.violates",
+        ),
     ]
     .iter()
-    .flat_map(|(name, place)| {
-        let file = format!("{MALFORMED}/{name}");
+    .flat_map(|(folder, name, place)| {
+        let file = format!("{folder}/{name}");
         rejected(&["replay", "--policy", "spec", &file], &file, &[place])
     })
     .collect();
