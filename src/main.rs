@@ -335,12 +335,7 @@ fn run_replay(
     let given = policy.map(card_policy).transpose()?;
     let scenario = Scenario::load(fixture)?;
     let recorded = match (&given, &scenario.trace) {
-        (None, Some(origin)) => Some(
-            origin
-                .policy
-                .parse::<PolicyName>()
-                .map_err(|message| InputError::invalid(fixture, "trace.policy", message))?,
-        ),
+        (None, Some(shown)) => Some(shown.policy),
         _ => None,
     };
     let from_trace = recorded.is_some();

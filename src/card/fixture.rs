@@ -169,6 +169,16 @@ pub struct Expect {
     pub paused: BTreeSet<Sym>,
 }
 
+/// A counterexample fixture's `trace` block, typed: the policy it was found under and the
+/// property its schedule breaks there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shown {
+    /// The policy `replay` uses unless `--policy` says otherwise.
+    pub policy: crate::card::policy::PolicyName,
+    /// The property the schedule violates under that policy.
+    pub violates: crate::card::properties::Property,
+}
+
 /// A fixture, parsed and validated: everything the receiver, replay and the model read.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -190,8 +200,8 @@ pub struct Scenario {
     pub retention_seconds: Option<u64>,
     /// What replay checks.
     pub expect: Option<Expect>,
-    /// Where a counterexample fixture came from.
-    pub trace: Option<TraceOrigin>,
+    /// What a counterexample fixture's `trace` block says it shows, parsed.
+    pub trace: Option<Shown>,
     /// The file as read, for writing traces back out.
     pub raw: RawFixture,
 }
@@ -280,19 +290,21 @@ impl Scenario {
             None => None,
             Some(expect) => Some(typed_expect(expect, &mut catalog, &deliveries, file)?),
         };
-        if let Some(origin) = &raw.trace {
-            // Checked here, not only where used: a misspelt property would otherwise
-            // replay as SPEC's and show nothing, and a misspelt policy would pass unseen
-            // under `--policy`.
-            origin
-                .policy
-                .parse::<crate::card::policy::PolicyName>()
-                .map_err(|message| bad("trace.policy".into(), message))?;
-            origin
-                .violates
-                .parse::<crate::card::properties::Property>()
-                .map_err(|message| bad("trace.violates".into(), message))?;
-        }
+        // Parsed here, whether or not replay uses it (`--policy` replaces the policy): a
+        // misspelt property would otherwise replay as SPEC's and show nothing.
+        let trace = match &raw.trace {
+            None => None,
+            Some(origin) => Some(Shown {
+                policy: origin
+                    .policy
+                    .parse()
+                    .map_err(|message| bad("trace.policy".into(), message))?,
+                violates: origin
+                    .violates
+                    .parse()
+                    .map_err(|message| bad("trace.violates".into(), message))?,
+            }),
+        };
         let name = raw.name.clone().unwrap_or_else(|| {
             file.file_stem().map_or_else(
                 || "fixture".into(),
@@ -309,7 +321,7 @@ impl Scenario {
             schedule,
             retention_seconds: raw.retention_seconds,
             expect,
-            trace: raw.trace.clone(),
+            trace,
             raw,
         })
     }

@@ -281,14 +281,10 @@ pub fn replay_steps<P: Policy>(
     let mut journal = Journal::new();
     let mut reports = Vec::with_capacity(steps.len());
     let mut violations = Vec::new();
-    // SPEC's properties, and the one a counterexample fixture was written to show (a name
-    // the fixture's reader has already checked).
-    let checked = scenario
-        .raw
-        .trace
-        .as_ref()
-        .and_then(|origin| origin.violates.parse::<Property>().ok())
-        .map_or(Properties::SPEC, |shown| Properties::SPEC.with(shown));
+    // SPEC's properties, and the one a counterexample fixture was written to show.
+    let checked = scenario.trace.map_or(Properties::SPEC, |shown| {
+        Properties::SPEC.with(shown.violates)
+    });
     for (index, &step) in steps.iter().enumerate() {
         let (next, effect) = transition(scenario, policy, checked, &world, step);
         journal.observe(index, step, &effect, &next.receiver);
