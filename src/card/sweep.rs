@@ -15,7 +15,8 @@
 
 use crate::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelFile, Strategy};
 use crate::card::fixture::Scenario;
-use crate::card::generate::{small, SplitMix};
+use crate::card::generate::small;
+use crate::harness::rng::SplitMix;
 use crate::card::model::Reconciliation;
 use crate::card::policy::PolicyName;
 use crate::card::properties::Properties;

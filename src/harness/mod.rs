@@ -24,6 +24,7 @@ pub mod junit;
 pub mod merge;
 pub mod model_file;
 pub mod report;
+pub mod rng;
 pub mod shard;
 pub mod simulate;
 pub mod timestamp;

@@ -11,6 +11,7 @@
 //! self-loop): the walk draws again among the other steps of that world, and a world whose
 //! every step is a self-loop ends the walk.
 
+use super::rng::SplitMix;
 use super::Protocol;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -66,33 +67,11 @@ pub struct Walks<S> {
     pub found: BTreeMap<usize, Sample<S>>,
 }
 
-/// A small, fast, deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound` (`bound` > 0), by multiply-shift.
-    fn below(&mut self, bound: usize) -> usize {
-        ((u128::from(self.next()) * bound as u128) >> 64) as usize
-    }
-}
-
 /// The generator of walk `walk` of part `part`.
 fn walk_generator(seed: u64, part: usize, walk: usize) -> SplitMix {
-    let mut mix = SplitMix(seed);
-    let a = mix.next();
-    let mut mix = SplitMix(a ^ part as u64);
-    let b = mix.next();
-    let mut mix = SplitMix(b ^ walk as u64);
-    SplitMix(mix.next())
+    let a = SplitMix::new(seed).next_u64();
+    let b = SplitMix::new(a ^ part as u64).next_u64();
+    SplitMix::new(SplitMix::new(b ^ walk as u64).next_u64())
 }
 
 fn fingerprint<W: Hash>(world: &W) -> u64 {
@@ -162,7 +141,7 @@ pub fn simulate<P: Protocol>(protocol: &P, part: usize, simulation: &Simulation)
                 if steps.is_empty() {
                     break None;
                 }
-                let step = steps.swap_remove(generator.below(steps.len()));
+                let step = steps.swap_remove(generator.scaled_below(steps.len()));
                 if let Some(next) = protocol.next(&world, &step) {
                     break Some((step, next));
                 }

@@ -16,7 +16,7 @@ use super::ingress::{spawn_consumer, start, PipelineError, Running, ServeOptions
 use super::run::{unique, TempDir};
 use super::store;
 use super::stream::{self, Names};
-use crate::card::generate::SplitMix;
+use crate::harness::rng::SplitMix;
 use crate::facts::application::{AppKey, Application, Applications};
 use crate::facts::envelope::{Envelope, Source};
 use crate::facts::ingress::{sign, IngressConfig, Response, Secret};

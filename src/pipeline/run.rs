@@ -38,7 +38,7 @@ pub struct RunOptions {
 /// A random suffix for keys and files.
 pub fn unique(prefix: &str) -> String {
     let nanos = store::now_ms() as u64 ^ (std::process::id() as u64) << 32;
-    let mut rng = crate::card::generate::SplitMix::new(
+    let mut rng = crate::harness::rng::SplitMix::new(
         nanos
             ^ std::time::Instant::now().elapsed().as_nanos() as u64
             ^ (&nanos as *const u64 as u64),

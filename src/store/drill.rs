@@ -3,7 +3,7 @@
 //! promises of the contract and against the SPEC receiver's end state for the fixture.
 
 use crate::card::fixture::Scenario;
-use crate::card::generate::SplitMix;
+use crate::harness::rng::SplitMix;
 use crate::card::policy::Spec;
 use crate::card::receiver::{Card, Receiver, Verdict};
 use crate::card::replay::replay;
