@@ -174,7 +174,7 @@ fn catalogue() -> String {
         PolicyName::all_names().join(", "),
         facts_policies.join(", "),
         card_properties.join(", "),
-        arrival::facts::properties::Property::NAMES.join(", "),
+        arrival::facts::property::Property::NAMES.join(", "),
     )
 }
 

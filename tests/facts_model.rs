@@ -6,7 +6,7 @@
 use arrival::facts::fixture::Scenario;
 use arrival::facts::model::{load_model, run, LoadedModel};
 use arrival::facts::mutants::Mutant;
-use arrival::facts::properties::Property;
+use arrival::facts::property::Property;
 use arrival::facts::replay::replay;
 use arrival::harness::report::{render, ModelReport};
 use std::collections::BTreeSet;

@@ -8,10 +8,12 @@
 //! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
 //! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
 //! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
-//! | [`world`] | the pipeline as data and the one [`world::transition`] replay and a model share |
+//! | [`step`] | the steps ([`step::Step`]), their faults and the fault budgets |
+//! | [`world`] | the pipeline as data, the one [`world::transition`] replay and the model share, [`world::World::is_terminal`], the [`world::Policy`] hook |
 //! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
 //! | [`replay`] | walks a scenario's schedule and builds the report, with the properties checked on every step; its table for people |
-//! | [`properties`] | the six properties (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges), computed from the world's data |
+//! | [`property`] | the six property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges) and sets of them |
+//! | [`properties`] | the six properties' checks on steps and states, computed from the world's data |
 //! | [`mutants`] | the wrong pipelines, each a wrapper around the real ingress or consumer step |
 //! | [`model`] | the pipeline as a [`crate::harness::Protocol`]: every order and fault within budgets; facts model files |
 
@@ -23,5 +25,7 @@ pub mod ingress;
 pub mod model;
 pub mod mutants;
 pub mod properties;
+pub mod property;
 pub mod replay;
+pub mod step;
 pub mod world;

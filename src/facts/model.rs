@@ -8,10 +8,10 @@ use super::application::AppKey;
 use super::fixture::{RawFixture, RawStep, RawUpgrade, Scenario};
 use super::ingress::Response;
 use super::mutants::Mutant;
-use super::properties::{check_state, check_step, Property};
-use super::world::{
-    transition, Consumer, Crash, Decision, PostFault, Setup, Step, StepOutcome, World,
-};
+use super::properties::{check_state, check_step};
+use super::property::{Properties, Property};
+use super::step::{Budgets, Consumer, Crash, PostFault, Step};
+use super::world::{transition, Decision, Read, Setup, StepOutcome, World};
 use crate::harness::check::{check_parts_with, Mode, Subject};
 use crate::harness::explore::{Engine, Settings, Strategy};
 use crate::harness::model_file::Overrides;
@@ -85,23 +85,6 @@ pub struct ModelFile {
     pub expect: String,
 }
 
-/// Fault budgets left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Budgets {
-    /// Lost HTTP answers.
-    pub lost_responses: u8,
-    /// Crashes before commit.
-    pub crashes_before_commit: u8,
-    /// Crashes after commit, before `XACK`.
-    pub crashes_after_commit: u8,
-    /// Takeovers.
-    pub takeovers: u8,
-    /// Poison entries.
-    pub poison: u8,
-    /// Material upgrades.
-    pub upgrades: u8,
-}
-
 /// The model's state: the pipeline's world, the requests not yet sent, the budgets left,
 /// and the first property a step broke.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -150,7 +133,7 @@ impl Coverage {
                 Response::Unavailable => {}
             },
             StepOutcome::Handled(handled) => {
-                if matches!(handled.read, super::world::Read::Claimed { .. }) {
+                if matches!(handled.read, Read::Claimed { .. }) {
                     self.bump("claimed");
                 }
                 match &handled.decision {
@@ -180,34 +163,17 @@ pub struct FactsModel {
     /// The fixture.
     pub scenario: Arc<Scenario>,
     /// Its setup with the policy in force.
-    pub setup: Arc<Setup>,
+    pub setup: Arc<Setup<Option<Mutant>>>,
     /// The consumers.
     pub consumers: Vec<Consumer>,
     /// Budgets at the start.
     pub budgets: Budgets,
     /// The upgrade a step may make: the first application to its next material version.
     pub upgrade: Option<(AppKey, u64)>,
-    /// Properties checked, by [`Property::ALL`] index.
-    pub checked: [bool; 6],
+    /// The properties checked.
+    pub checked: Properties,
     /// Coverage, shared by the checker's threads.
     pub coverage: Arc<Coverage>,
-}
-
-impl FactsModel {
-    fn checks_property(&self, property: Property) -> bool {
-        self.checked[property as usize]
-    }
-
-    /// Whether `consume` would read something: its own pending entry (if the policy reads
-    /// them) or a new one.
-    fn has_work(&self, world: &World, consumer: &Consumer) -> bool {
-        let own = super::mutants::reads_own_pending(self.setup.mutant)
-            && world
-                .pending
-                .values()
-                .any(|pending| pending.consumer == *consumer);
-        own || (world.last_delivered as usize) < world.stream.len()
-    }
 }
 
 fn consumer_steps(budgets: Budgets, make: impl Fn(Option<Crash>) -> Step, steps: &mut Vec<Step>) {
@@ -260,7 +226,7 @@ impl Protocol for FactsModel {
                 });
                 continue;
             }
-            if self.has_work(world, consumer) {
+            if world.has_work(&self.setup.mutant, consumer) {
                 let make = |crash| Step::Consume {
                     consumer: consumer.clone(),
                     crash,
@@ -317,9 +283,9 @@ impl Protocol for FactsModel {
             Step::Upgrade { .. } => spend(&mut next.budgets.upgrades),
             Step::Poison => spend(&mut next.budgets.poison),
         }
-        let checked = |property: Property| self.checks_property(property);
+        let checked = self.checked;
         if next.violation.is_none() {
-            next.violation = check_step(&checked, &state.world, &next.world, &outcome);
+            next.violation = check_step(checked, &state.world, &next.world, &outcome);
         }
         next.world.responses.clear();
         if next.violation.is_none() {
@@ -327,7 +293,7 @@ impl Protocol for FactsModel {
             self.steps(&next, &mut after);
             let scenario = &self.scenario;
             next.violation = check_state(
-                &checked,
+                checked,
                 &next.world,
                 after.is_empty(),
                 scenario.expect.as_ref(),
@@ -343,14 +309,12 @@ impl Protocol for FactsModel {
     }
 
     fn checks(&self, index: usize) -> bool {
-        self.checked[index]
+        self.checked.contains(Property::ALL[index])
     }
 
     fn only(&self, index: usize) -> FactsModel {
-        let mut checked = [false; 6];
-        checked[index] = true;
         FactsModel {
-            checked,
+            checked: Properties::only(Property::ALL[index]),
             coverage: Arc::default(),
             ..self.clone()
         }
@@ -367,69 +331,6 @@ impl Protocol for FactsModel {
     fn coverage(&self) -> Vec<(&'static str, u64)> {
         self.coverage.counts()
     }
-}
-
-/// Whether nothing is left to do at the end of a replay of `scenario` (its setup's policy
-/// included): the model, with the consumers the replay used (`c1` when none) and no fault
-/// budget, has no step from `world`. Requests the replay never posted count as unsent.
-pub fn nothing_left(
-    scenario: &Scenario,
-    world: &World,
-    steps: &[super::replay::StepReport],
-) -> bool {
-    let mut consumers: Vec<Consumer> = steps
-        .iter()
-        .filter_map(|step| match &step.step {
-            Step::Consume { consumer, .. }
-            | Step::Recover { consumer, .. }
-            | Step::Claim { consumer, .. } => Some(consumer.clone()),
-            _ => None,
-        })
-        .collect();
-    consumers.sort();
-    consumers.dedup();
-    if consumers.is_empty() {
-        consumers.push(Consumer(super::fixture::DEFAULT_CONSUMER.to_owned()));
-    }
-    let posted: BTreeSet<u32> = steps
-        .iter()
-        .filter_map(|step| match step.step {
-            Step::Post { request, .. } => Some(request),
-            _ => None,
-        })
-        .collect();
-    let none = Budgets {
-        lost_responses: 0,
-        crashes_before_commit: 0,
-        crashes_after_commit: 0,
-        takeovers: 0,
-        poison: 0,
-        upgrades: 0,
-    };
-    let model = FactsModel {
-        scenario: Arc::new(scenario.clone()),
-        setup: Arc::new(scenario.setup.clone()),
-        consumers,
-        budgets: none,
-        upgrade: None,
-        checked: [true; 6],
-        coverage: Arc::default(),
-    };
-    let state = State {
-        world: world.clone(),
-        unsent: scenario
-            .setup
-            .requests
-            .keys()
-            .filter(|request| !posted.contains(request))
-            .copied()
-            .collect(),
-        budgets: none,
-        violation: None,
-    };
-    let mut next = Vec::new();
-    model.steps(&state, &mut next);
-    next.is_empty()
 }
 
 /// A step in domain terms.
@@ -615,7 +516,7 @@ pub fn load_model_with(
             InputError::invalid(path, "expect", format!("{message}, or `pass`"))
         })?),
     };
-    let mut checked = [true; 6];
+    let mut checked = Properties::ALL;
     if let Some(names) = &file.properties {
         if names.is_empty() {
             return Err(InputError::invalid(
@@ -624,16 +525,16 @@ pub fn load_model_with(
                 "lists no property; leave it out to check all six",
             ));
         }
-        checked = [false; 6];
+        checked = Properties::NONE;
         for name in names {
             let property: Property = name
                 .parse()
                 .map_err(|message| InputError::invalid(path, "properties", message))?;
-            checked[property as usize] = true;
+            checked = checked.with(property);
         }
     }
     if let Some(property) = expected {
-        if !checked[property as usize] {
+        if !checked.contains(property) {
             return Err(InputError::invalid(
                 path,
                 "expect",

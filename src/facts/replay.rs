@@ -4,15 +4,15 @@
 
 use super::application::AppKey;
 use super::envelope::Source;
-use super::fixture::{Scenario, DEFAULT_CONSUMER};
+use super::fixture::{sort_facts, Scenario, DEFAULT_CONSUMER};
 use super::ingress::Response;
-use super::properties::{check_state, check_step, Property};
-use super::world::{
-    transition, Consumer, Crash, Decision, EntryId, PostFault, Read, Step, StepOutcome, World,
-};
+use super::properties::{check_state, check_step};
+use super::property::{Properties, Property};
+use super::step::{Consumer, Crash, PostFault, Step};
+use super::world::{transition, Decision, EntryId, Read, StepOutcome, World};
 use crate::harness::InputError;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -196,10 +196,9 @@ pub fn replay(scenario: &Scenario) -> Report {
     // The end is terminal when the model, with no faults left, could take no further step:
     // every request sent, no answer owed, no consumer down, nothing a consumer would still
     // read. Then the end-of-run properties are judged too.
-    let terminal = super::model::nothing_left(scenario, &world, &steps);
+    let terminal = nothing_left(scenario, &world, &steps);
     if broken.is_none() && terminal {
-        let everything = |_: Property| true;
-        broken = check_state(&everything, &world, true, None, false, &|key| {
+        broken = check_state(Properties::ALL, &world, true, None, false, &|key| {
             scenario.label(key)
         })
         .map(|property| (property, steps.len()));
@@ -242,6 +241,42 @@ pub fn replay(scenario: &Scenario) -> Report {
     }
 }
 
+/// Whether nothing is left to do at the end of a replay of `scenario` (its setup's policy
+/// included): the model, with the consumers the replay used (`c1` when none) and no fault
+/// budget, has no step from `world` ([`World::is_terminal`]). Requests the replay never
+/// posted count as unsent.
+fn nothing_left(scenario: &Scenario, world: &World, steps: &[StepReport]) -> bool {
+    let mut consumers: Vec<Consumer> = steps
+        .iter()
+        .filter_map(|step| match &step.step {
+            Step::Consume { consumer, .. }
+            | Step::Recover { consumer, .. }
+            | Step::Claim { consumer, .. } => Some(consumer.clone()),
+            _ => None,
+        })
+        .collect();
+    consumers.sort();
+    consumers.dedup();
+    if consumers.is_empty() {
+        consumers.push(Consumer(DEFAULT_CONSUMER.to_owned()));
+    }
+    let posted: BTreeSet<u32> = steps
+        .iter()
+        .filter_map(|step| match step.step {
+            Step::Post { request, .. } => Some(request),
+            _ => None,
+        })
+        .collect();
+    let unsent: BTreeSet<u32> = scenario
+        .setup
+        .requests
+        .keys()
+        .filter(|request| !posted.contains(request))
+        .copied()
+        .collect();
+    world.is_terminal(&scenario.setup.mutant, &unsent, &consumers)
+}
+
 fn walk(
     scenario: &Scenario,
     world: &mut World,
@@ -252,9 +287,8 @@ fn walk(
     let before = world.clone();
     let outcome = transition(&scenario.setup, world, step);
     if broken.is_none() {
-        let everything = |_: Property| true;
-        let found = check_step(&everything, &before, world, &outcome).or_else(|| {
-            check_state(&everything, world, false, None, false, &|key| {
+        let found = check_step(Properties::ALL, &before, world, &outcome).or_else(|| {
+            check_state(Properties::ALL, world, false, None, false, &|key| {
                 scenario.label(key)
             })
         });
@@ -340,11 +374,6 @@ fn ready_labels(scenario: &Scenario, world: &World) -> Vec<String> {
         .filter(|key| world.inbox.marked_ready(key))
         .map(|key| scenario.label(key))
         .collect()
-}
-
-/// Sorts `[source, event_id]` pairs as the text they are written as.
-pub fn sort_facts(facts: &mut [(Source, String)]) {
-    facts.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
 }
 
 fn end_report(scenario: &Scenario, world: &World) -> EndReport {
