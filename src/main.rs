@@ -277,7 +277,7 @@ fn replay_facts(
     json: bool,
     policy: Option<&str>,
 ) -> Option<Result<bool, InputError>> {
-    use arrival::facts::{fixture::is_facts_file, replay};
+    use arrival::facts::{fixture::is_facts_file, replay, table};
     if !is_facts_file(fixture) {
         return None;
     }
@@ -304,7 +304,7 @@ fn replay_facts(
             } else {
                 String::new()
             };
-            print(&(header + &replay::render_table(&report)));
+            print(&(header + &table::render_table(&report)));
         }
         Ok(report.passed())
     };

@@ -11,7 +11,8 @@
 //! | [`step`] | the steps ([`step::Step`]), their faults and the fault budgets |
 //! | [`world`] | the pipeline as data, the one [`world::transition`] replay and the model share, [`world::World::is_terminal`], the [`world::Policy`] hook |
 //! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
-//! | [`replay`] | walks a scenario's schedule and builds the report, with the properties checked on every step; its table for people |
+//! | [`replay`] | walks a scenario's schedule, with the properties checked on every step, and builds the report |
+//! | [`table`] | a replay report as a text table for people |
 //! | [`property`] | the six property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges) and sets of them |
 //! | [`properties`] | the six properties' checks on steps and states, computed from the world's data |
 //! | [`mutants`] | the wrong pipelines, each a wrapper around the real ingress or consumer step |
@@ -28,4 +29,5 @@ pub mod properties;
 pub mod property;
 pub mod replay;
 pub mod step;
+pub mod table;
 pub mod world;

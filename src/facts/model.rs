@@ -644,7 +644,7 @@ fn trace(
     replayed.setup = Setup::clone(&loaded.model.setup);
     replayed.schedule = Some(steps.to_vec());
     let report = super::replay::replay(&replayed);
-    let table = super::replay::render_table(&report);
+    let table = super::table::render_table(&report);
     let diagram = diagram(loaded, property, &report);
     let written = match out_dir {
         None => None,
