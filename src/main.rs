@@ -413,7 +413,7 @@ fn sweep_options(
 /// A model file of either protocol, loaded.
 enum Loaded {
     Card(check::LoadedModel),
-    Facts(arrival::facts::model::LoadedModel),
+    Facts(arrival::facts::model_file::LoadedModel),
 }
 
 fn load(path: &Path, options: &CheckRun) -> Result<Loaded, InputError> {
@@ -421,7 +421,7 @@ fn load(path: &Path, options: &CheckRun) -> Result<Loaded, InputError> {
     let overrides = &options.overrides;
     match arrival::harness::model_file::fixture_protocol(path).as_deref() {
         Some("facts") => {
-            arrival::facts::model::load_model_with(path, policy, overrides).map(Loaded::Facts)
+            arrival::facts::model_file::load_model_with(path, policy, overrides).map(Loaded::Facts)
         }
         _ => {
             let policy = policy.map(card_policy).transpose()?;
@@ -457,7 +457,7 @@ fn run_check(
         };
         match first {
             Loaded::Card(model) => check::serve(model, address, listening),
-            Loaded::Facts(model) => arrival::facts::model::serve(model, address, listening),
+            Loaded::Facts(model) => arrival::facts::check::serve(model, address, listening),
         }
         .map_err(|error| {
             let message = format!("cannot listen on {address}: {error}");
@@ -476,7 +476,7 @@ fn run_check(
     for model in &loaded {
         let report = match model {
             Loaded::Card(model) => check::run_with(model, &card_options, &options.mode)?,
-            Loaded::Facts(model) => arrival::facts::model::run_with(
+            Loaded::Facts(model) => arrival::facts::check::run_with(
                 model,
                 options.trace_out.as_deref(),
                 progress,
