@@ -174,7 +174,7 @@ fn catalogue() -> String {
         PolicyName::all_names().join(", "),
         facts_policies.join(", "),
         card_properties.join(", "),
-        arrival::facts::properties::Property::NAMES.join(", "),
+        arrival::facts::property::Property::NAMES.join(", "),
     )
 }
 
@@ -277,7 +277,7 @@ fn replay_facts(
     json: bool,
     policy: Option<&str>,
 ) -> Option<Result<bool, InputError>> {
-    use arrival::facts::{fixture::is_facts_file, replay};
+    use arrival::facts::{fixture::is_facts_file, replay, table};
     if !is_facts_file(fixture) {
         return None;
     }
@@ -304,7 +304,7 @@ fn replay_facts(
             } else {
                 String::new()
             };
-            print(&(header + &replay::render_table(&report)));
+            print(&(header + &table::render_table(&report)));
         }
         Ok(report.passed())
     };
@@ -413,7 +413,7 @@ fn sweep_options(
 /// A model file of either protocol, loaded.
 enum Loaded {
     Card(check::LoadedModel),
-    Facts(arrival::facts::model::LoadedModel),
+    Facts(arrival::facts::model_file::LoadedModel),
 }
 
 fn load(path: &Path, options: &CheckRun) -> Result<Loaded, InputError> {
@@ -421,7 +421,7 @@ fn load(path: &Path, options: &CheckRun) -> Result<Loaded, InputError> {
     let overrides = &options.overrides;
     match arrival::harness::model_file::fixture_protocol(path).as_deref() {
         Some("facts") => {
-            arrival::facts::model::load_model_with(path, policy, overrides).map(Loaded::Facts)
+            arrival::facts::model_file::load_model_with(path, policy, overrides).map(Loaded::Facts)
         }
         _ => {
             let policy = policy.map(card_policy).transpose()?;
@@ -457,7 +457,7 @@ fn run_check(
         };
         match first {
             Loaded::Card(model) => check::serve(model, address, listening),
-            Loaded::Facts(model) => arrival::facts::model::serve(model, address, listening),
+            Loaded::Facts(model) => arrival::facts::check::serve(model, address, listening),
         }
         .map_err(|error| {
             let message = format!("cannot listen on {address}: {error}");
@@ -476,7 +476,7 @@ fn run_check(
     for model in &loaded {
         let report = match model {
             Loaded::Card(model) => check::run_with(model, &card_options, &options.mode)?,
-            Loaded::Facts(model) => arrival::facts::model::run_with(
+            Loaded::Facts(model) => arrival::facts::check::run_with(
                 model,
                 options.trace_out.as_deref(),
                 progress,

@@ -34,9 +34,9 @@ fn run(path: &Path, engine: Engine, strategy: Strategy, threads: usize) -> Model
     };
     let protocol = arrival::harness::model_file::fixture_protocol(path);
     if protocol.as_deref() == Some("facts") {
-        let loaded = arrival::facts::model::load_model_with(path, None, &overrides)
+        let loaded = arrival::facts::model_file::load_model_with(path, None, &overrides)
             .unwrap_or_else(|error| panic!("{error}"));
-        arrival::facts::model::run(&loaded, None, false, engine)
+        arrival::facts::check::run(&loaded, None, false, engine)
             .unwrap_or_else(|error| panic!("{error}"))
     } else {
         let loaded = check::load_model_with(path, None, &overrides)

@@ -3,10 +3,11 @@
 //! every facts mutant is caught by its named property with a shortest trace that replays;
 //! every property has a model that catches it.
 
+use arrival::facts::check::run;
 use arrival::facts::fixture::Scenario;
-use arrival::facts::model::{load_model, run, LoadedModel};
+use arrival::facts::model_file::{load_model, LoadedModel};
 use arrival::facts::mutants::Mutant;
-use arrival::facts::properties::Property;
+use arrival::facts::property::Property;
 use arrival::facts::replay::replay;
 use arrival::harness::report::{render, ModelReport};
 use std::collections::BTreeSet;

@@ -8,7 +8,10 @@
 use super::application::{AppKey, Application, Applications};
 use super::envelope::Source;
 use super::ingress::{IngressConfig, Reason, Response, Secret, DEFAULT_MAX_BODY_BYTES};
-use super::world::{Consumer, Crash, PostFault, PostedRequest, Setup, Step};
+use super::mutants::Mutant;
+use super::property::Property;
+use super::step::{Consumer, Crash, PostFault, Step};
+use super::world::{PostedRequest, Setup, DEFAULT_MAX_DELIVERIES};
 use crate::harness::input::InputError;
 use crate::harness::model_file::TraceOrigin;
 use crate::harness::timestamp::parse_rfc3339;
@@ -220,8 +223,9 @@ pub struct Scenario {
     pub file: PathBuf,
     /// Its name.
     pub name: String,
-    /// Ingress setup, requests, poison budget.
-    pub setup: Setup,
+    /// Ingress setup, requests, poison budget; the contract's policy unless a caller sets
+    /// one.
+    pub setup: Setup<Option<Mutant>>,
     /// The applications at the start.
     pub applications: Applications,
     /// How reports name each application: its id, or `tenant/id` when two tenants share
@@ -370,9 +374,7 @@ impl Scenario {
                     .map_err(|(field, message)| bad(format!("expect.{field}"), message))?,
             ),
         };
-        let max_deliveries = raw
-            .max_deliveries
-            .unwrap_or(super::world::DEFAULT_MAX_DELIVERIES);
+        let max_deliveries = raw.max_deliveries.unwrap_or(DEFAULT_MAX_DELIVERIES);
         if max_deliveries == 0 {
             return Err(bad(
                 "max_deliveries".into(),
@@ -383,12 +385,12 @@ impl Scenario {
             if origin.policy != "spec" {
                 origin
                     .policy
-                    .parse::<super::mutants::Mutant>()
+                    .parse::<Mutant>()
                     .map_err(|message| bad("trace.policy".into(), message))?;
             }
             origin
                 .violates
-                .parse::<super::properties::Property>()
+                .parse::<Property>()
                 .map_err(|message| bad("trace.violates".into(), message))?;
         }
         let mut config = IngressConfig::new(keys);
@@ -608,7 +610,7 @@ fn typed_expect(
         }
     };
     let facts = expect.facts.clone().map(|mut facts| {
-        super::replay::sort_facts(&mut facts);
+        sort_facts(&mut facts);
         facts
     });
     if let Some(facts) = &facts {
@@ -642,6 +644,11 @@ fn typed_expect(
         pending: expect.pending,
         dead_letter,
     })
+}
+
+/// Sorts `[source, event_id]` pairs as the text they are written as.
+pub fn sort_facts(facts: &mut [(Source, String)]) {
+    facts.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
 }
 
 /// The answer with this status and reason word, if ingress can give it.

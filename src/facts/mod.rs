@@ -8,20 +8,32 @@
 //! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
 //! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
 //! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
-//! | [`world`] | the pipeline as data and the one [`world::transition`] replay and a model share |
-//! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
-//! | [`replay`] | walks a scenario's schedule and builds the report, with the properties checked on every step; its table for people |
-//! | [`properties`] | the six properties (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges), computed from the world's data |
+//! | [`step`] | the steps ([`step::Step`]), their faults and the fault budgets |
+//! | [`world`] | the pipeline as data, the one [`world::transition`] replay and the model share, [`world::World::is_terminal`], the [`world::Policy`] hook |
+//! | [`property`] | the six property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges) and sets of them |
+//! | [`properties`] | the six properties' checks on steps and states, computed from the world's data |
 //! | [`mutants`] | the wrong pipelines, each a wrapper around the real ingress or consumer step |
-//! | [`model`] | the pipeline as a [`crate::harness::Protocol`]: every order and fault within budgets; facts model files |
+//! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
+//! | [`replay`] | walks a scenario's schedule, with the properties checked on every step, and builds the report |
+//! | [`table`] | a replay report as a text table for people |
+//! | [`model`] | the pipeline as a [`crate::harness::Protocol`]: every order and fault within budgets; coverage; steps and states in words |
+//! | [`model_file`] | facts model files read into a [`model_file::LoadedModel`] |
+//! | [`check`] | runs of a model file: exhaustive, sharded or sampled, or served to Explorer |
+//! | [`trace`] | counterexamples as fixture steps, step tables, replayable fixtures and sequence diagrams |
 
 pub mod application;
+pub mod check;
 pub mod envelope;
 pub mod fixture;
 pub mod inbox;
 pub mod ingress;
 pub mod model;
+pub mod model_file;
 pub mod mutants;
 pub mod properties;
+pub mod property;
 pub mod replay;
+pub mod step;
+pub mod table;
+pub mod trace;
 pub mod world;

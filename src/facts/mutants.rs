@@ -1,13 +1,15 @@
 //! The facts mutant catalogue: wrong pipelines seen in real webhook consumers, each caught by
 //! a named property. Each mutant is a small wrapper around the real ingress or consumer
 //! step, so the real decision functions (`ingress::admit`, `inbox::consume`) read like the
-//! contract and carry no mutant branches.
+//! contract and carry no mutant branches. `Option<Mutant>` is the [`Policy`] the pipeline's
+//! transition runs under (`None`: the contract).
 
 use super::application::{AppKey, Applications};
 use super::envelope::Envelope;
 use super::inbox::{self, Inbox, Verdict};
 use super::ingress::{admit, Admission, IngressConfig, Reason, Request};
-use super::properties::Property;
+use super::property::Property;
+use super::world::Policy;
 use std::fmt;
 use std::str::FromStr;
 
@@ -225,4 +227,46 @@ pub fn reads_own_pending(mutant: Option<Mutant>) -> bool {
 /// a mark).
 pub fn upgrade_refreshes_ready(mutant: Option<Mutant>) -> bool {
     mutant != Some(Mutant::LastFactDecidesReady)
+}
+
+impl Policy for Option<Mutant> {
+    fn admit(
+        &self,
+        request: &Request<'_>,
+        now: i64,
+        config: &IngressConfig,
+        apps: &Applications,
+    ) -> Admission {
+        admit_under(*self, request, now, config, apps)
+    }
+
+    fn consume(
+        &self,
+        inbox: &mut Inbox,
+        apps: &Applications,
+        envelope: &Envelope,
+        entry_seen: bool,
+    ) -> Verdict {
+        consume_under(*self, inbox, apps, envelope, entry_seen)
+    }
+
+    fn reads_own_pending(&self) -> bool {
+        reads_own_pending(*self)
+    }
+
+    fn upgrade_refreshes_ready(&self) -> bool {
+        upgrade_refreshes_ready(*self)
+    }
+
+    fn acks_on_delivery(&self) -> bool {
+        *self == Some(Mutant::AckBeforeCommit)
+    }
+
+    fn drops_poison(&self) -> bool {
+        *self == Some(Mutant::AckAndDropPoison)
+    }
+
+    fn is_contract(&self) -> bool {
+        self.is_none()
+    }
 }

@@ -11,81 +11,9 @@ use super::envelope::{Envelope, FactType};
 use super::fixture::Expect;
 use super::inbox::Verdict;
 use super::ingress::Response;
+use super::property::{Properties, Property};
 use super::world::{Decision, Payload, StepOutcome, World};
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
-
-/// A named property of the facts contract.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Property {
-    /// At most one fact per `(source, event_id)`; the first is never replaced.
-    FactOnce,
-    /// Every fact accepted into the inbox, and every entry ingress writes to the stream,
-    /// matches its application's tenant, id, business key and current material version; a
-    /// rejected request never reaches the stream.
-    Correlated,
-    /// READY only with both facts for the current material version and no open conflict.
-    ReadySound,
-    /// Every acknowledged entry has its outcome made durable first: an envelope's inbox
-    /// verdict committed, an unparseable entry's dead-letter copy written.
-    AckAfterCommit,
-    /// At the end, every stream entry has an inbox verdict or a dead-letter entry, and
-    /// nothing is pending.
-    NoLoss,
-    /// At the end, READY is the rule applied to the inbox; and where no material upgrade
-    /// can happen, the facts and READY are the fixture's expected ones in every order.
-    ReadyConverges,
-}
-
-impl Property {
-    /// Every property, in check order.
-    pub const ALL: [Property; 6] = [
-        Property::FactOnce,
-        Property::Correlated,
-        Property::ReadySound,
-        Property::AckAfterCommit,
-        Property::NoLoss,
-        Property::ReadyConverges,
-    ];
-
-    /// Their names, in [`Property::ALL`] order.
-    pub const NAMES: [&'static str; 6] = [
-        "fact-once",
-        "correlated",
-        "ready-sound",
-        "ack-after-commit",
-        "no-loss",
-        "ready-converges",
-    ];
-
-    /// The name in model files and reports.
-    pub fn name(self) -> &'static str {
-        Property::NAMES[self as usize]
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Property {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Property, String> {
-        Property::ALL
-            .into_iter()
-            .find(|property| property.name() == text)
-            .ok_or_else(|| {
-                format!(
-                    "unknown facts property `{text}`; expected one of: {}",
-                    Property::NAMES.join(", ")
-                )
-            })
-    }
-}
 
 /// Whether `envelope` belongs to an application as the applications stand: same tenant
 /// and id, same business key, the current material version.
@@ -114,13 +42,13 @@ pub fn ready_by_rule(world: &World, app: &AppKey) -> bool {
 
 /// Checks one step, `pre` to `post` with `outcome`, against `checked` properties.
 pub fn check_step(
-    checked: &dyn Fn(Property) -> bool,
+    checked: Properties,
     pre: &World,
     post: &World,
     outcome: &StepOutcome,
 ) -> Option<Property> {
     let broken = |property: Property, holds: &dyn Fn() -> bool| {
-        (checked(property) && !holds()).then_some(property)
+        (checked.contains(property) && !holds()).then_some(property)
     };
     let handled_envelope = || match outcome {
         StepOutcome::Handled(handled) => match (&handled.decision, post.entry(handled.entry)) {
@@ -174,7 +102,7 @@ pub fn check_step(
 /// more; `expect`: the fixture's expected end, compared when `converges` (no upgrade can
 /// happen in this model).
 pub fn check_state(
-    checked: &dyn Fn(Property) -> bool,
+    checked: Properties,
     world: &World,
     terminal: bool,
     expect: Option<&Expect>,
@@ -182,7 +110,7 @@ pub fn check_state(
     labels: &dyn Fn(&AppKey) -> String,
 ) -> Option<Property> {
     let broken = |property: Property, holds: &dyn Fn() -> bool| {
-        (checked(property) && !holds()).then_some(property)
+        (checked.contains(property) && !holds()).then_some(property)
     };
     let apps = || world.applications.iter().map(|(key, _)| key);
     let ready_sound =

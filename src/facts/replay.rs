@@ -1,19 +1,19 @@
-//! Facts replay: walks a scenario's steps through [`transition`], reports every step and
-//! the end state, compares the end with the fixture's `expect`, and renders the report as a
-//! table for people ([`render_table`]) or as JSON (the [`Report`] serialised).
+//! Facts replay: walks a scenario's steps through [`transition`] with the properties
+//! checked on every step, and reports every step and the end state, compared with the
+//! fixture's `expect` (the [`Report`]; serialised, it is the JSON report; its table for
+//! people is [`super::table`]).
 
 use super::application::AppKey;
 use super::envelope::Source;
-use super::fixture::{Scenario, DEFAULT_CONSUMER};
+use super::fixture::{sort_facts, Scenario, DEFAULT_CONSUMER};
 use super::ingress::Response;
-use super::properties::{check_state, check_step, Property};
-use super::world::{
-    transition, Consumer, Crash, Decision, EntryId, PostFault, Read, Step, StepOutcome, World,
-};
+use super::properties::{check_state, check_step};
+use super::property::{Properties, Property};
+use super::step::{Consumer, Crash, PostFault, Step};
+use super::world::{transition, Decision, EntryId, Read, StepOutcome, World};
 use crate::harness::InputError;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// One step of a replay and the world right after it.
@@ -196,10 +196,9 @@ pub fn replay(scenario: &Scenario) -> Report {
     // The end is terminal when the model, with no faults left, could take no further step:
     // every request sent, no answer owed, no consumer down, nothing a consumer would still
     // read. Then the end-of-run properties are judged too.
-    let terminal = super::model::nothing_left(scenario, &world, &steps);
+    let terminal = nothing_left(scenario, &world, &steps);
     if broken.is_none() && terminal {
-        let everything = |_: Property| true;
-        broken = check_state(&everything, &world, true, None, false, &|key| {
+        broken = check_state(Properties::ALL, &world, true, None, false, &|key| {
             scenario.label(key)
         })
         .map(|property| (property, steps.len()));
@@ -242,6 +241,42 @@ pub fn replay(scenario: &Scenario) -> Report {
     }
 }
 
+/// Whether nothing is left to do at the end of a replay of `scenario` (its setup's policy
+/// included): the model, with the consumers the replay used (`c1` when none) and no fault
+/// budget, has no step from `world` ([`World::is_terminal`]). Requests the replay never
+/// posted count as unsent.
+fn nothing_left(scenario: &Scenario, world: &World, steps: &[StepReport]) -> bool {
+    let mut consumers: Vec<Consumer> = steps
+        .iter()
+        .filter_map(|step| match &step.step {
+            Step::Consume { consumer, .. }
+            | Step::Recover { consumer, .. }
+            | Step::Claim { consumer, .. } => Some(consumer.clone()),
+            _ => None,
+        })
+        .collect();
+    consumers.sort();
+    consumers.dedup();
+    if consumers.is_empty() {
+        consumers.push(Consumer(DEFAULT_CONSUMER.to_owned()));
+    }
+    let posted: BTreeSet<u32> = steps
+        .iter()
+        .filter_map(|step| match step.step {
+            Step::Post { request, .. } => Some(request),
+            _ => None,
+        })
+        .collect();
+    let unsent: BTreeSet<u32> = scenario
+        .setup
+        .requests
+        .keys()
+        .filter(|request| !posted.contains(request))
+        .copied()
+        .collect();
+    world.is_terminal(&scenario.setup.mutant, &unsent, &consumers)
+}
+
 fn walk(
     scenario: &Scenario,
     world: &mut World,
@@ -252,9 +287,8 @@ fn walk(
     let before = world.clone();
     let outcome = transition(&scenario.setup, world, step);
     if broken.is_none() {
-        let everything = |_: Property| true;
-        let found = check_step(&everything, &before, world, &outcome).or_else(|| {
-            check_state(&everything, world, false, None, false, &|key| {
+        let found = check_step(Properties::ALL, &before, world, &outcome).or_else(|| {
+            check_state(Properties::ALL, world, false, None, false, &|key| {
                 scenario.label(key)
             })
         });
@@ -340,11 +374,6 @@ fn ready_labels(scenario: &Scenario, world: &World) -> Vec<String> {
         .filter(|key| world.inbox.marked_ready(key))
         .map(|key| scenario.label(key))
         .collect()
-}
-
-/// Sorts `[source, event_id]` pairs as the text they are written as.
-pub fn sort_facts(facts: &mut [(Source, String)]) {
-    facts.sort_by(|a, b| (a.0.as_str(), &a.1).cmp(&(b.0.as_str(), &b.1)));
 }
 
 fn end_report(scenario: &Scenario, world: &World) -> EndReport {
@@ -483,16 +512,6 @@ fn short(label: &str) -> String {
     }
 }
 
-/// Cuts `text` to `width` characters, marking a cut with `~`.
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_owned()
-    } else {
-        let kept: String = text.chars().take(width.saturating_sub(1)).collect();
-        kept + "~"
-    }
-}
-
 fn step_text(scenario: &Scenario, step: &Step) -> String {
     let crash_text = |crash: &Option<Crash>| match crash {
         None => String::new(),
@@ -516,141 +535,5 @@ fn step_text(scenario: &Scenario, step: &Step) -> String {
             short(&scenario.label(application))
         ),
         Step::Poison => "poison".into(),
-    }
-}
-
-fn decision_text(step: &StepReport) -> String {
-    let read = match &step.read {
-        Some(Read::OwnPending) => " (pending)",
-        Some(Read::Claimed { .. }) => " (claimed)",
-        _ => "",
-    };
-    match &step.decision {
-        Some(Decision::Verdict(verdict)) => format!("{}{read}", verdict.as_str()),
-        Some(Decision::Retry { .. }) => format!("retry{read}"),
-        Some(Decision::DeadLetter { .. }) => format!("dead letter{read}"),
-        Some(Decision::Dropped { .. }) => format!("dropped{read}"),
-        None if step.crash.is_some() => format!("none{read}"),
-        None => "-".into(),
-    }
-}
-
-/// The report as a table for people (at most 120 columns), then the end and the verdict.
-pub fn render_table(report: &Report) -> String {
-    const HEAD: [&str; 9] = [
-        "#", "step", "HTTP", "entry", "inbox", "ack", "pend", "facts", "ready",
-    ];
-    const WIDTH: [usize; 9] = [3, 29, 29, 5, 21, 3, 4, 5, 5];
-    let single_app = report.end.ready.len() == 1;
-    let mut out = String::new();
-    let _ = writeln!(out, "facts replay: {} ({})", report.name, report.fixture);
-    let row = |cells: [String; 9]| {
-        let mut line = String::new();
-        for (column, cell) in cells.iter().enumerate() {
-            let cell = fit(cell, WIDTH[column]);
-            if column + 1 == cells.len() {
-                line.push_str(&cell);
-            } else {
-                let _ = write!(line, "{cell:<width$}  ", width = WIDTH[column]);
-            }
-        }
-        line.trim_end().to_owned() + "\n"
-    };
-    out.push_str(&row(HEAD.map(String::from)));
-    for step in &report.steps {
-        let http = step.response.map_or("-".into(), |response| {
-            format!("{} {}", response.status(), response.reason())
-        });
-        let ack = match step.acknowledged {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "-",
-        };
-        let ready = if single_app {
-            if step.ready.is_empty() { "no" } else { "yes" }.to_owned()
-        } else {
-            format!("{}/{}", step.ready.len(), report.end.ready.len())
-        };
-        let what = match &step.note {
-            Some(note) if step.decision.is_none() && step.response.is_none() => note.clone(),
-            _ => decision_text(step),
-        };
-        out.push_str(&row([
-            step.index.to_string(),
-            step.step_label.clone(),
-            http,
-            step.entry.map_or("-".into(), |entry| entry.to_string()),
-            what,
-            ack.to_owned(),
-            step.pending.to_string(),
-            step.facts.to_string(),
-            ready,
-        ]));
-    }
-    let end = &report.end;
-    let facts: Vec<String> = end
-        .facts
-        .iter()
-        .map(|(source, id)| format!("{source}/{id}"))
-        .collect();
-    let ready: Vec<String> = end
-        .ready
-        .iter()
-        .map(|(label, ready)| format!("{label}={}", if *ready { "READY" } else { "not ready" }))
-        .collect();
-    let _ = writeln!(out);
-    let _ = writeln!(out, "facts:        {}", list(&facts));
-    let _ = writeln!(
-        out,
-        "deliveries:   {} duplicate, {} conflict, {} late mismatch",
-        end.duplicates, end.conflicts, end.late_mismatches
-    );
-    let _ = writeln!(out, "ready:        {}", list(&ready));
-    if !end.open_conflicts.is_empty() {
-        let _ = writeln!(out, "conflicts:    {}", end.open_conflicts.join(", "));
-    }
-    let dead: Vec<String> = end
-        .dead_letter
-        .iter()
-        .map(|dead| format!("entry {} ({})", dead.entry, fit(&dead.reason, 90)))
-        .collect();
-    let _ = writeln!(out, "pending:      {}", end.pending);
-    let _ = writeln!(out, "dead letter:  {}", list(&dead));
-    if !end.unsettled.is_empty() {
-        let ids: Vec<String> = end.unsettled.iter().map(u32::to_string).collect();
-        let _ = writeln!(
-            out,
-            "unsettled:    entries {} (202 without a verdict)",
-            ids.join(", ")
-        );
-    }
-    for label in &report.stale_ready {
-        let _ = writeln!(out, "STALE READY:  {label}");
-    }
-    for violation in &report.violations {
-        let _ = writeln!(
-            out,
-            "VIOLATED:     {} at step {}",
-            violation.property, violation.step
-        );
-    }
-    if !report.expect_checked {
-        let _ = writeln!(out, "expect:       none in the fixture");
-    } else if report.differences.is_empty() {
-        let _ = writeln!(out, "expect:       holds");
-    } else {
-        let _ = writeln!(out, "expect:       DOES NOT HOLD");
-        for difference in &report.differences {
-            let _ = writeln!(out, "  - {difference}");
-        }
-    }
-    out
-}
-
-fn list(items: &[String]) -> String {
-    if items.is_empty() {
-        "-".into()
-    } else {
-        items.join(", ")
     }
 }

@@ -2,7 +2,8 @@
 //! dead letters, HTTP answers) and the one [`transition`] that moves it a [`Step`] forward.
 //!
 //! Replay walks a fixture's schedule through [`transition`]; a model checker explores every
-//! schedule through the same function. The [`World`] keeps no audit trail, only the state
+//! schedule through the same function. A policy (the contract's pipeline or a wrong one)
+//! comes in through the [`Policy`] hook only. The [`World`] keeps no audit trail, only the state
 //! the properties need (it stays small and hashable); what a step did comes back as a
 //! [`StepOutcome`].
 //!
@@ -13,12 +14,9 @@ use super::application::{AppKey, Applications};
 use super::envelope::{parse_json_object, Envelope, Source};
 use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
 use super::ingress::{Admission, IngressConfig, Request, Response};
-use super::mutants::{
-    admit_under, consume_under, reads_own_pending, upgrade_refreshes_ready, Mutant,
-};
+use super::step::{Consumer, Crash, PostFault, Step};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Arc;
 
 /// A stream entry id: 1, 2, 3... in append order.
@@ -29,84 +27,6 @@ pub const DEFAULT_MAX_DELIVERIES: u32 = 3;
 
 /// The body the `poison` step writes into the stream: not a valid envelope.
 pub const POISON_BODY: &str = "{\"schema_version\":\"1\",\"source\":";
-
-/// A consumer of the group, by name (`c1`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Consumer(pub String);
-
-impl fmt::Display for Consumer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Where a consumer crashes while handling an entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Crash {
-    /// After reading, before the inbox transaction commits: nothing is recorded.
-    BeforeCommit,
-    /// After the inbox transaction commits, before `XACK`.
-    AfterCommit,
-}
-
-/// What goes wrong with a `post`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PostFault {
-    /// The receiver answers but the answer never reaches the sender, which will post the
-    /// same request again (a second stream entry if it passes ingress again).
-    ResponseLost,
-    /// The stream cannot be written: the answer is 503, nothing is appended, and the
-    /// sender will post again.
-    StreamUnavailable,
-}
-
-/// One step of the pipeline, in domain terms.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    /// Request `request` reaches ingress; an accepted one is appended to the stream.
-    Post {
-        /// The request number.
-        request: u32,
-        /// What goes wrong, if anything.
-        fault: Option<PostFault>,
-    },
-    /// The consumer reads its own oldest pending entry, else the next new one, decides it
-    /// in one inbox transaction, commits, and acknowledges.
-    Consume {
-        /// Who.
-        consumer: Consumer,
-        /// Where it crashes, if it does.
-        crash: Option<Crash>,
-    },
-    /// A consumer restarts and re-reads its own oldest pending entry (`XREADGROUP ... 0`).
-    Recover {
-        /// Who.
-        consumer: Consumer,
-        /// Where it crashes again, if it does.
-        crash: Option<Crash>,
-    },
-    /// The consumer takes over the oldest entry pending in another consumer
-    /// (`XAUTOCLAIM`) and handles it.
-    Claim {
-        /// Who.
-        consumer: Consumer,
-        /// Where it crashes, if it does.
-        crash: Option<Crash>,
-    },
-    /// A material upgrade of an application.
-    Upgrade {
-        /// Which application.
-        application: AppKey,
-        /// Its new material version.
-        material_version: u64,
-    },
-    /// Something other than ingress writes an unparseable entry into the stream.
-    Poison,
-}
 
 /// A request as the sender posts it, with the receiver's clock at arrival.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -134,17 +54,59 @@ impl PostedRequest {
     }
 }
 
-/// What does not change during a run: ingress setup, the requests, the poison budget.
+/// What a policy may change in the pipeline: the ingress decision, the inbox transaction,
+/// and a few points of the consumer loop. [`transition`] knows a policy only through this
+/// hook; the wrong pipelines implement it (`Option<Mutant>` in [`super::mutants`], where
+/// `None` is the contract), so the real decision functions carry no mutant branches.
+pub trait Policy {
+    /// Ingress on `request` at the receiver's clock `now`.
+    fn admit(
+        &self,
+        request: &Request<'_>,
+        now: i64,
+        config: &IngressConfig,
+        apps: &Applications,
+    ) -> Admission;
+
+    /// The inbox transaction on `envelope`; `entry_seen`: whether this stream entry already
+    /// has a committed verdict.
+    fn consume(
+        &self,
+        inbox: &mut Inbox,
+        apps: &Applications,
+        envelope: &Envelope,
+        entry_seen: bool,
+    ) -> Verdict;
+
+    /// Whether a consumer reads its own pending entries before new ones.
+    fn reads_own_pending(&self) -> bool;
+
+    /// Whether a material upgrade recomputes READY.
+    fn upgrade_refreshes_ready(&self) -> bool;
+
+    /// Whether an entry is acknowledged as soon as it is delivered, before any commit.
+    fn acks_on_delivery(&self) -> bool;
+
+    /// Whether an unparseable entry is acknowledged and dropped, without a dead-letter copy.
+    fn drops_poison(&self) -> bool;
+
+    /// Whether this is the contract's pipeline.
+    fn is_contract(&self) -> bool;
+}
+
+/// What does not change during a run: ingress setup, the requests, the poison budget, the
+/// policy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Setup {
+pub struct Setup<P> {
     /// Ingress limits and keys.
     pub config: IngressConfig,
     /// The requests, by number.
     pub requests: BTreeMap<u32, PostedRequest>,
     /// Deliveries before an unprocessable entry is dead-lettered.
     pub max_deliveries: u32,
-    /// The wrong pipeline to run instead of the contract's (`None`: the contract's).
-    pub mutant: Option<Mutant>,
+    /// The pipeline to run: the contract's, or a wrong one (`Option<Mutant>`: `None` is
+    /// the contract's).
+    pub mutant: P,
 }
 
 /// What a stream entry carries.
@@ -343,6 +305,33 @@ impl World {
         self.pending.is_empty() && self.last_delivered as usize == self.stream.len()
     }
 
+    /// Whether `consume` by `consumer` would read something under `policy`: its own
+    /// pending entry (if the policy reads them) or a new one.
+    pub fn has_work(&self, policy: &impl Policy, consumer: &Consumer) -> bool {
+        let own = policy.reads_own_pending()
+            && self
+                .pending
+                .values()
+                .any(|pending| pending.consumer == *consumer);
+        own || (self.last_delivered as usize) < self.stream.len()
+    }
+
+    /// Whether nothing is left to do once no fault can happen any more: no request is
+    /// `unsent` or owed again, and none of `consumers` is down or has an entry to read
+    /// under `policy`.
+    pub fn is_terminal(
+        &self,
+        policy: &impl Policy,
+        unsent: &BTreeSet<u32>,
+        consumers: &[Consumer],
+    ) -> bool {
+        unsent.is_empty()
+            && self.owed.is_empty()
+            && consumers
+                .iter()
+                .all(|consumer| !self.is_down(consumer) && !self.has_work(policy, consumer))
+    }
+
     fn append(
         &mut self,
         source: Option<Source>,
@@ -363,14 +352,14 @@ impl World {
 /// Moves `world` one step forward and says what happened. Every step is enabled in every
 /// world: a step that cannot act (a down consumer, nothing to read, a refused upgrade)
 /// changes nothing and says so.
-pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome {
+pub fn transition<P: Policy>(setup: &Setup<P>, world: &mut World, step: &Step) -> StepOutcome {
     match step {
         Step::Post { request, fault } => post(setup, world, *request, *fault),
         Step::Consume { consumer, crash } => {
             if world.is_down(consumer) {
                 return StepOutcome::ConsumerDown(consumer.clone());
             }
-            let own = own_pending(world, consumer).filter(|_| reads_own_pending(setup.mutant));
+            let own = own_pending(world, consumer).filter(|_| setup.mutant.reads_own_pending());
             let read = match own {
                 Some(id) => Some((id, Read::OwnPending)),
                 None if (world.last_delivered as usize) < world.stream.len() => {
@@ -386,7 +375,7 @@ pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome 
         }
         Step::Recover { consumer, crash } => {
             world.in_hand.remove(consumer);
-            match own_pending(world, consumer).filter(|_| reads_own_pending(setup.mutant)) {
+            match own_pending(world, consumer).filter(|_| setup.mutant.reads_own_pending()) {
                 Some(id) => handle(setup, world, consumer, id, Read::OwnPending, *crash),
                 None => StepOutcome::Idle(consumer.clone()),
             }
@@ -414,7 +403,7 @@ pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome 
             material_version,
         } => match world.applications.upgrade(application, *material_version) {
             Ok(from) => {
-                if upgrade_refreshes_ready(setup.mutant) {
+                if setup.mutant.upgrade_refreshes_ready() {
                     world.inbox.refresh_ready(&world.applications);
                 }
                 StepOutcome::Upgraded {
@@ -435,13 +424,17 @@ pub fn transition(setup: &Setup, world: &mut World, step: &Step) -> StepOutcome 
     }
 }
 
-fn post(setup: &Setup, world: &mut World, number: u32, fault: Option<PostFault>) -> StepOutcome {
+fn post<P: Policy>(
+    setup: &Setup<P>,
+    world: &mut World,
+    number: u32,
+    fault: Option<PostFault>,
+) -> StepOutcome {
     let posted = setup
         .requests
         .get(&number)
         .expect("schedules post requests the setup has");
-    let admission = admit_under(
-        setup.mutant,
+    let admission = setup.mutant.admit(
         &posted.request(),
         posted.received_at,
         &setup.config,
@@ -489,8 +482,8 @@ fn own_pending(world: &World, consumer: &Consumer) -> Option<EntryId> {
 /// Delivers entry `id` to `consumer` (the pending list now names it, its delivery count
 /// goes up), decides it in one inbox transaction, commits, then acknowledges; a crash cuts
 /// this short where it says.
-fn handle(
-    setup: &Setup,
+fn handle<P: Policy>(
+    setup: &Setup<P>,
     world: &mut World,
     consumer: &Consumer,
     id: EntryId,
@@ -515,7 +508,7 @@ fn handle(
         decision: None,
         acknowledged: false,
     };
-    if setup.mutant == Some(Mutant::AckBeforeCommit) {
+    if setup.mutant.acks_on_delivery() {
         world.pending.remove(&id);
         handled.acknowledged = true;
     }
@@ -527,20 +520,17 @@ fn handle(
     let decision = match &entry.payload {
         Payload::Envelope(envelope) => {
             let seen = world.committed.contains(&id);
-            let verdict = consume_under(
-                setup.mutant,
-                &mut world.inbox,
-                &world.applications,
-                envelope,
-                seen,
-            );
+            let verdict =
+                setup
+                    .mutant
+                    .consume(&mut world.inbox, &world.applications, envelope, seen);
             world.committed.insert(id);
             Decision::Verdict(verdict)
         }
         Payload::Unparseable(body) => {
             let reason = unprocessable_reason(entry.source, body);
             match on_unprocessable(deliveries, setup.max_deliveries) {
-                _ if setup.mutant == Some(Mutant::AckAndDropPoison) => Decision::Dropped { reason },
+                _ if setup.mutant.drops_poison() => Decision::Dropped { reason },
                 PoisonAction::Retry => Decision::Retry { reason },
                 PoisonAction::DeadLetter => {
                     world.dead_letter.insert(id, reason.clone());
@@ -556,7 +546,7 @@ fn handle(
     }
     if ack && !handled.acknowledged {
         debug_assert!(
-            setup.mutant.is_some()
+            !setup.mutant.is_contract()
                 || world.committed.contains(&id)
                 || world.dead_letter.contains_key(&id),
             "ack-after-commit: entry {id} acknowledged without a committed verdict"
@@ -587,9 +577,55 @@ mod tests {
 
     #[test]
     fn the_world_is_plain_hashable_data() {
-        fn model_state<T: Clone + std::hash::Hash + Eq + fmt::Debug>() {}
+        fn model_state<T: Clone + std::hash::Hash + Eq + std::fmt::Debug>() {}
         model_state::<World>();
         model_state::<Step>();
+    }
+
+    /// The contract's pipeline, for these tests.
+    #[derive(Debug)]
+    struct Contract;
+
+    impl Policy for Contract {
+        fn admit(
+            &self,
+            request: &Request<'_>,
+            now: i64,
+            config: &IngressConfig,
+            apps: &Applications,
+        ) -> Admission {
+            super::super::ingress::admit(request, now, config, apps)
+        }
+
+        fn consume(
+            &self,
+            inbox: &mut Inbox,
+            apps: &Applications,
+            envelope: &Envelope,
+            _entry_seen: bool,
+        ) -> Verdict {
+            super::super::inbox::consume(inbox, apps, envelope)
+        }
+
+        fn reads_own_pending(&self) -> bool {
+            true
+        }
+
+        fn upgrade_refreshes_ready(&self) -> bool {
+            true
+        }
+
+        fn acks_on_delivery(&self) -> bool {
+            false
+        }
+
+        fn drops_poison(&self) -> bool {
+            false
+        }
+
+        fn is_contract(&self) -> bool {
+            true
+        }
     }
 
     #[test]
@@ -598,7 +634,7 @@ mod tests {
             config: IngressConfig::new(BTreeMap::new()),
             requests: BTreeMap::new(),
             max_deliveries: 2,
-            mutant: None,
+            mutant: Contract,
         };
         let mut world = World::initial(Applications::new());
         let c1 = Consumer("c1".into());

@@ -446,7 +446,7 @@ pub fn run(command: PipelineCommand) -> Result<bool, InputError> {
                     "pipeline run: real HTTP ingress, Redis stream {}, SQLite inbox; consumer steps are child processes\n",
                     options.redis_url
                 ));
-                print(&crate::facts::replay::render_table(&report));
+                print(&crate::facts::table::render_table(&report));
             }
             Ok(report.passed())
         }

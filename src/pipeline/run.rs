@@ -13,13 +13,12 @@ use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{Envelope, Source};
-use crate::facts::fixture::{response_from_parts, Scenario, DEFAULT_CONSUMER};
+use crate::facts::fixture::{response_from_parts, sort_facts, Scenario, DEFAULT_CONSUMER};
 use crate::facts::inbox::{ready, Inbox};
 use crate::facts::ingress::Response;
-use crate::facts::replay::{
-    compare, replay, sort_facts, DeadLetterReport, EndReport, Report, StepReport,
-};
-use crate::facts::world::{Consumer, Crash, PostFault, Read, Step, POISON_BODY};
+use crate::facts::replay::{compare, replay, DeadLetterReport, EndReport, Report, StepReport};
+use crate::facts::step::{Consumer, Crash, PostFault, Step};
+use crate::facts::world::{Read, POISON_BODY};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

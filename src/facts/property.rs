@@ -1,0 +1,104 @@
+//! The names of the facts contract's six properties: the [`Property`] enum, its name table,
+//! parsing, and [`Properties`], a set of them. Nothing here checks anything: the checks are
+//! in [`super::properties`].
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A named property of the facts contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Property {
+    /// At most one fact per `(source, event_id)`; the first is never replaced.
+    FactOnce,
+    /// Every fact accepted into the inbox, and every entry ingress writes to the stream,
+    /// matches its application's tenant, id, business key and current material version; a
+    /// rejected request never reaches the stream.
+    Correlated,
+    /// READY only with both facts for the current material version and no open conflict.
+    ReadySound,
+    /// Every acknowledged entry has its outcome made durable first: an envelope's inbox
+    /// verdict committed, an unparseable entry's dead-letter copy written.
+    AckAfterCommit,
+    /// At the end, every stream entry has an inbox verdict or a dead-letter entry, and
+    /// nothing is pending.
+    NoLoss,
+    /// At the end, READY is the rule applied to the inbox; and where no material upgrade
+    /// can happen, the facts and READY are the fixture's expected ones in every order.
+    ReadyConverges,
+}
+
+impl Property {
+    /// Every property, in check order.
+    pub const ALL: [Property; 6] = [
+        Property::FactOnce,
+        Property::Correlated,
+        Property::ReadySound,
+        Property::AckAfterCommit,
+        Property::NoLoss,
+        Property::ReadyConverges,
+    ];
+
+    /// Their names, in [`Property::ALL`] order.
+    pub const NAMES: [&'static str; 6] = [
+        "fact-once",
+        "correlated",
+        "ready-sound",
+        "ack-after-commit",
+        "no-loss",
+        "ready-converges",
+    ];
+
+    /// The name in model files and reports.
+    pub fn name(self) -> &'static str {
+        Property::NAMES[self as usize]
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Property {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Property, String> {
+        Property::ALL
+            .into_iter()
+            .find(|property| property.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown facts property `{text}`; expected one of: {}",
+                    Property::NAMES.join(", ")
+                )
+            })
+    }
+}
+
+/// A set of properties (the ones a run checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Properties(u8);
+
+impl Properties {
+    /// All six.
+    pub const ALL: Properties = Properties((1 << Property::ALL.len()) - 1);
+
+    /// None.
+    pub const NONE: Properties = Properties(0);
+
+    /// Just one.
+    pub fn only(property: Property) -> Properties {
+        Properties(1 << property as u8)
+    }
+
+    /// Whether `property` is in the set.
+    pub fn contains(self, property: Property) -> bool {
+        self.0 & (1 << property as u8) != 0
+    }
+
+    /// The set with `property` added.
+    pub fn with(self, property: Property) -> Properties {
+        Properties(self.0 | Properties::only(property).0)
+    }
+}
