@@ -16,12 +16,12 @@ use super::ingress::{spawn_consumer, start, PipelineError, Running, ServeOptions
 use super::run::{unique, TempDir};
 use super::store;
 use super::stream::{self, Names};
-use crate::harness::rng::SplitMix;
 use crate::facts::application::{AppKey, Application, Applications};
 use crate::facts::envelope::{Envelope, Source};
 use crate::facts::ingress::{sign, IngressConfig, Response, Secret};
 use crate::facts::mutants::Mutant;
 use crate::facts::world::{transition, Consumer, PostedRequest, Setup, Step, World};
+use crate::harness::rng::SplitMix;
 use crate::harness::InputError;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
