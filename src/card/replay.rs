@@ -685,8 +685,8 @@ mod tests {
 
     #[test]
     fn holds_stay_in_arrival_order_after_an_expiry_forgets_an_earlier_one() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/regressions/held-order-after-expiry.json");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/inputs/held-order-after-expiry.json");
         let scenario = Scenario::load(&path).expect("the fixture loads");
         let report = replay(&scenario, Spec, "spec");
         let Some(StepReport::Deliver { held, .. }) = report.steps.last() else {
