@@ -28,17 +28,22 @@
 //! | module | job |
 //! |---|---|
 //! | [`card::wire`] | wire envelopes parsed once into typed, interned [`card::wire::Event`]s; never fails on a protocol anomaly |
-//! | [`card::receiver`] | the decision function, reconciliation and retention expiry (pure: no I/O, no clock) and the receiver state they read |
-//! | [`card::policy`] | the contract's policy and the mutant catalogue, as a zero-cost generic parameter of the receiver |
+//! | [`card::receiver`] | the decision function, reconciliation and retention expiry (pure: no I/O, no clock), the receiver state they read, and the [`card::receiver::Policy`] hooks where a receiver can depart from the contract ([`card::receiver::Spec`] departs nowhere) |
+//! | [`card::mutants`] | the wrong receivers, each overriding one hook and naming the property that catches it |
+//! | [`card::policy`] | a policy chosen by name: `spec` or a mutant |
+//! | [`card::cache`] | the fingerprint a receiver keeps of itself for the visited set |
 //! | [`card::audit`] | the audit trail, replacement counters and global arrival order of holds, kept beside the receiver |
+//! | [`card::step`] | the steps of a schedule, their faults and the budgets that bound them |
 //! | [`card::fixture`] | fixture files validated into a typed [`card::fixture::Scenario`] |
-//! | [`card::network`] | the receiver in its world (sender, network, faults, expiry): one [`card::network::Step`] at a time, shared by replay and the model |
-//! | [`card::properties`] | the contract's safety and convergence properties, the `authority-current` precondition and the opt-in `redelivery-recognised` |
+//! | [`card::world`] | the receiver in its world (sender, network, faults, expiry): one [`card::step::Step`] at a time through [`card::world::transition`], shared by replay and the model |
+//! | [`card::property`] | the contract's properties by name, and the set a model checks |
+//! | [`card::properties`] | the checks: safety and convergence, the `authority-current` precondition and the opt-in `redelivery-recognised`, called by the callers of the transition |
 //! | [`card::replay`] | walks a fixture's schedule (or the default order) and builds the report (the `--json` contract) |
 //! | [`card::table`] | renders reports as text tables for people |
-//! | [`card::model`] | the card protocol as a [`harness::Protocol`] around [`card::network::transition`], with decision coverage and the symmetry of identical redeliveries |
-//! | [`card::fingerprint`] | a receiver's fingerprint for the visited set, kept beside it until it changes, in a view that may merge settled decisions and forget how a covered card got to its pause (sound reductions, argued at [`card::receiver::Receiver::fingerprint`] and [`card::fingerprint::covered_cards`]) |
-//! | [`card::check`] | card model files and runs, through the harness |
+//! | [`card::model`] | the card protocol as a [`harness::Protocol`] around the transition, with decision coverage and the symmetry of identical redeliveries |
+//! | [`card::fingerprint`] | a receiver's fingerprint for the visited set, in a view that may merge settled decisions and forget how a covered card got to its pause (sound reductions, argued at [`card::receiver::Receiver::fingerprint`] and [`card::fingerprint::covered_cards`]) |
+//! | [`card::model_file`] | card model files read and validated into a [`card::model_file::LoadedModel`] |
+//! | [`card::check`] | card model runs, through the harness |
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |

@@ -161,7 +161,7 @@ enum ReportCommand {
 
 /// What `--help` adds: every policy and property by protocol, and the exit statuses.
 fn catalogue() -> String {
-    let card_properties: Vec<&str> = arrival::card::properties::Property::NAMES.to_vec();
+    let card_properties: Vec<&str> = arrival::card::property::Property::NAMES.to_vec();
     let facts_policies: Vec<&str> = std::iter::once("spec")
         .chain(
             arrival::facts::mutants::Mutant::ALL

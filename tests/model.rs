@@ -2,10 +2,11 @@
 //! is reached, every mutant is caught by its named property with a trace that replays, and
 //! the counterexamples kept in `fixtures/regressions/` still replay.
 
-use arrival::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelReport};
+use arrival::card::check::{self, CheckOptions, ModelReport};
 use arrival::card::fixture::Scenario;
+use arrival::card::model_file::{Expectation, LoadedModel};
 use arrival::card::policy::{Mutant, PolicyName, Spec};
-use arrival::card::properties::{Properties, Property};
+use arrival::card::property::{Properties, Property};
 use arrival::card::replay::{first_violation, replay};
 use std::path::{Path, PathBuf};
 
@@ -45,7 +46,7 @@ fn b62_15_with_one_duplicate_lost_ack_and_crash_passes_exhaustively() {
     );
     assert_eq!(
         loaded.file.reconciliation,
-        arrival::card::model::Reconciliation::Interleaved
+        arrival::card::step::Reconciliation::Interleaved
     );
     let report = run(&loaded, None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
@@ -332,7 +333,7 @@ fn per_delivery_budgets_aim_the_faults() {
     // ack-before-record is caught by a crash on any delivery; aimed at #3 it is caught
     // there, and with an empty table (no delivery may fault) it is not caught at all.
     let mut loaded = load("models/mutant-ack-before-record.toml");
-    let crash = arrival::card::network::Budgets {
+    let crash = arrival::card::step::Budgets {
         duplicates: 0,
         lost_acks: 0,
         crashes: 1,
@@ -407,9 +408,10 @@ fn regression_fixtures_replay() {
 /// reductions (the symmetry of identical redeliveries, settled decisions merged); tests
 /// turn them off on the returned model.
 fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
-    use arrival::card::check::{ModelFile, Strategy};
+    use arrival::card::check::Strategy;
     use arrival::card::generate::GenOptions;
-    use arrival::card::model::Reconciliation;
+    use arrival::card::model_file::ModelFile;
+    use arrival::card::step::Reconciliation;
     let options = GenOptions {
         cards: 3,
         deliveries: 7,
@@ -785,7 +787,7 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
     // several fault budgets, both reconciliation modes, one and two threads, on generated fixtures (also with an `expect` no order
     // meets, so that convergence fails) and on every card model file. Under mutants,
     // expiry and per-delivery budgets nothing sleeps, and the counts are equal too.
-    use arrival::card::model::Reconciliation;
+    use arrival::card::step::Reconciliation;
     let compare = |mut loaded: LoadedModel, what: &str| -> (usize, usize) {
         loaded.file.strategy = check::Strategy::Dfs;
         loaded.file.sleep_sets = false;
@@ -859,8 +861,11 @@ fn steps_declared_to_commute_commute_in_every_reachable_state() {
     // every step `t` taken and every step `u` declared to commute with it, `t` neither
     // enables nor disables `u`, and when both are enabled both orders give the same world
     // and neither order breaks a property.
-    use arrival::card::model::{ReceiverModel, Reconciliation};
-    use arrival::card::network::{transition, Budgets, Step, World};
+    use arrival::card::model::ReceiverModel;
+    use arrival::card::properties::checked_transition;
+    use arrival::card::step::Reconciliation;
+    use arrival::card::step::{Budgets, Step};
+    use arrival::card::world::World;
     use arrival::harness::Protocol;
     use std::collections::HashSet;
     let budgets = Budgets {
@@ -881,7 +886,7 @@ fn steps_declared_to_commute_commute_in_every_reachable_state() {
                 continue;
             };
             let after = |world: &World, step: Step| {
-                transition(&scenario, Spec, Properties::SPEC, world, step).0
+                checked_transition(&scenario, Spec, Properties::SPEC, world, step).0
             };
             let enabled = |world: &World| {
                 let mut steps = Vec::new();

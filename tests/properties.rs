@@ -1,6 +1,6 @@
 //! Property tests of the real decision function (proptest): generated fixtures over a few
 //! cards go through the fixture path (`Scenario::from_raw`, so every envelope is parsed by
-//! `Catalog::event`) and are stepped by `arrival::card::network::transition` under the SPEC
+//! `Catalog::event`) and are stepped by `arrival::card::world::transition` under the SPEC
 //! policy, the very step function `replay` and the model checker use.
 //!
 //! The generated inputs mix valid snapshots (versions in a small range, so applied, stale and
@@ -26,13 +26,15 @@ use arrival::card::fixture::{
     RawAuthority, RawCard, RawDelivery, RawExpect, RawFixture, Scenario, TraceOrigin,
 };
 use arrival::card::model::describe_step;
-use arrival::card::network::{transition, Budgets, Effect, Fault, Step, World};
 use arrival::card::policy::{Mutant, PolicyName, Spec};
-use arrival::card::properties::{Properties, Property};
+use arrival::card::properties::checked_transition;
+use arrival::card::property::{Properties, Property};
 use arrival::card::receiver::{Decision, Receiver, Verdict};
 use arrival::card::replay::{replay_steps, Report, StepReport};
+use arrival::card::step::{Budgets, Fault, Step};
 use arrival::card::trace::raw_step;
 use arrival::card::wire::Catalog;
+use arrival::card::world::{Effect, World};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -93,8 +95,8 @@ fn config(cases: u32) -> ProptestConfig {
 /// `Spec` exactly as the checker does).
 fn advance(scenario: &Scenario, world: &World, step: Step) -> (World, Effect) {
     match policy() {
-        None => transition(scenario, Spec, Properties::SPEC, world, step),
-        Some(mutant) => transition(scenario, Some(mutant), Properties::SPEC, world, step),
+        None => checked_transition(scenario, Spec, Properties::SPEC, world, step),
+        Some(mutant) => checked_transition(scenario, Some(mutant), Properties::SPEC, world, step),
     }
 }
 
@@ -726,7 +728,7 @@ fn spec_expect(scenario: &Scenario, steps: &[Step]) -> RawExpect {
 struct Regression<'a> {
     /// This file's property name (the file is `proptest-<property>.json`).
     property: &'static str,
-    /// The library property it corresponds to (`arrival::card::properties::Property`), or the
+    /// The library property it corresponds to (`arrival::card::property::Property`), or the
     /// property name again when there is none (the fixture then has no `trace` block, whose
     /// `violates` must name a library property; its name says the policy).
     violates: &'static str,
@@ -1638,8 +1640,8 @@ proptest! {
         let mut world = World::initial(&scenario, Budgets::UNLIMITED);
         for (index, &step) in steps.iter().enumerate() {
             let (post, _) = match policy() {
-                None => transition(&scenario, Spec, safety, &world, step),
-                Some(mutant) => transition(&scenario, Some(mutant), safety, &world, step),
+                None => checked_transition(&scenario, Spec, safety, &world, step),
+                Some(mutant) => checked_transition(&scenario, Some(mutant), safety, &world, step),
             };
             let (before, after) = (&world.receiver, &post.receiver);
             let mut problem = post.violation.map(|property| format!("breaks {property}"));

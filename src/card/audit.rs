@@ -5,9 +5,10 @@
 //! future decisions read, and history would make every path through the model distinct.
 
 use crate::card::fixture::Replacements;
-use crate::card::network::{Effect, Fault, Step};
 use crate::card::receiver::{Decision, HoldKey, Outcome, Receiver, Settlement, Verdict};
+use crate::card::step::{Fault, Step};
 use crate::card::wire::Sym;
+use crate::card::world::Effect;
 use std::collections::BTreeMap;
 
 /// One entry of the audit trail.
@@ -60,7 +61,11 @@ pub struct Journal {
     pub entries: Vec<(usize, Entry)>,
     /// Replacements so far.
     pub replacements: Replacements,
+    /// Each hold's position in global arrival order. Positions only grow: expiry removes
+    /// entries, so the map's length is no fresh position.
     arrival: BTreeMap<HoldKey, usize>,
+    /// The next position to give.
+    next_arrival: usize,
 }
 
 impl Journal {
@@ -128,8 +133,10 @@ impl Journal {
             _ => unreachable!("effects match their steps"),
         }
         for key in after.holds().values().flatten() {
-            let next = self.arrival.len();
-            self.arrival.entry(*key).or_insert(next);
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.arrival.entry(*key) {
+                slot.insert(self.next_arrival);
+                self.next_arrival += 1;
+            }
         }
     }
 

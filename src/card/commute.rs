@@ -35,8 +35,8 @@
 //! pair of enabled steps declared to commute, and compares both orders.
 
 use crate::card::fixture::Scenario;
-use crate::card::model::Reconciliation;
-use crate::card::network::{Budgets, Fault, Step};
+use crate::card::step::Reconciliation;
+use crate::card::step::{Budgets, Fault, Step};
 use crate::card::wire::Sym;
 use crate::harness::checker::SleepSet;
 use std::collections::BTreeSet;

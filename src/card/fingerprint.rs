@@ -14,7 +14,7 @@ use crate::card::receiver::{Decision, HoldKey, HoldReason, Receiver, Record, Sta
 use crate::card::wire::{Sym, Version};
 use foldhash::quality::FixedState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// What a fingerprint leaves out; the same for every world of one model run. It is `Copy`
@@ -138,60 +138,6 @@ pub fn covered_cards(scenario: &Scenario) -> Vec<Sym> {
         })
         .map(|snapshot| snapshot.object_id)
         .collect()
-}
-
-/// The fingerprint of one receiver value and the view it was taken in (tag 0: none yet).
-/// A clone starts empty, and every change to the receiver empties it, so a kept
-/// fingerprint is always its receiver's. It takes no part in comparisons.
-#[derive(Default)]
-pub struct FingerprintCache {
-    tag: AtomicU64,
-    fingerprint: AtomicU64,
-}
-
-impl FingerprintCache {
-    /// Forgets the fingerprint: the receiver is about to change.
-    pub(crate) fn clear(&mut self) {
-        *self.tag.get_mut() = 0;
-        *self.fingerprint.get_mut() = 0;
-    }
-}
-
-impl Clone for FingerprintCache {
-    fn clone(&self) -> Self {
-        // A clone is about to be changed (that is why receivers are cloned).
-        FingerprintCache::default()
-    }
-}
-
-impl PartialEq for FingerprintCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for FingerprintCache {}
-
-impl PartialOrd for FingerprintCache {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for FingerprintCache {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
-    }
-}
-
-impl std::hash::Hash for FingerprintCache {
-    fn hash<H: Hasher>(&self, _: &mut H) {}
-}
-
-impl std::fmt::Debug for FingerprintCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FingerprintCache")
-    }
 }
 
 impl Receiver {

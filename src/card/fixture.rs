@@ -4,8 +4,8 @@
 //! is at fault) and what is wrong. Protocol anomalies inside a delivery's `event` are not
 //! fixture errors: they are what the receiver must hold.
 
-use crate::card::network::{Fault, Step};
 use crate::card::receiver::{Card, InputRef};
+use crate::card::step::{Fault, Step};
 use crate::card::wire::{Catalog, Event, Snapshot, StateId, Sym};
 use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
@@ -176,7 +176,7 @@ pub struct Shown {
     /// The policy `replay` uses unless `--policy` says otherwise.
     pub policy: crate::card::policy::PolicyName,
     /// The property the schedule violates under that policy.
-    pub violates: crate::card::properties::Property,
+    pub violates: crate::card::property::Property,
 }
 
 /// A fixture, parsed and validated: everything the receiver, replay and the model read.

@@ -4,6 +4,7 @@
 //! `docs/protocol.md`.
 
 pub mod audit;
+pub mod cache;
 mod canonical;
 pub mod check;
 pub mod commute;
@@ -12,12 +13,16 @@ pub mod fixture;
 pub mod generate;
 pub mod independence;
 pub mod model;
-pub mod network;
+pub mod model_file;
+pub mod mutants;
 pub mod policy;
 pub mod properties;
+pub mod property;
 pub mod receiver;
 pub mod replay;
+pub mod step;
 pub mod sweep;
 pub mod table;
 pub mod trace;
 pub mod wire;
+pub mod world;

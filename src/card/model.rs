@@ -12,23 +12,15 @@
 use crate::card::commute::Commuting;
 use crate::card::fingerprint::{covered_cards, View};
 use crate::card::fixture::Scenario;
-use crate::card::network::{transition, Budgets, DeliveryBudgets, Effect, Fault, Step, World};
 use crate::card::policy::{Mutant, Spec};
-use crate::card::properties::{Properties, Property};
+use crate::card::properties::checked_transition;
+use crate::card::property::{Properties, Property};
 use crate::card::receiver::{Decision, Outcome, Verdict};
+use crate::card::step::{Budgets, DeliveryBudgets, Fault, Reconciliation, Step};
+use crate::card::world::{Effect, World};
 use crate::harness::Protocol;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// When authority snapshots may be applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reconciliation {
-    /// Whenever a card is paused, between any two deliveries, repeatedly.
-    Interleaved,
-    /// Only once every delivery is acknowledged.
-    End,
-}
 
 /// Counts of every decision kind and reconciliation outcome met on explored transitions.
 /// Every transition adds to them, from every checker thread: each thread counts in a
@@ -443,8 +435,10 @@ impl Protocol for ReceiverModel {
 
     fn next(&self, last: &World, step: &Step) -> Option<World> {
         let (next, effect) = match self.policy {
-            None => transition(&self.scenario, Spec, self.checked, last, *step),
-            Some(mutant) => transition(&self.scenario, Some(mutant), self.checked, last, *step),
+            None => checked_transition(&self.scenario, Spec, self.checked, last, *step),
+            Some(mutant) => {
+                checked_transition(&self.scenario, Some(mutant), self.checked, last, *step)
+            }
         };
         self.coverage.note(&effect);
         // A receiver the step did not touch is the same allocation. One it touched without

@@ -3,156 +3,51 @@
 //!
 //! stateright's properties are predicates on states, but several of SPEC's are about steps
 //! (a duplicate changes nothing, a paused card changes only by reconciliation). Those are
-//! checked inside [`crate::card::network::transition`] by comparing the world before and after the
+//! checked by the callers of [`crate::card::world::transition`] ([`check`]) by comparing the world before and after the
 //! step; a broken rule leaves a marker in the successor (`World::violation`) that an
 //! `always` property reads. Correct steps carry no marker, so the checks add no states.
 
 use crate::card::fixture::Scenario;
-use crate::card::network::{Effect, Fault, Step, World};
-use crate::card::receiver::{InputRef, Receiver, Record, Standing, Verdict};
+use crate::card::property::{Properties, Property};
+use crate::card::receiver::{InputRef, Policy, Receiver, Record, Standing, Verdict};
+use crate::card::step::{Fault, Step};
 use crate::card::wire::Version;
+use crate::card::world::{transition, Effect, World};
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
+use std::sync::Arc;
 
-/// A named property of the card contract.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Property {
-    /// The first record of an event id never changes.
-    FirstRecordImmutable,
-    /// Every distinct content received under an id is retained.
-    EvidenceRetained,
-    /// No card exists that is neither initial nor created by its authority.
-    NoUnknownCard,
-    /// A card's version never decreases, and an event changes a card's state only with a
-    /// higher version.
-    VersionMonotonic,
-    /// A paused card changes only by reconciliation.
-    PausedFrozen,
-    /// A held (or conflict) decision changes no card.
-    HeldChangesNothing,
-    /// Every acknowledgement the sender got matches a recorded decision.
-    AckImpliesRecorded,
-    /// A duplicate changes nothing at all.
-    DuplicateNoEffect,
-    /// Not one of SPEC's: a delivery the receiver has seen before (a copy of an
-    /// acknowledged delivery, or any delivery whose records expiry forgot) is recognised
-    /// as a duplicate. It holds without expiry and is lost with it, as SPEC's retention
-    /// section says; opt in (`properties` in a model file) to see how.
-    RedeliveryRecognised,
-    /// Every terminal state has the expected final cards, no paused card but the ones
-    /// `expect.paused` lists (cards without an authority snapshot), and exactly the
-    /// expected unresolved inputs.
-    Convergence,
-    /// The precondition of convergence: every authority snapshot is at least as new as its
-    /// card's initial version and every decidable version delivered for that card. A
-    /// property of the fixture, checked before any state is explored.
-    AuthorityCurrent,
+/// One step through [`crate::card::world::transition`], then [`check`]: what replay and the
+/// model take.
+pub fn checked_transition<P: Policy>(
+    scenario: &Scenario,
+    policy: P,
+    checked: Properties,
+    pre: &World,
+    step: Step,
+) -> (World, Effect) {
+    let (mut post, effect) = transition(scenario, policy, pre, step);
+    check(scenario, checked, pre, &mut post, step, &effect);
+    (post, effect)
 }
 
-impl Property {
-    /// Every property, in the order checks run (and violations are reported).
-    pub const ALL: [Property; 11] = [
-        Property::FirstRecordImmutable,
-        Property::EvidenceRetained,
-        Property::NoUnknownCard,
-        Property::VersionMonotonic,
-        Property::PausedFrozen,
-        Property::HeldChangesNothing,
-        Property::AckImpliesRecorded,
-        Property::DuplicateNoEffect,
-        Property::RedeliveryRecognised,
-        Property::Convergence,
-        Property::AuthorityCurrent,
-    ];
-
-    /// Every property's name, in [`Property::ALL`] order (the discriminant is the index).
-    pub const NAMES: [&'static str; 11] = [
-        "first-record-immutable",
-        "evidence-retained",
-        "no-unknown-card",
-        "version-monotonic",
-        "paused-frozen",
-        "held-changes-nothing",
-        "ack-implies-recorded",
-        "duplicate-no-effect",
-        "redelivery-recognised",
-        "convergence",
-        "authority-current",
-    ];
-
-    /// The property's name in model files and reports.
-    pub fn name(self) -> &'static str {
-        Property::NAMES[self as usize]
+/// Checks a step the callers of [`crate::card::world::transition`] took: `pre` went to
+/// `post` by `step` with `effect`. Records the first property among `checked` it broke in
+/// `post.violation` (the first one on the way stays).
+pub fn check(
+    scenario: &Scenario,
+    checked: Properties,
+    pre: &World,
+    post: &mut World,
+    step: Step,
+    effect: &Effect,
+) {
+    if post.violation.is_none() {
+        post.violation = check_step(scenario, checked, pre, post, step, effect);
     }
-
-    /// Whether the model checker evaluates the property on explored states and steps
-    /// (every one but the fixture precondition `authority-current`).
-    pub fn is_explored(self) -> bool {
-        self != Property::AuthorityCurrent
-    }
-}
-
-/// A set of properties: the ones a run checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Properties(u16);
-
-impl Properties {
-    /// SPEC's ten (nine properties and the `authority-current` precondition): what replay
-    /// and model files check unless told otherwise.
-    pub const SPEC: Properties =
-        Properties((1 << Property::ALL.len()) - 1 - (1 << Property::RedeliveryRecognised as u16));
-
-    /// Just one.
-    pub fn only(property: Property) -> Properties {
-        Properties(1 << property as u16)
-    }
-
-    /// Whether `property` is in the set.
-    pub fn contains(self, property: Property) -> bool {
-        self.0 & (1 << property as u16) != 0
-    }
-
-    /// The set with `property` added.
-    pub fn with(self, property: Property) -> Properties {
-        Properties(self.0 | Properties::only(property).0)
-    }
-
-    /// The members, in [`Property::ALL`] order.
-    pub fn iter(self) -> impl Iterator<Item = Property> {
-        Property::ALL
-            .into_iter()
-            .filter(move |&property| self.contains(property))
-    }
-}
-
-impl FromIterator<Property> for Properties {
-    fn from_iter<I: IntoIterator<Item = Property>>(iter: I) -> Properties {
-        iter.into_iter()
-            .fold(Properties(0), |set, property| set.with(property))
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Property {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Property, String> {
-        Property::ALL
-            .into_iter()
-            .find(|property| property.name() == text)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown property `{text}`; expected one of: {}",
-                    names.join(", ")
-                )
-            })
+    let unchanged = Arc::ptr_eq(&pre.receiver, &post.receiver) && pre.owed == post.owed;
+    if post.violation.is_none() && !unchanged {
+        // An unchanged world was already checked when it was reached.
+        post.violation = check_state(scenario, checked, post);
     }
 }
 

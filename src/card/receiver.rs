@@ -8,8 +8,7 @@
 //! receiver state; history (the audit trail, replacement counters, the global arrival order
 //! of holds) lives in [`crate::card::audit`].
 
-use crate::card::fingerprint::FingerprintCache;
-use crate::card::policy::{Mutant, Policy};
+use crate::card::cache::FingerprintCache;
 use crate::card::wire::{ContentId, Event, Snapshot, StateId, Sym, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -167,7 +166,7 @@ impl Identity {
 /// content under one id is a distinct interned envelope kept in memory, so a process runs
 /// out of memory long before an id has 2^32 of them (the index was a `u16` once, and 65,536
 /// changed payloads under one id made the receiver panic).
-fn record_index(index: usize) -> u32 {
+pub(crate) fn record_index(index: usize) -> u32 {
     debug_assert!(
         u32::try_from(index).is_ok(),
         "fewer than 2^32 contents per id"
@@ -357,7 +356,7 @@ impl Card {
         }
     }
 
-    fn replace(&mut self, version: u64, state: StateId) {
+    pub(crate) fn replace(&mut self, version: u64, state: StateId) {
         self.version = version;
         self.state = state;
     }
@@ -684,11 +683,12 @@ impl Receiver {
         event: &Event,
     ) -> Delivered {
         match self.recognise(policy, delivery, event) {
-            Some(duplicate) if policy.is(Mutant::PauseOnRedelivery) => {
-                self.pause_on_redelivery(event);
+            Some(duplicate) => {
+                if let Some(card) = policy.pauses_on_duplicate(event) {
+                    self.pause(card);
+                }
                 duplicate
             }
-            Some(duplicate) => duplicate,
             None => self.decide(policy, delivery, received_at, event),
         }
     }
@@ -708,11 +708,7 @@ impl Receiver {
             None => self.anonymous.get(&delivery)?,
             Some(id) => {
                 let identity = self.identities.get(&id)?;
-                let index = match policy.mutant() {
-                    Some(Mutant::IdOnlyDedupe) => 0,
-                    _ => identity.position(event.content)?,
-                };
-                identity.record(index)
+                identity.record(policy.recognised_record(identity, event.content)?)
             }
         };
         Some(verdict(Verdict::Duplicate(recorded.decision)))
@@ -808,17 +804,8 @@ impl Receiver {
         };
         let identity = self.identities.get_mut(&id).expect("caller found the id");
         let first_card = identity.first.event.object_id;
-        let key = if policy.is(Mutant::OverwriteFirstRecord) {
-            identity.first = record;
-            HoldKey::Record {
-                event: id,
-                index: 0,
-            }
-        } else {
-            identity.variants.push(record);
-            let index = record_index(identity.variants.len());
-            HoldKey::Record { event: id, index }
-        };
+        let index = policy.keep_variant(identity, record);
+        let key = HoldKey::Record { event: id, index };
         self.pause_known(first_card);
         self.pause_known(event.object_id);
         self.hold(policy, event.object_id, key);
@@ -829,9 +816,7 @@ impl Receiver {
     fn judge<P: Policy>(&mut self, policy: P, event: &Event) -> Decision {
         // Rule 2: type.
         if !event.supported {
-            if policy.is(Mutant::ApplyUnsupportedType) {
-                self.apply_anyway(event);
-            }
+            policy.on_unsupported_type(self, event);
             self.pause_known(event.object_id);
             return Decision::Held(HoldReason::UnsupportedType);
         }
@@ -843,7 +828,7 @@ impl Receiver {
             return self.unknown_object(policy, object, event);
         };
         // Rule 4: pause.
-        if card.paused && !policy.is(Mutant::IgnorePause) {
+        if policy.sees_pause(card) {
             return Decision::Held(HoldReason::Paused);
         }
         // Rule 5: version and state.
@@ -868,35 +853,27 @@ impl Receiver {
 
     /// Rule 3, unknown card: never create a card from an event.
     fn unknown_object<P: Policy>(&mut self, policy: P, object: Sym, event: &Event) -> Decision {
-        if policy.is(Mutant::CreateUnknownCard) {
-            if let (Version::Valid(version), Some(state)) = (event.version, event.state) {
-                self.cards.insert(object, Card::new(version, state));
-                return Decision::Applied;
-            }
-        }
-        Decision::Held(HoldReason::UnknownObject)
+        policy
+            .unknown_card(self, object, event)
+            .unwrap_or(Decision::Held(HoldReason::UnknownObject))
     }
 
-    /// The `apply-unsupported-type` mutant: a newer snapshot of an unpaused known card is
-    /// applied although the event is held.
-    fn apply_anyway(&mut self, event: &Event) {
-        let card = event
-            .object_id
-            .and_then(|object| self.cards.get_mut(&object));
-        if let (Some(card), Version::Valid(version), Some(state)) =
-            (card, event.version, event.state)
-        {
-            if !card.paused && version > card.version {
-                card.replace(version, state);
-            }
-        }
-    }
-
-    /// The `pause-on-redelivery` mutant's answer to a recognised duplicate: it pauses the
-    /// event's card. The SPEC receiver never calls this (a duplicate has no effect).
-    pub fn pause_on_redelivery(&mut self, event: &Event) {
+    /// Pauses a known card from outside a decision (a wrong receiver's answer to a
+    /// duplicate: the contract's receiver never does).
+    pub fn pause(&mut self, card: Sym) {
         self.fingerprints.clear();
-        self.pause_known(event.object_id);
+        self.pause_known(Some(card));
+    }
+
+    /// A known card, to change in place (a wrong receiver's hook).
+    pub(crate) fn card_mut(&mut self, object: Sym) -> Option<&mut Card> {
+        self.cards.get_mut(&object)
+    }
+
+    /// Adds a card (a wrong receiver's hook: the contract creates cards only from an
+    /// authority snapshot).
+    pub(crate) fn insert_card(&mut self, object: Sym, card: Card) {
+        self.cards.insert(object, card);
     }
 
     fn pause_known(&mut self, object: Option<Sym>) {
@@ -907,8 +884,8 @@ impl Receiver {
 
     fn hold<P: Policy>(&mut self, policy: P, bucket: Option<Sym>, key: HoldKey) {
         let holds = self.holds.entry(bucket).or_default();
-        // Keys are new by construction, except when the overwrite mutant reuses index 0.
-        if policy.is(Mutant::OverwriteFirstRecord) && holds.contains(&key) {
+        // Keys are new by construction; a wrong receiver may file a record twice.
+        if !policy.is_contract() && holds.contains(&key) {
             return;
         }
         debug_assert!(!holds.contains(&key), "hold {key:?} is new");
@@ -961,12 +938,12 @@ impl Receiver {
             let settlement = match record.decision {
                 // No content of a conflicted id is ever applied: every record of it still
                 // held, the first included, is resolved, whichever envelope came first.
-                _ if conflicted && !policy.is(Mutant::ReevaluateConflictedFirst) => {
+                _ if policy.resolves_conflicted(conflicted) => {
                     self.record_mut(key).standing = Standing::Resolved;
                     Settlement::Resolved
                 }
                 Decision::Held(HoldReason::Paused | HoldReason::UnknownObject) => {
-                    if policy.is(Mutant::ForgetHeldAfterReconcile) {
+                    if !policy.re_evaluates_held() {
                         continue;
                     }
                     if self.cards[&object].paused {
@@ -1082,7 +1059,7 @@ impl Receiver {
     /// Checks the receiver's internal invariants (debug builds, SPEC policy only: some
     /// mutants break them on purpose).
     fn debug_check<P: Policy>(&self, policy: P) {
-        if cfg!(debug_assertions) && policy.mutant().is_none() {
+        if cfg!(debug_assertions) && policy.is_contract() {
             if let Err(broken) = self.invariants() {
                 panic!("receiver invariant broken: {broken}");
             }
@@ -1144,20 +1121,8 @@ fn compare<P: Policy>(
     state: StateId,
     occurred_at: Option<i64>,
 ) -> Decision {
-    match policy.mutant() {
-        Some(Mutant::LastArrivalWins) => {
-            card.replace(version, state);
-            return Decision::Applied;
-        }
-        Some(Mutant::TimestampOrdering) => {
-            if occurred_at >= card.stamp {
-                card.replace(version, state);
-                card.stamp = occurred_at;
-                return Decision::Applied;
-            }
-            return Decision::Stale;
-        }
-        _ => {}
+    if let Some(departure) = policy.compare(card, version, state, occurred_at) {
+        return departure;
     }
     match version.cmp(&card.version) {
         std::cmp::Ordering::Greater => {
@@ -1166,10 +1131,6 @@ fn compare<P: Policy>(
         }
         std::cmp::Ordering::Less => Decision::Stale,
         std::cmp::Ordering::Equal if state == card.state => Decision::Equal,
-        std::cmp::Ordering::Equal if policy.is(Mutant::ApplyEqualVersionConflict) => {
-            card.replace(version, state);
-            Decision::Applied
-        }
         std::cmp::Ordering::Equal => {
             card.paused = true;
             Decision::ConflictSameVersion
@@ -1183,13 +1144,108 @@ impl fmt::Display for Decision {
     }
 }
 
+/// The points at which a receiver can depart from the contract, asked by the decision
+/// function at its rules. Every default is the contract's own answer, and [`Spec`] keeps all
+/// of them, as constants that fold away. The wrong receivers of
+/// [`crate::card::mutants`] each override the hook where a real bug would sit; the
+/// property that catches each is named there.
+pub trait Policy: Copy {
+    /// Whether this is the contract's receiver: its internal invariants are checked in
+    /// debug builds (wrong receivers break some on purpose), and a hold key is new by
+    /// construction.
+    #[inline(always)]
+    fn is_contract(self) -> bool {
+        true
+    }
+
+    /// A crash before the record: whether the acknowledgement went out first.
+    #[inline(always)]
+    fn acks_before_recording(self) -> bool {
+        false
+    }
+
+    /// Rule 1, a recognised duplicate: the card it pauses, if any (the contract: none, a
+    /// duplicate has no effect).
+    #[inline(always)]
+    fn pauses_on_duplicate(self, _event: &Event) -> Option<Sym> {
+        None
+    }
+
+    /// Rule 1: the record of `identity` that a delivery with `content` repeats, if any (the
+    /// contract: the record with the same content).
+    #[inline(always)]
+    fn recognised_record(self, identity: &Identity, content: ContentId) -> Option<u32> {
+        identity.position(content)
+    }
+
+    /// Rule 1, a changed payload: keeps `record` under `identity` and returns its index (the
+    /// contract: a new variant, the first record untouched).
+    #[inline(always)]
+    fn keep_variant(self, identity: &mut Identity, record: Record) -> u32 {
+        identity.variants.push(record);
+        record_index(identity.variants.len())
+    }
+
+    /// Rule 2, an unsupported type, before the event is held (the contract: nothing).
+    #[inline(always)]
+    fn on_unsupported_type(self, _receiver: &mut Receiver, _event: &Event) {}
+
+    /// Rule 3, an unknown card: a decision other than holding, if any (the contract: none).
+    #[inline(always)]
+    fn unknown_card(
+        self,
+        _receiver: &mut Receiver,
+        _object: Sym,
+        _event: &Event,
+    ) -> Option<Decision> {
+        None
+    }
+
+    /// Rule 4: whether the card counts as paused (the contract: when it is).
+    #[inline(always)]
+    fn sees_pause(self, card: &Card) -> bool {
+        card.paused
+    }
+
+    /// Rule 6: a decision other than the contract's comparison of versions, if any.
+    #[inline(always)]
+    fn compare(
+        self,
+        _card: &mut Card,
+        _version: u64,
+        _state: StateId,
+        _occurred_at: Option<i64>,
+    ) -> Option<Decision> {
+        None
+    }
+
+    /// Reconciliation: whether a held record of an id is resolved without evaluation (the
+    /// contract: when the id is conflicted).
+    #[inline(always)]
+    fn resolves_conflicted(self, conflicted: bool) -> bool {
+        conflicted
+    }
+
+    /// Reconciliation: whether inputs held for a pause or an unknown card are evaluated
+    /// again (the contract: always).
+    #[inline(always)]
+    fn re_evaluates_held(self) -> bool {
+        true
+    }
+}
+
+/// The receiver of the card contract (`docs/protocol.md`): every hook as the contract says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Spec;
+
+impl Policy for Spec {}
+
 #[cfg(test)]
 mod tests {
     //! `invariants()` must name each kind of broken state. No input reaches one (the
     //! integration tests check that every reachable state passes), so the states are
     //! broken by hand here.
     use super::*;
-    use crate::card::policy::Spec;
     use crate::card::wire::Catalog;
     use serde_json::json;
 

@@ -5,11 +5,13 @@
 
 use crate::card::audit::Journal;
 use crate::card::fixture::{Replacements, Scenario};
-use crate::card::network::{transition, Budgets, Effect, Fault, Step, World};
 use crate::card::policy::Policy;
-use crate::card::properties::{self, Properties, Property};
+use crate::card::properties::{self};
+use crate::card::property::{Properties, Property};
 use crate::card::receiver::{HoldKey, Receiver, Record, Settlement, Standing, Verdict};
+use crate::card::step::{Budgets, Fault, Step};
 use crate::card::wire::{Catalog, Sym};
+use crate::card::world::{transition, Effect, World};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -236,11 +238,11 @@ pub fn schedule<P: Policy>(scenario: &Scenario, policy: P) -> Vec<Step> {
     }
     let mut world = World::initial(scenario, Budgets::UNLIMITED);
     let take = |world: &mut World, steps: &mut Vec<Step>, step: Step| {
-        *world = transition(scenario, policy, Properties::SPEC, world, step).0;
+        *world = transition(scenario, policy, world, step).0;
         steps.push(step);
     };
     for step in steps.clone() {
-        world = transition(scenario, policy, Properties::SPEC, &world, step).0;
+        world = transition(scenario, policy, &world, step).0;
     }
     for snapshot in &scenario.authority {
         if world.reconcilable(scenario, snapshot.object_id) {
@@ -286,7 +288,8 @@ pub fn replay_steps<P: Policy>(
         Properties::SPEC.with(shown.violates)
     });
     for (index, &step) in steps.iter().enumerate() {
-        let (next, effect) = transition(scenario, policy, checked, &world, step);
+        let (next, effect) =
+            properties::checked_transition(scenario, policy, checked, &world, step);
         journal.observe(index, step, &effect, &next.receiver);
         if let (None, Some(property)) = (world.violation, next.violation) {
             violations.push(ViolationReport {
@@ -671,4 +674,24 @@ pub fn first_violation(report: &Report) -> Option<Property> {
         .violations
         .first()
         .and_then(|violation| violation.property.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{replay, StepReport};
+    use crate::card::fixture::Scenario;
+    use crate::card::receiver::Spec;
+    use std::path::Path;
+
+    #[test]
+    fn holds_stay_in_arrival_order_after_an_expiry_forgets_an_earlier_one() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/inputs/held-order-after-expiry.json");
+        let scenario = Scenario::load(&path).expect("the fixture loads");
+        let report = replay(&scenario, Spec, "spec");
+        let Some(StepReport::Deliver { held, .. }) = report.steps.last() else {
+            panic!("the last step is a delivery");
+        };
+        assert_eq!(held, &["e-2", "e-3"]);
+    }
 }

@@ -13,13 +13,14 @@
 //! The first fixture that shows a violation is reported by its seed and, with `trace_out`,
 //! written as a replayable regression fixture.
 
-use crate::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelFile, Strategy};
+use crate::card::check::{self, CheckOptions, Strategy};
 use crate::card::fixture::Scenario;
 use crate::card::generate::small;
-use crate::harness::rng::SplitMix;
-use crate::card::model::Reconciliation;
+use crate::card::model_file::{Expectation, LoadedModel, ModelFile};
 use crate::card::policy::PolicyName;
-use crate::card::properties::Properties;
+use crate::card::property::Properties;
+use crate::card::step::Reconciliation;
+use crate::harness::rng::SplitMix;
 use crate::harness::InputError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

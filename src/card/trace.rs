@@ -8,14 +8,15 @@
 //! of the SPEC receiver itself (possible with expiry) keeps the fixture's own `expect`
 //! instead: the point is that these steps end elsewhere.
 
-use crate::card::check::{LoadedModel, TraceReport};
 use crate::card::fixture::{RawFixture, RawStep, TraceOrigin};
 use crate::card::model::describe_step;
-use crate::card::network::{Fault, Step};
+use crate::card::model_file::LoadedModel;
 use crate::card::policy::Spec;
-use crate::card::properties::Property;
+use crate::card::property::Property;
 use crate::card::replay::{replay_steps, CardReport, Report, StepReport};
+use crate::card::step::{Fault, Step};
 use crate::card::table;
+use crate::harness::report::TraceReport;
 use crate::harness::InputError;
 use std::path::Path;
 

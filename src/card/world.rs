@@ -3,215 +3,17 @@
 //! retention window that can pass.
 //!
 //! One [`Step`] at a time, [`transition`] moves a [`World`] forward with the real decision
-//! function and checks the step against the safety properties. `replay` walks a fixture's
-//! schedule through it and the model checker explores every schedule through it, so both
-//! run exactly the same code.
+//! function. `replay` walks a fixture's schedule through it and the model checker explores
+//! every schedule through it, so both run exactly the same code; both callers then check
+//! the step against the properties ([`crate::card::properties::check`]).
 
 use crate::card::fingerprint::View;
 use crate::card::fixture::Scenario;
-use crate::card::policy::{Mutant, Policy};
-use crate::card::properties::{self, Properties, Property};
-use crate::card::receiver::{Ack, Delivered, Receiver, Reconciled};
+use crate::card::property::Property;
+use crate::card::receiver::{Ack, Delivered, Policy, Receiver, Reconciled};
+use crate::card::step::{Budgets, DeliveryBudgets, DeliverySet, Fault, Step};
 use crate::card::wire::Sym;
 use std::sync::Arc;
-
-/// A fault injected into one delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Fault {
-    /// Decided and recorded, but the acknowledgement never reaches the sender, which will
-    /// send the delivery again.
-    AckLost,
-    /// An extra copy made by the network; nobody waits for its acknowledgement.
-    Duplicate,
-    /// The receiver crashes before the decision is recorded: nothing of the step survives
-    /// and no acknowledgement goes out.
-    Crash,
-}
-
-/// One step of a schedule, in domain terms (delivery numbers and card names, never checker
-/// indices), so that a schedule stays meaningful when the code changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Step {
-    /// Delivery `delivery` arrives, with an optional fault.
-    Deliver {
-        /// The delivery number.
-        delivery: u32,
-        /// What goes wrong, if anything.
-        fault: Option<Fault>,
-    },
-    /// The card's authority snapshot is applied.
-    Reconcile(Sym),
-    /// The retention window passes over everything recorded so far: every event id that
-    /// may be forgotten is ([`Receiver::expire_all`]).
-    Expire,
-}
-
-/// Fault budgets left, totals over a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Budgets {
-    /// Extra copies the network may still make.
-    pub duplicates: u8,
-    /// Acknowledgements that may still be lost.
-    pub lost_acks: u8,
-    /// Crashes the receiver may still have.
-    pub crashes: u8,
-    /// Times the retention window may still pass.
-    pub expiries: u8,
-}
-
-impl Budgets {
-    /// No limit, for replaying a given schedule.
-    pub const UNLIMITED: Budgets = Budgets {
-        duplicates: u8::MAX,
-        lost_acks: u8::MAX,
-        crashes: u8::MAX,
-        expiries: u8::MAX,
-    };
-
-    fn spend(&mut self, fault: Option<Fault>) {
-        let budget = match fault {
-            None => return,
-            Some(Fault::AckLost) => &mut self.lost_acks,
-            Some(Fault::Duplicate) => &mut self.duplicates,
-            Some(Fault::Crash) => &mut self.crashes,
-        };
-        *budget = budget.saturating_sub(1);
-    }
-
-    /// Whether one more fault of this kind is allowed.
-    pub fn allows(&self, fault: Fault) -> bool {
-        match fault {
-            Fault::AckLost => self.lost_acks > 0,
-            Fault::Duplicate => self.duplicates > 0,
-            Fault::Crash => self.crashes > 0,
-        }
-    }
-}
-
-/// Fault budgets of single deliveries (a model file's `per_delivery` table). Absent: any
-/// delivery may take any fault the totals allow. Present: a fault may hit only a listed
-/// delivery, and only while that delivery's own budget lasts (the totals still apply).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DeliveryBudgets(Option<Vec<(usize, Budgets)>>);
-
-impl DeliveryBudgets {
-    /// No per-delivery limits.
-    pub const NONE: DeliveryBudgets = DeliveryBudgets(None);
-
-    /// Limits for the listed delivery indices; every other delivery gets no fault.
-    pub fn only(mut budgets: Vec<(usize, Budgets)>) -> DeliveryBudgets {
-        budgets.sort_by_key(|&(index, _)| index);
-        budgets.dedup_by_key(|&mut (index, _)| index);
-        DeliveryBudgets(Some(budgets))
-    }
-
-    fn slot(&self, index: usize) -> Option<&Budgets> {
-        let list = self.0.as_ref()?;
-        let at = list.binary_search_by_key(&index, |&(at, _)| at).ok()?;
-        Some(&list[at].1)
-    }
-
-    /// Whether delivery `index` may take one more `fault`.
-    pub fn allows(&self, index: usize, fault: Fault) -> bool {
-        match &self.0 {
-            None => true,
-            Some(_) => self.slot(index).is_some_and(|budget| budget.allows(fault)),
-        }
-    }
-
-    fn spend(&mut self, index: usize, fault: Option<Fault>) {
-        if let Some(list) = &mut self.0 {
-            if let Ok(at) = list.binary_search_by_key(&index, |&(at, _)| at) {
-                list[at].1.spend(fault);
-            }
-        }
-    }
-
-    /// The per-delivery budgets left, by delivery index (`None`: no per-delivery limits).
-    pub fn left(&self) -> Option<&[(usize, Budgets)]> {
-        self.0.as_deref()
-    }
-}
-
-/// A set of delivery indices: inline for the first 64, so model states of small fixtures
-/// carry no extra allocation. Equal sets are equal values (no trailing empty words beyond
-/// what [`DeliverySet::all`] starts with).
-// `eq` below is the derived equality with a fast path, so the derived `Hash` agrees with it.
-#[allow(clippy::derived_hash_with_manual_eq)]
-#[derive(Clone, Debug, Default, Eq, PartialOrd, Ord, Hash)]
-pub struct DeliverySet {
-    low: u64,
-    high: Vec<u64>,
-}
-
-impl PartialEq for DeliverySet {
-    fn eq(&self, other: &Self) -> bool {
-        // Worlds compare these on every step: most fixtures have under 64 deliveries, and
-        // an empty `high` needs no call into `memcmp`.
-        self.low == other.low
-            && self.high.len() == other.high.len()
-            && (self.high.is_empty() || self.high == other.high)
-    }
-}
-
-impl DeliverySet {
-    /// Indices `0..count`.
-    pub fn all(count: usize) -> DeliverySet {
-        let word = |bits: usize| {
-            if bits >= 64 {
-                u64::MAX
-            } else {
-                (1u64 << bits) - 1
-            }
-        };
-        let high = (64..count)
-            .step_by(64)
-            .map(|start| word(count - start))
-            .collect();
-        DeliverySet {
-            low: word(count),
-            high,
-        }
-    }
-
-    /// Whether `index` is in the set.
-    pub fn contains(&self, index: usize) -> bool {
-        let word = if index < 64 {
-            self.low
-        } else {
-            self.high.get(index / 64 - 1).copied().unwrap_or(0)
-        };
-        word & (1 << (index % 64)) != 0
-    }
-
-    /// Takes `index` out.
-    pub fn remove(&mut self, index: usize) {
-        let word = if index < 64 {
-            &mut self.low
-        } else {
-            &mut self.high[index / 64 - 1]
-        };
-        *word &= !(1 << (index % 64));
-    }
-
-    /// Puts `index` in.
-    pub fn insert(&mut self, index: usize) {
-        if index < 64 {
-            self.low |= 1 << index;
-        } else {
-            let word = index / 64 - 1;
-            if self.high.len() <= word {
-                self.high.resize(word + 1, 0);
-            }
-            self.high[word] |= 1 << (index % 64);
-        }
-    }
-
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.low == 0 && self.high.iter().all(|&word| word == 0)
-    }
-}
 
 /// The receiver, what the sender still owes, the fault budgets, and the first property a
 /// step broke.
@@ -343,13 +145,11 @@ impl World {
     }
 }
 
-/// Applies one step to a copy of `pre`, checks it against the `checked` properties, and
-/// returns the new world and what happened. A broken property is recorded in
-/// `World::violation` (the first one stays).
+/// Applies one step to a copy of `pre` and returns the new world and what happened. The
+/// caller checks the step ([`crate::card::properties::check`]).
 pub fn transition<P: Policy>(
     scenario: &Scenario,
     policy: P,
-    checked: Properties,
     pre: &World,
     step: Step,
 ) -> (World, Effect) {
@@ -365,7 +165,7 @@ pub fn transition<P: Policy>(
             let (delivered, acked) = if fault == Some(Fault::Crash) {
                 // Nothing of the step survives. A receiver that acknowledges first has
                 // already told the sender something it never recorded.
-                let early_ack = policy.is(Mutant::AckBeforeRecord).then(|| {
+                let early_ack = policy.acks_before_recording().then(|| {
                     let mut scratch = Receiver::clone(&pre.receiver);
                     scratch
                         .deliver(
@@ -380,11 +180,12 @@ pub fn transition<P: Policy>(
             } else {
                 let (number, event) = (arriving.number, &arriving.event);
                 let delivered = match post.receiver.recognise(policy, number, event) {
-                    Some(duplicate) if policy.is(Mutant::PauseOnRedelivery) => {
-                        Arc::make_mut(&mut post.receiver).pause_on_redelivery(event);
+                    Some(duplicate) => {
+                        if let Some(card) = policy.pauses_on_duplicate(event) {
+                            Arc::make_mut(&mut post.receiver).pause(card);
+                        }
                         duplicate
                     }
-                    Some(duplicate) => duplicate,
                     None => Arc::make_mut(&mut post.receiver).decide(
                         policy,
                         number,
@@ -424,13 +225,5 @@ pub fn transition<P: Policy>(
             Effect::Expired(gone)
         }
     };
-    if post.violation.is_none() {
-        post.violation = properties::check_step(scenario, checked, pre, &post, step, &effect);
-    }
-    let unchanged = Arc::ptr_eq(&pre.receiver, &post.receiver) && pre.owed == post.owed;
-    if post.violation.is_none() && !unchanged {
-        // An unchanged world was already checked when it was reached.
-        post.violation = properties::check_state(scenario, checked, &post);
-    }
     (post, effect)
 }
