@@ -2,6 +2,7 @@
 //! is reached, every mutant is caught by its named property with a trace that replays, and
 //! the counterexamples kept in `fixtures/regressions/` still replay.
 
+use crate::util::temp_dir;
 use arrival::card::check::{self, CheckOptions, Expectation, LoadedModel, ModelReport};
 use arrival::card::fixture::Scenario;
 use arrival::card::policy::{Mutant, PolicyName, Spec};
@@ -124,7 +125,8 @@ fn every_decision_kind_and_outcome_is_reached() {
 
 #[test]
 fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
-    let out = std::env::temp_dir().join(format!("arrival-traces-{}", std::process::id()));
+    let scratch = temp_dir("traces");
+    let out = scratch.path().to_path_buf();
     for mutant in Mutant::ALL {
         let path = format!("models/mutant-{}.toml", mutant.name());
         let loaded = load(&path);
@@ -181,7 +183,6 @@ fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
             under_spec.violations
         );
     }
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -653,8 +654,8 @@ fn replay_and_check_agree_on_every_fixture() {
         .collect();
     fixtures.sort();
     assert!(fixtures.len() >= 5, "{fixtures:?}");
-    let model = std::env::temp_dir().join(format!("arrival-agree-{}", std::process::id()));
-    std::fs::create_dir_all(&model).expect("temp dir");
+    let scratch = temp_dir("agree");
+    let model = scratch.path();
     for fixture in fixtures {
         let scenario = Scenario::load(&fixture).expect("loads");
         let replayed = replay(&scenario, Spec, "spec");
@@ -684,7 +685,6 @@ fn replay_and_check_agree_on_every_fixture() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(model);
 }
 
 #[test]
@@ -708,7 +708,8 @@ fn the_default_order_reconciles_again_when_a_re_evaluated_hold_pauses_the_card()
 
 #[test]
 fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
-    let out = std::env::temp_dir().join(format!("arrival-sweep-{}", std::process::id()));
+    let scratch = temp_dir("sweep");
+    let out = scratch.path().to_path_buf();
     let options = arrival::card::sweep::SweepOptions {
         count: 40,
         seed: 3,
@@ -738,7 +739,6 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
     let under_mutant = replay(&scenario, Some(Mutant::IgnorePause), "ignore-pause");
     assert_eq!(first_violation(&under_mutant), Some(Property::PausedFrozen));
     assert!(replay(&scenario, Spec, "spec").passed());
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -748,8 +748,8 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
     // concerns only cards that some input can pause. With an input that pauses the card in
     // some orders only (v10 with another state: a conflict before e-1, stale after it), the
     // same newer authority is reported: the card ends at v11 or v12 by arrival order.
-    let dir = std::env::temp_dir().join(format!("arrival-unread-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = temp_dir("unread");
+    let dir = scratch.path();
     let fixture = |extra: &str| {
         format!(
             r#"{{"initial": {{"card-7": {{"version": 10, "state": {{"stage": "a"}}}}}},
@@ -773,7 +773,6 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
         let report = run(&load(model.to_str().unwrap()), None);
         assert!(report.as_expected, "{}", check::render(&report));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

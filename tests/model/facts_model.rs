@@ -3,6 +3,7 @@
 //! every facts mutant is caught by its named property with a shortest trace that replays;
 //! every property has a model that catches it.
 
+use crate::util::temp_dir;
 use arrival::facts::fixture::Scenario;
 use arrival::facts::model::{load_model, run, LoadedModel};
 use arrival::facts::mutants::Mutant;
@@ -63,7 +64,8 @@ fn a_poison_entry_is_dead_lettered_and_the_rest_keeps_flowing() {
 
 #[test]
 fn every_facts_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
-    let out = std::env::temp_dir().join(format!("arrival-facts-traces-{}", std::process::id()));
+    let scratch = temp_dir("facts-traces");
+    let out = scratch.path().to_path_buf();
     let mut caught = BTreeSet::new();
     for mutant in Mutant::ALL {
         let Some(property) = mutant.caught_by() else {
@@ -124,7 +126,6 @@ fn every_facts_mutant_is_caught_by_its_named_property_with_a_trace_that_replays(
     }
     let all: BTreeSet<Property> = Property::ALL.into_iter().collect();
     assert_eq!(caught, all, "every facts property is some mutant's");
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
