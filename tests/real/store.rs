@@ -3,34 +3,144 @@
 //! per test, dropped after. A PostgreSQL that does not answer fails the test with what to
 //! install and run: it is never skipped.
 
+use crate::util::{arrival, ok, root, temp_dir, TempDir, ARRIVAL};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-const ARRIVAL: &str = env!("CARGO_BIN_EXE_arrival");
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 fn b62() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/B62-15-events.json")
+    root().join("fixtures/B62-15-events.json")
 }
 
-fn arrival(args: &[&str]) -> Output {
-    Command::new(ARRIVAL)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("arrival runs")
+/// The two stores every backend test runs on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-fn ok(args: &[&str]) -> String {
-    let output = arrival(args);
-    assert!(
-        output.status.success(),
-        "arrival {args:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8")
+impl Backend {
+    const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+
+    /// The name the drills report (`"backend"`).
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// A fresh, empty database on this backend (a file named `name` in a temporary folder,
+    /// or a new PostgreSQL database), and a temporary folder for the test's own files.
+    fn fresh(self, name: &str) -> Db {
+        let folder = temp_dir("store");
+        let (url, postgres) = match self {
+            Backend::Sqlite => (
+                format!("sqlite:{}", folder.path().join(name).display()),
+                None,
+            ),
+            Backend::Postgres => {
+                let database = PgDatabase::new();
+                (database.url.clone(), Some(database))
+            }
+        };
+        Db {
+            backend: self,
+            url,
+            folder,
+            _postgres: postgres,
+        }
+    }
+
+    /// A fresh store with B62-15's initial cards.
+    fn b62_store(self, name: &str) -> Db {
+        let db = self.fresh(name);
+        let fixture = b62();
+        ok(&[
+            "store",
+            "init",
+            "--db",
+            &db.url,
+            "--fixture",
+            fixture.to_str().expect("UTF-8"),
+        ]);
+        db
+    }
+}
+
+/// A database of one backend for one test, removed (with its folder) when dropped.
+struct Db {
+    backend: Backend,
+    /// The `--db` text.
+    url: String,
+    /// The test's own files (and the SQLite file).
+    folder: TempDir,
+    _postgres: Option<PgDatabase>,
+}
+
+impl Db {
+    /// The `--db` arguments a drill takes for this backend: none on SQLite (a drill makes
+    /// its own files), the fresh database on PostgreSQL.
+    fn drill_args(&self) -> Vec<&str> {
+        match self.backend {
+            Backend::Sqlite => Vec::new(),
+            Backend::Postgres => vec!["--db", &self.url],
+        }
+    }
+
+    /// The schema versions recorded in `schema_migrations`.
+    fn migrations(&self) -> Vec<i64> {
+        match self.backend {
+            Backend::Sqlite => {
+                let path = self.url.strip_prefix("sqlite:").expect("a SQLite url");
+                let connection = rusqlite::Connection::open(path).expect("open");
+                let versions = connection
+                    .prepare("SELECT version FROM schema_migrations")
+                    .expect("prepare")
+                    .query_map([], |row| row.get(0))
+                    .expect("query")
+                    .map(|row| row.expect("a row"))
+                    .collect();
+                versions
+            }
+            Backend::Postgres => {
+                let mut client =
+                    postgres::Client::connect(&self.url, postgres::NoTls).expect("connect");
+                client
+                    .query("SELECT version FROM schema_migrations", &[])
+                    .expect("query")
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// One test body run on each backend: `backend_test! { fn sentence(backend) { ... } }`
+/// makes the tests `sentence::on_sqlite` and `sentence::on_postgres`.
+macro_rules! backend_test {
+    ($(#[doc = $doc:literal])* fn $name:ident($backend:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn body($backend: Backend) $body
+
+            #[test]
+            fn on_sqlite() {
+                body(Backend::Sqlite)
+            }
+
+            #[test]
+            fn on_postgres() {
+                body(Backend::Postgres)
+            }
+        }
+    };
 }
 
 /// A fresh PostgreSQL database, dropped when the value goes.
@@ -123,115 +233,97 @@ fn b62_ends_as_replay(db: &str) {
     );
 }
 
-#[test]
-fn b62_15_on_sqlite_ends_in_the_contracts_final_state() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let db = format!("sqlite:{}", folder.path().join("b62.db").display());
-    b62_ends_as_replay(&db);
+backend_test! {
+    fn b62_15_ends_in_the_contracts_final_state(backend) {
+        let db = backend.fresh("b62.db");
+        b62_ends_as_replay(&db.url);
+    }
 }
 
-#[test]
-fn b62_15_on_postgres_ends_in_the_contracts_final_state() {
-    let database = PgDatabase::new();
-    b62_ends_as_replay(&database.url);
+backend_test! {
+    fn migrations_are_recorded_once_and_init_is_idempotent(backend) {
+        let db = backend.fresh("m.db");
+        let fixture = b62();
+        let fixture = fixture.to_str().expect("a UTF-8 path");
+        assert!(ok(&["store", "init", "--db", &db.url, "--fixture", fixture])
+            .contains("2 initial card(s) added"));
+        assert!(ok(&["store", "init", "--db", &db.url, "--fixture", fixture])
+            .contains("0 initial card(s) added"));
+        assert_eq!(db.migrations(), vec![1]);
+        if backend == Backend::Sqlite {
+            let path = db.url.strip_prefix("sqlite:").expect("a SQLite url");
+            let connection = rusqlite::Connection::open(path).expect("open");
+            let mode: String = connection
+                .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+                .expect("pragma");
+            assert_eq!(mode, "wal");
+        }
+    }
 }
 
-#[test]
-fn migrations_are_recorded_once_and_init_is_idempotent() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let path = folder.path().join("m.db");
-    let db = format!("sqlite:{}", path.display());
-    let fixture = b62();
-    let fixture = fixture.to_str().expect("a UTF-8 path");
-    assert!(ok(&["store", "init", "--db", &db, "--fixture", fixture])
-        .contains("2 initial card(s) added"));
-    assert!(ok(&["store", "init", "--db", &db, "--fixture", fixture])
-        .contains("0 initial card(s) added"));
-    let connection = rusqlite::Connection::open(&path).expect("open");
-    let versions: Vec<i64> = connection
-        .prepare("SELECT version FROM schema_migrations")
-        .expect("prepare")
-        .query_map([], |row| row.get(0))
-        .expect("query")
-        .map(|row| row.expect("a row"))
-        .collect();
-    assert_eq!(versions, vec![1]);
-    let mode: String = connection
-        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
-        .expect("pragma");
-    assert_eq!(mode, "wal");
+backend_test! {
+    fn an_exact_redelivery_on_stdin_is_a_duplicate_and_acks_follow_the_input_order(backend) {
+        let store = backend.b62_store("s.db");
+        let db = &store.url;
+        let event = r#"{"event_id":"e-1","object_id":"card-7","object_version":11,"type":"card.snapshot","state":{"stage":"x"}}"#;
+        let input = format!("{{\"delivery\": 5, \"event\": {event}}}\n\n{event}\n");
+        let mut child = Command::new(ARRIVAL)
+            .args(["store", "ingest", "--db", db])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("arrival runs");
+        std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), input.as_bytes())
+            .expect("write");
+        let output = child.wait_with_output().expect("ends");
+        assert!(output.status.success());
+        let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["delivery"], 5);
+        assert_eq!(lines[0]["decision"], "applied");
+        assert_eq!(
+            lines[1]["delivery"], 3,
+            "a raw event's delivery number is its line number"
+        );
+        assert_eq!(lines[1]["decision"], "duplicate");
+        assert_eq!(lines[1]["ack"], "applied");
+    }
 }
 
-#[test]
-fn an_exact_redelivery_on_stdin_is_a_duplicate_and_acks_follow_the_input_order() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let db = format!("sqlite:{}", folder.path().join("s.db").display());
-    let fixture = b62();
-    ok(&[
-        "store",
-        "init",
-        "--db",
-        &db,
-        "--fixture",
-        fixture.to_str().expect("UTF-8"),
-    ]);
-    let event = r#"{"event_id":"e-1","object_id":"card-7","object_version":11,"type":"card.snapshot","state":{"stage":"x"}}"#;
-    let input = format!("{{\"delivery\": 5, \"event\": {event}}}\n\n{event}\n");
-    let mut child = Command::new(ARRIVAL)
-        .args(["store", "ingest", "--db", &db])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("arrival runs");
-    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), input.as_bytes())
-        .expect("write");
-    let output = child.wait_with_output().expect("ends");
-    assert!(output.status.success());
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
-    assert_eq!(lines.len(), 2);
-    assert_eq!(lines[0]["delivery"], 5);
-    assert_eq!(lines[0]["decision"], "applied");
-    assert_eq!(
-        lines[1]["delivery"], 3,
-        "a raw event's delivery number is its line number"
-    );
-    assert_eq!(lines[1]["decision"], "duplicate");
-    assert_eq!(lines[1]["ack"], "applied");
-}
+backend_test! {
+    fn bad_input_is_exit_2_naming_the_source_and_line(backend) {
+        let store = backend.fresh("bad.db");
+        let db = &store.url;
+        ok(&["store", "init", "--db", db]);
+        let lines = store.folder.path().join("deliveries.jsonl");
+        std::fs::write(&lines, "{\"delivery\": 1, \"event\": {}}\n{not json\n").expect("write");
+        let output = arrival(&[
+            "store",
+            "ingest",
+            "--db",
+            db,
+            "--file",
+            lines.to_str().expect("UTF-8"),
+        ]);
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("deliveries.jsonl") && stderr.contains("line 2"),
+            "{stderr}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).lines().count(),
+            1,
+            "line 1 was acknowledged"
+        );
 
-#[test]
-fn bad_input_is_exit_2_naming_the_source_and_line() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let db = format!("sqlite:{}", folder.path().join("bad.db").display());
-    ok(&["store", "init", "--db", &db]);
-    let lines = folder.path().join("deliveries.jsonl");
-    std::fs::write(&lines, "{\"delivery\": 1, \"event\": {}}\n{not json\n").expect("write");
-    let output = arrival(&[
-        "store",
-        "ingest",
-        "--db",
-        &db,
-        "--file",
-        lines.to_str().expect("UTF-8"),
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("deliveries.jsonl") && stderr.contains("line 2"),
-        "{stderr}"
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout).lines().count(),
-        1,
-        "line 1 was acknowledged"
-    );
-
-    let output = arrival(&["store", "show", "--db", "mysql://localhost/x"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown database"));
+        let output = arrival(&["store", "show", "--db", "mysql://localhost/x"]);
+        assert_eq!(output.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&output.stderr).contains("unknown database"));
+    }
 }
 
 fn drill(args: &[&str]) -> (bool, Value) {
@@ -252,112 +344,68 @@ fn drill(args: &[&str]) -> (bool, Value) {
     }
 }
 
-#[test]
-fn crash_drill_on_sqlite_survives_kills_of_b62_15() {
-    let fixture = b62();
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "crash",
-        fixture.to_str().expect("UTF-8"),
-        "--kills",
-        "20",
-        "--json",
-    ]);
-    assert!(passed, "{report:#}");
-    assert!(report["kills"].as_u64().expect("kills") >= 20);
+/// `arrival store drill KIND FIXTURE ARGS... [--db URL] --json` on this database's backend.
+fn drill_on(db: &Db, kind: &str, fixture: &Path, args: &[&str]) -> (bool, Value) {
+    let mut all = vec!["store", "drill", kind, fixture.to_str().expect("UTF-8")];
+    all.extend_from_slice(args);
+    all.extend(db.drill_args());
+    all.push("--json");
+    drill(&all)
 }
 
-#[test]
-fn crash_drill_on_postgres_survives_kills_of_b62_15() {
-    let database = PgDatabase::new();
-    let fixture = b62();
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "crash",
-        fixture.to_str().expect("UTF-8"),
-        "--kills",
-        "20",
-        "--db",
-        &database.url,
-        "--json",
-    ]);
-    assert!(passed, "{report:#}");
-    assert_eq!(report["backend"], "postgres");
+backend_test! {
+    fn crash_drill_survives_kills_of_b62_15(backend) {
+        let db = backend.fresh("unused.db");
+        let (passed, report) = drill_on(&db, "crash", &b62(), &["--kills", "20"]);
+        assert!(passed, "{report:#}");
+        assert!(report["kills"].as_u64().expect("kills") >= 20);
+        assert_eq!(report["backend"], backend.name());
+    }
 }
 
-#[test]
-fn crash_drill_catches_a_store_that_acknowledges_before_it_commits() {
-    let fixture = b62();
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "crash",
-        fixture.to_str().expect("UTF-8"),
-        "--kills",
-        "200",
-        "--mutant",
-        "ack-before-commit",
-        "--json",
-    ]);
-    assert!(!passed, "the mutant survived: {report:#}");
-}
-
-#[test]
-fn crash_drill_catches_a_store_that_commits_card_and_record_separately() {
-    let fixture = b62();
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "crash",
-        fixture.to_str().expect("UTF-8"),
-        "--kills",
-        "200",
-        "--mutant",
-        "two-transactions",
-        "--json",
-    ]);
-    assert!(!passed, "the mutant survived: {report:#}");
-}
-
-#[test]
-fn crash_drill_on_postgres_catches_both_mutants() {
-    // PostgreSQL commits what a killed client already sent, so an acknowledgement written
-    // just before COMMIT is exposed only by a kill in between: half the drill's kills land
-    // right after the sender read an acknowledgement.
-    let database = PgDatabase::new();
-    let fixture = b62();
-    // Kills as CI runs them: 20 for ack-before-commit (as the surviving drill above),
-    // 200 for two-transactions (as on SQLite), whose window only a timed kill can hit.
-    let runs = [
-        ("ack-before-commit", "20", "1"),
-        ("ack-before-commit", "20", "2"),
-        ("ack-before-commit", "20", "3"),
-        ("two-transactions", "200", "1"),
-    ];
-    for (mutant, kills, seed) in runs {
-        {
-            let (passed, report) = drill(&[
-                "store",
-                "drill",
-                "crash",
-                fixture.to_str().expect("UTF-8"),
-                "--kills",
-                kills,
-                "--seed",
-                seed,
-                "--db",
-                &database.url,
-                "--mutant",
-                mutant,
-                "--json",
-            ]);
-            assert!(
-                !passed,
-                "{mutant} survived on PostgreSQL, seed {seed}: {report:#}"
-            );
+/// The crash drill's runs that must catch `mutant` on this backend: (kills, seed).
+///
+/// PostgreSQL commits what a killed client already sent, so an acknowledgement written
+/// just before COMMIT is exposed only by a kill in between: half the drill's kills land
+/// right after the sender read an acknowledgement. Kills as CI runs them: on PostgreSQL 20
+/// for ack-before-commit (as the surviving drill), three seeds, and 200 for
+/// two-transactions, whose window only a timed kill can hit; on SQLite 200 with the
+/// drill's default seed.
+fn crash_runs(backend: Backend, mutant: &str) -> Vec<(&'static str, Option<&'static str>)> {
+    match (backend, mutant) {
+        (Backend::Sqlite, _) => vec![("200", None)],
+        (Backend::Postgres, "ack-before-commit") => {
+            vec![("20", Some("1")), ("20", Some("2")), ("20", Some("3"))]
         }
+        (Backend::Postgres, _) => vec![("200", Some("1"))],
+    }
+}
+
+fn crash_drill_catches(backend: Backend, mutant: &str) {
+    let db = backend.fresh("unused.db");
+    for (kills, seed) in crash_runs(backend, mutant) {
+        let mut args = vec!["--kills", kills, "--mutant", mutant];
+        if let Some(seed) = seed {
+            args.extend(["--seed", seed]);
+        }
+        let (passed, report) = drill_on(&db, "crash", &b62(), &args);
+        assert!(
+            !passed,
+            "{mutant} survived on {}, seed {seed:?}: {report:#}",
+            backend.name()
+        );
+    }
+}
+
+backend_test! {
+    fn crash_drill_catches_a_store_that_acknowledges_before_it_commits(backend) {
+        crash_drill_catches(backend, "ack-before-commit");
+    }
+}
+
+backend_test! {
+    fn crash_drill_catches_a_store_that_commits_card_and_record_separately(backend) {
+        crash_drill_catches(backend, "two-transactions");
     }
 }
 
@@ -375,49 +423,25 @@ fn generated(folder: &Path) -> PathBuf {
     path
 }
 
-#[test]
-fn concurrent_drill_on_postgres_ends_in_the_spec_state() {
-    let database = PgDatabase::new();
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let fixture = generated(folder.path());
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "concurrent",
-        fixture.to_str().expect("UTF-8"),
-        "--receivers",
-        "4",
-        "--runs",
-        "3",
-        "--db",
-        &database.url,
-        "--json",
-    ]);
-    assert!(passed, "{report:#}");
-}
-
-#[test]
-fn concurrent_drill_on_one_sqlite_file_ends_in_the_spec_state() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let fixture = generated(folder.path());
-    let (passed, report) = drill(&[
-        "store",
-        "drill",
-        "concurrent",
-        fixture.to_str().expect("UTF-8"),
-        "--receivers",
-        "4",
-        "--runs",
-        "3",
-        "--json",
-    ]);
-    assert!(passed, "{report:#}");
+backend_test! {
+    /// On SQLite, four receivers share one file.
+    fn concurrent_drill_ends_in_the_spec_state(backend) {
+        let db = backend.fresh("unused.db");
+        let fixture = generated(db.folder.path());
+        let (passed, report) = drill_on(
+            &db,
+            "concurrent",
+            &fixture,
+            &["--receivers", "4", "--runs", "3"],
+        );
+        assert!(passed, "{report:#}");
+    }
 }
 
 #[test]
 fn concurrent_drill_catches_a_store_that_reads_before_it_locks() {
     let database = PgDatabase::new();
-    let folder = tempfile::tempdir().expect("a temporary folder");
+    let folder = temp_dir("store");
     let fixture = generated(folder.path());
     let (passed, report) = drill(&[
         "store",
@@ -437,38 +461,40 @@ fn concurrent_drill_catches_a_store_that_reads_before_it_locks() {
     assert!(!passed, "the mutant survived: {report:#}");
 }
 
-#[test]
-fn reconciliation_keeps_passing_while_re_evaluated_holds_pause_the_card_again() {
-    // A card paused by an input without a version, then 30 more inputs without versions
-    // held behind the pause: each reconciliation pass supersedes what it can and pauses the
-    // card again on the next one, so it takes one pass per hold. The store must keep going
-    // until the card is quiet, as replay's default order does.
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let deliveries: Vec<Value> = (1..=31)
-        .map(|n| {
-            serde_json::json!({"delivery": n, "event": {
-                "event_id": format!("m{n}"), "object_id": "c0", "type": "card.snapshot",
-                "state": {"s": format!("y{n}")}}})
-        })
-        .collect();
-    let fixture = serde_json::json!({
-        "initial": {"c0": {"version": 1, "state": {"s": "a"}}},
-        "deliveries": deliveries,
-        "authority": [{"object_id": "c0", "version": 2, "state": {"s": "auth"}}]
-    });
-    let path = folder.path().join("many-holds.json");
-    std::fs::write(&path, fixture.to_string()).expect("written");
-    let fixture = path.to_str().expect("a UTF-8 path");
-    let db = format!("sqlite:{}", folder.path().join("h.db").display());
-    ok(&["store", "init", "--db", &db, "--fixture", fixture]);
-    ok(&["store", "ingest", "--db", &db, "--fixture", fixture]);
-    ok(&["store", "reconcile", "--db", &db, "--fixture", fixture]);
-    let shown: Value =
-        serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
-    let replayed: Value = serde_json::from_str(&ok(&["replay", "--json", fixture])).expect("JSON");
-    assert_eq!(shown["paused"], replayed["paused"], "{shown}");
-    assert_eq!(shown["paused"], serde_json::json!([]));
-    assert_eq!(shown["unresolved"], replayed["unresolved"]);
+backend_test! {
+    fn reconciliation_keeps_passing_while_re_evaluated_holds_pause_the_card_again(backend) {
+        // A card paused by an input without a version, then 30 more inputs without versions
+        // held behind the pause: each reconciliation pass supersedes what it can and pauses the
+        // card again on the next one, so it takes one pass per hold. The store must keep going
+        // until the card is quiet, as replay's default order does.
+        let store = backend.fresh("h.db");
+        let folder = &store.folder;
+        let deliveries: Vec<Value> = (1..=31)
+            .map(|n| {
+                serde_json::json!({"delivery": n, "event": {
+                    "event_id": format!("m{n}"), "object_id": "c0", "type": "card.snapshot",
+                    "state": {"s": format!("y{n}")}}})
+            })
+            .collect();
+        let fixture = serde_json::json!({
+            "initial": {"c0": {"version": 1, "state": {"s": "a"}}},
+            "deliveries": deliveries,
+            "authority": [{"object_id": "c0", "version": 2, "state": {"s": "auth"}}]
+        });
+        let path = folder.path().join("many-holds.json");
+        std::fs::write(&path, fixture.to_string()).expect("written");
+        let fixture = path.to_str().expect("a UTF-8 path");
+        let db = store.url.clone();
+        ok(&["store", "init", "--db", &db, "--fixture", fixture]);
+        ok(&["store", "ingest", "--db", &db, "--fixture", fixture]);
+        ok(&["store", "reconcile", "--db", &db, "--fixture", fixture]);
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+        let replayed: Value = serde_json::from_str(&ok(&["replay", "--json", fixture])).expect("JSON");
+        assert_eq!(shown["paused"], replayed["paused"], "{shown}");
+        assert_eq!(shown["paused"], serde_json::json!([]));
+        assert_eq!(shown["unresolved"], replayed["unresolved"]);
+    }
 }
 
 /// Ingests `input` on standard input; (exit code, answer lines, standard error).
@@ -563,161 +589,141 @@ fn unkeepable_ids_are_rejected_per_delivery(db: &str) -> Vec<Value> {
 
 #[test]
 fn ids_the_store_cannot_keep_are_rejected_per_delivery_alike_on_both_backends() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let sqlite = format!("sqlite:{}", folder.path().join("ids.db").display());
-    let on_sqlite = unkeepable_ids_are_rejected_per_delivery(&sqlite);
-    let database = PgDatabase::new();
-    let on_postgres = unkeepable_ids_are_rejected_per_delivery(&database.url);
+    let answers: Vec<Vec<Value>> = Backend::ALL
+        .into_iter()
+        .map(|backend| unkeepable_ids_are_rejected_per_delivery(&backend.fresh("ids.db").url))
+        .collect();
     assert_eq!(
-        on_sqlite, on_postgres,
+        answers[0], answers[1],
         "both backends give the same answers"
     );
 }
 
-#[test]
-fn an_ingest_line_is_a_wellformed_wrapper_or_an_event_with_an_id_and_nothing_else() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let db = format!("sqlite:{}", folder.path().join("lines.db").display());
-    let fixture = b62();
-    ok(&[
-        "store",
-        "init",
-        "--db",
-        &db,
-        "--fixture",
-        fixture.to_str().expect("UTF-8"),
-    ]);
-    let event = |id: Option<&str>, version: u64| {
-        let mut event = serde_json::json!({"object_id": "card-7", "object_version": version,
-            "type": "card.snapshot", "state": {"stage": format!("v{version}")}});
-        if let Some(id) = id {
-            event["event_id"] = Value::from(id);
+backend_test! {
+    fn an_ingest_line_is_a_wellformed_wrapper_or_an_event_with_an_id_and_nothing_else(backend) {
+        let store = backend.b62_store("lines.db");
+        let (folder, db) = (&store.folder, store.url.clone());
+        let event = |id: Option<&str>, version: u64| {
+            let mut event = serde_json::json!({"object_id": "card-7", "object_version": version,
+                "type": "card.snapshot", "state": {"stage": format!("v{version}")}});
+            if let Some(id) = id {
+                event["event_id"] = Value::from(id);
+            }
+            event
+        };
+        let cases = [
+            // No event id, no wrapper: a line number is no identity (it repeats in every file).
+            (event(None, 40).to_string(), "event_id"),
+            (r#"{"delivery": 8}"#.to_owned(), "without `event`"),
+            (
+                serde_json::json!({"event": event(Some("e-w1"), 40)}).to_string(),
+                "without `delivery`",
+            ),
+            (
+                serde_json::json!({"delivery": 9, "event": event(Some("e-w2"), 40), "recieved_at": 1})
+                    .to_string(),
+                "unknown key `recieved_at`",
+            ),
+            (
+                serde_json::json!({"delivry": 9, "event": event(Some("e-w3"), 40)}).to_string(),
+                "unknown key `delivry`",
+            ),
+            ("[1, 2]".to_owned(), "not a JSON object"),
+            (
+                serde_json::json!({"delivery": -1, "event": event(Some("e-w4"), 40)}).to_string(),
+                "`delivery` must be",
+            ),
+        ];
+        for (case, (bad, says)) in cases.iter().enumerate() {
+            let version = 20 + case as u64;
+            let good = serde_json::json!({"delivery": 100 + case, "event": event(Some(&format!("e-good-{case}")), version)});
+            let file = folder.path().join(format!("case-{case}.jsonl"));
+            std::fs::write(&file, format!("{good}\n{bad}\n{good}\n")).expect("write");
+            let output = arrival(&[
+                "store",
+                "ingest",
+                "--db",
+                &db,
+                "--file",
+                file.to_str().expect("UTF-8"),
+            ]);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "case {case} ({bad}): {stderr}"
+            );
+            assert!(
+                stderr.contains(&format!("case-{case}.jsonl"))
+                    && stderr.contains("line 2")
+                    && stderr.contains(says),
+                "case {case} ({bad}): {stderr}"
+            );
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert_eq!(
+                stdout.lines().count(),
+                1,
+                "only line 1 is answered: {stdout}"
+            );
+            let shown: Value =
+                serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+            assert_eq!(
+                shown["final"]["card-7"]["version"], version,
+                "line 1 stays committed"
+            );
         }
-        event
-    };
-    let cases = [
-        // No event id, no wrapper: a line number is no identity (it repeats in every file).
-        (event(None, 40).to_string(), "event_id"),
-        (r#"{"delivery": 8}"#.to_owned(), "without `event`"),
-        (
-            serde_json::json!({"event": event(Some("e-w1"), 40)}).to_string(),
-            "without `delivery`",
-        ),
-        (
-            serde_json::json!({"delivery": 9, "event": event(Some("e-w2"), 40), "recieved_at": 1})
-                .to_string(),
-            "unknown key `recieved_at`",
-        ),
-        (
-            serde_json::json!({"delivry": 9, "event": event(Some("e-w3"), 40)}).to_string(),
-            "unknown key `delivry`",
-        ),
-        ("[1, 2]".to_owned(), "not a JSON object"),
-        (
-            serde_json::json!({"delivery": -1, "event": event(Some("e-w4"), 40)}).to_string(),
-            "`delivery` must be",
-        ),
-    ];
-    for (case, (bad, says)) in cases.iter().enumerate() {
-        let version = 20 + case as u64;
-        let good = serde_json::json!({"delivery": 100 + case, "event": event(Some(&format!("e-good-{case}")), version)});
-        let file = folder.path().join(format!("case-{case}.jsonl"));
-        std::fs::write(&file, format!("{good}\n{bad}\n{good}\n")).expect("write");
-        let output = arrival(&[
-            "store",
-            "ingest",
-            "--db",
-            &db,
-            "--file",
-            file.to_str().expect("UTF-8"),
-        ]);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "case {case} ({bad}): {stderr}"
-        );
-        assert!(
-            stderr.contains(&format!("case-{case}.jsonl"))
-                && stderr.contains("line 2")
-                && stderr.contains(says),
-            "case {case} ({bad}): {stderr}"
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert_eq!(
-            stdout.lines().count(),
-            1,
-            "only line 1 is answered: {stdout}"
-        );
-        let shown: Value =
-            serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
-        assert_eq!(
-            shown["final"]["card-7"]["version"], version,
-            "line 1 stays committed"
-        );
+        // A raw event with an event id is still a line of its own.
+        let (code, answers, stderr) = ingest(&db, &format!("{}\n", event(Some("e-raw"), 90)));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(answers[0]["decision"], "applied");
     }
-    // A raw event with an event id is still a line of its own.
-    let (code, answers, stderr) = ingest(&db, &format!("{}\n", event(Some("e-raw"), 90)));
-    assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(answers[0]["decision"], "applied");
 }
 
-#[test]
-fn receivers_starting_together_on_a_fresh_database_all_find_one_schema() {
-    fn together(db: &str) {
-        let fixture = b62();
-        let children: Vec<_> = (0..8)
-            .map(|_| {
-                Command::new(ARRIVAL)
-                    .args(["store", "init", "--db", db, "--fixture"])
-                    .arg(&fixture)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("arrival runs")
-            })
-            .collect();
-        let mut added = 0;
-        for child in children {
-            let output = child.wait_with_output().expect("ends");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "{db}: an init failed: {stdout}{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            assert!(stdout.contains("schema version 1"), "{stdout}");
-            added += stdout
-                .split("version 1, ")
-                .nth(1)
-                .and_then(|rest| rest.split(' ').next())
-                .and_then(|count| count.parse::<u32>().ok())
-                .expect("a count of added cards");
+backend_test! {
+    fn receivers_starting_together_on_a_fresh_database_all_find_one_schema(backend) {
+        fn together(db: &str) {
+            let fixture = b62();
+            let children: Vec<_> = (0..8)
+                .map(|_| {
+                    Command::new(ARRIVAL)
+                        .args(["store", "init", "--db", db, "--fixture"])
+                        .arg(&fixture)
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .expect("arrival runs")
+                })
+                .collect();
+            let mut added = 0;
+            for child in children {
+                let output = child.wait_with_output().expect("ends");
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    output.status.success(),
+                    "{db}: an init failed: {stdout}{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                assert!(stdout.contains("schema version 1"), "{stdout}");
+                added += stdout
+                    .split("version 1, ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|count| count.parse::<u32>().ok())
+                    .expect("a count of added cards");
+            }
+            assert_eq!(added, 2, "{db}: the fixture's two cards, added once");
+            let shown: Value =
+                serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
+            assert_eq!(shown["final"].as_object().map(|cards| cards.len()), Some(2));
         }
-        assert_eq!(added, 2, "{db}: the fixture's two cards, added once");
-        let shown: Value =
-            serde_json::from_str(&ok(&["store", "show", "--db", db, "--json"])).expect("JSON");
-        assert_eq!(shown["final"].as_object().map(|cards| cards.len()), Some(2));
+        // Three fresh databases: the race is won differently each time.
+        for _ in 0..3 {
+            let db = backend.fresh("fresh.db");
+            together(&db.url);
+            assert_eq!(db.migrations(), vec![1]);
+        }
     }
-    for _ in 0..3 {
-        let database = PgDatabase::new();
-        together(&database.url);
-        let mut client =
-            postgres::Client::connect(&database.url, postgres::NoTls).expect("connect");
-        let versions: Vec<i64> = client
-            .query("SELECT version FROM schema_migrations", &[])
-            .expect("query")
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        assert_eq!(versions, vec![1]);
-    }
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    together(&format!(
-        "sqlite:{}",
-        folder.path().join("fresh.db").display()
-    ));
 }
 
 #[test]
@@ -740,22 +746,6 @@ fn the_connect_error_names_only_what_the_command_line_reads() {
     );
 }
 
-/// A fresh SQLite store with B62-15's initial cards: (folder, `--db` text).
-fn b62_store(name: &str) -> (tempfile::TempDir, String) {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let db = format!("sqlite:{}", folder.path().join(name).display());
-    let fixture = b62();
-    ok(&[
-        "store",
-        "init",
-        "--db",
-        &db,
-        "--fixture",
-        fixture.to_str().expect("UTF-8"),
-    ]);
-    (folder, db)
-}
-
 fn snapshot_line(id: &str, version: u64) -> String {
     format!(
         "{{\"delivery\": {version}, \"event\": {{\"event_id\": \"{id}\", \"object_id\": \"card-7\", \
@@ -769,109 +759,113 @@ fn card_7_version(db: &str) -> Value {
     shown["final"]["card-7"]["version"].clone()
 }
 
-#[test]
-fn a_bad_line_in_a_batch_commits_and_answers_the_lines_before_it() {
-    let (folder, db) = b62_store("batch.db");
-    let file = folder.path().join("batch.jsonl");
-    let input = format!(
-        "{}{}{}{{not json\n{}",
-        snapshot_line("e-b1", 20),
-        snapshot_line("e-b2", 21),
-        snapshot_line("e-b3", 22),
-        snapshot_line("e-b5", 23),
-    );
-    std::fs::write(&file, input).expect("write");
-    let output = arrival(&[
-        "store",
-        "ingest",
-        "--db",
-        &db,
-        "--batch",
-        "10",
-        "--file",
-        file.to_str().expect("UTF-8"),
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("batch.jsonl") && stderr.contains("line 4"),
-        "{stderr}"
-    );
-    let answers: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
-    assert_eq!(
-        answers.len(),
-        3,
-        "the three lines before the bad one are answered"
-    );
-    assert!(answers.iter().all(|answer| answer["decision"] == "applied"));
-    assert_eq!(card_7_version(&db), 22, "and committed");
+backend_test! {
+    fn a_bad_line_in_a_batch_commits_and_answers_the_lines_before_it(backend) {
+        let store = backend.b62_store("batch.db");
+        let (folder, db) = (&store.folder, store.url.clone());
+        let file = folder.path().join("batch.jsonl");
+        let input = format!(
+            "{}{}{}{{not json\n{}",
+            snapshot_line("e-b1", 20),
+            snapshot_line("e-b2", 21),
+            snapshot_line("e-b3", 22),
+            snapshot_line("e-b5", 23),
+        );
+        std::fs::write(&file, input).expect("write");
+        let output = arrival(&[
+            "store",
+            "ingest",
+            "--db",
+            &db,
+            "--batch",
+            "10",
+            "--file",
+            file.to_str().expect("UTF-8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("batch.jsonl") && stderr.contains("line 4"),
+            "{stderr}"
+        );
+        let answers: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("JSON"))
+            .collect();
+        assert_eq!(
+            answers.len(),
+            3,
+            "the three lines before the bad one are answered"
+        );
+        assert!(answers.iter().all(|answer| answer["decision"] == "applied"));
+        assert_eq!(card_7_version(&db), 22, "and committed");
+    }
 }
 
-#[test]
-fn a_snapshot_or_initial_card_the_store_cannot_keep_writes_nothing_and_names_its_place() {
-    let (folder, db) = b62_store("snap.db");
-    let file = folder.path().join("snapshots.jsonl");
-    std::fs::write(
-        &file,
-        "{\"object_id\": \"card-new\", \"version\": 1, \"state\": {\"s\": 1}}\n\
-         {\"object_id\": \"card-\\u0000\", \"version\": 1, \"state\": {\"s\": 1}}\n",
-    )
-    .expect("write");
-    let output = arrival(&[
-        "store",
-        "reconcile",
-        "--db",
-        &db,
-        "--file",
-        file.to_str().expect("UTF-8"),
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("snapshots.jsonl") && stderr.contains("line 2") && stderr.contains("NUL"),
-        "{stderr}"
-    );
-    assert!(
-        !stderr.contains("sqlite:"),
-        "not the database's fault: {stderr}"
-    );
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "");
-    let shown: Value =
-        serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
-    assert!(shown["final"].get("card-new").is_none(), "{shown}");
+backend_test! {
+    fn a_snapshot_or_initial_card_the_store_cannot_keep_writes_nothing_and_names_its_place(backend) {
+        let store = backend.b62_store("snap.db");
+        let (folder, db) = (&store.folder, store.url.clone());
+        let file = folder.path().join("snapshots.jsonl");
+        std::fs::write(
+            &file,
+            "{\"object_id\": \"card-new\", \"version\": 1, \"state\": {\"s\": 1}}\n\
+             {\"object_id\": \"card-\\u0000\", \"version\": 1, \"state\": {\"s\": 1}}\n",
+        )
+        .expect("write");
+        let output = arrival(&[
+            "store",
+            "reconcile",
+            "--db",
+            &db,
+            "--file",
+            file.to_str().expect("UTF-8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("snapshots.jsonl") && stderr.contains("line 2") && stderr.contains("NUL"),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains("sqlite:"),
+            "not the database's fault: {stderr}"
+        );
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "");
+        let shown: Value =
+            serde_json::from_str(&ok(&["store", "show", "--db", &db, "--json"])).expect("JSON");
+        assert!(shown["final"].get("card-new").is_none(), "{shown}");
 
-    // The same card id in a fixture's initial cards: the fixture and the field are named,
-    // and no store is created.
-    let fixture = folder.path().join("bad-initial.json");
-    let long = "x".repeat(2000);
-    std::fs::write(
-        &fixture,
-        serde_json::json!({"initial": {(long.as_str()): {"version": 1, "state": {}}},
-            "deliveries": []})
-        .to_string(),
-    )
-    .expect("write");
-    let fresh = folder.path().join("fresh.db");
-    let output = arrival(&[
-        "store",
-        "init",
-        "--db",
-        &format!("sqlite:{}", fresh.display()),
-        "--fixture",
-        fixture.to_str().expect("UTF-8"),
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("bad-initial.json")
-            && stderr.contains("initial")
-            && stderr.contains("2000 bytes"),
-        "{stderr}"
-    );
-    assert!(!fresh.exists(), "nothing written");
+        // The same card id in a fixture's initial cards: the fixture and the field are named,
+        // and no store is created.
+        let fixture = folder.path().join("bad-initial.json");
+        let long = "x".repeat(2000);
+        std::fs::write(
+            &fixture,
+            serde_json::json!({"initial": {(long.as_str()): {"version": 1, "state": {}}},
+                "deliveries": []})
+            .to_string(),
+        )
+        .expect("write");
+        let fresh = folder.path().join("fresh.db");
+        let output = arrival(&[
+            "store",
+            "init",
+            "--db",
+            &format!("sqlite:{}", fresh.display()),
+            "--fixture",
+            fixture.to_str().expect("UTF-8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("bad-initial.json")
+                && stderr.contains("initial")
+                && stderr.contains("2000 bytes"),
+            "{stderr}"
+        );
+        assert!(!fresh.exists(), "nothing written");
+    }
 }
 
 /// `url` with `password` in its user part.
@@ -918,91 +912,93 @@ fn connect_errors_give_the_servers_reason_and_never_the_password() {
     assert!(all.contains(":***@") && !all.contains("s3cret-pw"), "{all}");
 }
 
-#[test]
-fn ingest_lines_are_utf8_per_line_unique_keyed_and_the_store_must_exist() {
-    let (folder, db) = b62_store("small.db");
-    let run = |name: &str, bytes: &[u8], extra: &[&str]| {
-        let file = folder.path().join(name);
-        std::fs::write(&file, bytes).expect("write");
-        let mut args = vec!["store", "ingest", "--db", &db, "--file"];
-        args.push(file.to_str().expect("UTF-8"));
-        args.extend_from_slice(extra);
-        arrival(&args)
-    };
-    // Not UTF-8 on line 2: line 1 is answered, line 2 named.
-    let mut bytes = snapshot_line("e-u1", 30).into_bytes();
-    bytes.extend_from_slice(b"{\"delivery\": 2, \"event\": \"\xff\"}\n");
-    let output = run("latin1.jsonl", &bytes, &[]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("line 2") && stderr.contains("UTF-8"),
-        "{stderr}"
-    );
-    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
-
-    // A byte order mark at the start is skipped.
-    let mut bytes = b"\xef\xbb\xbf".to_vec();
-    bytes.extend_from_slice(snapshot_line("e-bom", 31).as_bytes());
-    let output = run("bom.jsonl", &bytes, &[]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(card_7_version(&db), 31);
-
-    // --batch 0 is bad input.
-    let output = run(
-        "zero.jsonl",
-        snapshot_line("e-z", 32).as_bytes(),
-        &["--batch", "0"],
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--batch"), "{stderr}");
-    assert_eq!(card_7_version(&db), 31);
-
-    // The same key twice in one object.
-    let twice = "{\"delivery\": 3, \"delivery\": 4, \"event\": {\"event_id\": \"e-d\"}}\n";
-    let output = run("twice.jsonl", twice.as_bytes(), &[]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("line 1") && stderr.contains("`delivery` appears twice"),
-        "{stderr}"
-    );
-
-    // show, ingest and reconcile do not create a store; init does.
-    let missing = folder.path().join("missing.db");
-    let missing_db = format!("sqlite:{}", missing.display());
-    let fixture = b62();
-    for args in [
-        vec!["store", "show", "--db", &missing_db],
-        vec![
-            "store",
-            "ingest",
-            "--db",
-            &missing_db,
-            "--fixture",
-            fixture.to_str().expect("UTF-8"),
-        ],
-        vec![
-            "store",
-            "reconcile",
-            "--db",
-            &missing_db,
-            "--fixture",
-            fixture.to_str().expect("UTF-8"),
-        ],
-    ] {
-        let output = arrival(&args);
+backend_test! {
+    fn ingest_lines_are_utf8_per_line_unique_keyed_and_the_store_must_exist(backend) {
+        let store = backend.b62_store("small.db");
+        let (folder, db) = (&store.folder, store.url.clone());
+        let run = |name: &str, bytes: &[u8], extra: &[&str]| {
+            let file = folder.path().join(name);
+            std::fs::write(&file, bytes).expect("write");
+            let mut args = vec!["store", "ingest", "--db", &db, "--file"];
+            args.push(file.to_str().expect("UTF-8"));
+            args.extend_from_slice(extra);
+            arrival(&args)
+        };
+        // Not UTF-8 on line 2: line 1 is answered, line 2 named.
+        let mut bytes = snapshot_line("e-u1", 30).into_bytes();
+        bytes.extend_from_slice(b"{\"delivery\": 2, \"event\": \"\xff\"}\n");
+        let output = run("latin1.jsonl", &bytes, &[]);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
         assert!(
-            stderr.contains("no store at") && stderr.contains("arrival store init"),
+            stderr.contains("line 2") && stderr.contains("UTF-8"),
             "{stderr}"
         );
-        assert!(!missing.exists(), "{args:?} created the file");
+        assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
+
+        // A byte order mark at the start is skipped.
+        let mut bytes = b"\xef\xbb\xbf".to_vec();
+        bytes.extend_from_slice(snapshot_line("e-bom", 31).as_bytes());
+        let output = run("bom.jsonl", &bytes, &[]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(card_7_version(&db), 31);
+
+        // --batch 0 is bad input.
+        let output = run(
+            "zero.jsonl",
+            snapshot_line("e-z", 32).as_bytes(),
+            &["--batch", "0"],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--batch"), "{stderr}");
+        assert_eq!(card_7_version(&db), 31);
+
+        // The same key twice in one object.
+        let twice = "{\"delivery\": 3, \"delivery\": 4, \"event\": {\"event_id\": \"e-d\"}}\n";
+        let output = run("twice.jsonl", twice.as_bytes(), &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("line 1") && stderr.contains("`delivery` appears twice"),
+            "{stderr}"
+        );
+
+        // show, ingest and reconcile do not create a store; init does.
+        let missing = folder.path().join("missing.db");
+        let missing_db = format!("sqlite:{}", missing.display());
+        let fixture = b62();
+        for args in [
+            vec!["store", "show", "--db", &missing_db],
+            vec![
+                "store",
+                "ingest",
+                "--db",
+                &missing_db,
+                "--fixture",
+                fixture.to_str().expect("UTF-8"),
+            ],
+            vec![
+                "store",
+                "reconcile",
+                "--db",
+                &missing_db,
+                "--fixture",
+                fixture.to_str().expect("UTF-8"),
+            ],
+        ] {
+            let output = arrival(&args);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("no store at") && stderr.contains("arrival store init"),
+                "{stderr}"
+            );
+            assert!(!missing.exists(), "{args:?} created the file");
+        }
     }
 }
