@@ -41,7 +41,14 @@ fn the_acceptance_run_passes_with_a_lost_answer_both_crashes_and_a_takeover() {
     for name in ["claimed", "duplicate", "accepted", "http-202", "http-400"] {
         assert!(coverage(&report, name) > 0, "{name} unreached");
     }
-    assert!(report.unique_states > 10_000, "{}", report.unique_states);
+    // Pinned, not compared between runs: the distinct states `arrival check --json
+    // models/acmeflow-wf14.toml` reports under the model's own settings (2026-12-01; the
+    // same depth- or breadth-first, on one thread or two). A reduction or a model change
+    // that changes the count fails here, and the number is changed on purpose.
+    assert_eq!(
+        report.unique_states, 175_602,
+        "acmeflow-wf14: distinct states changed"
+    );
 }
 
 #[test]

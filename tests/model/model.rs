@@ -23,6 +23,28 @@ fn run(loaded: &LoadedModel, trace_out: Option<PathBuf>) -> ModelReport {
     check::run(loaded, &options).unwrap_or_else(|error| panic!("{error}"))
 }
 
+/// Distinct states the main card models reach under their own settings (the strategy and
+/// threads of the model file), as `arrival check --json` reports them (`unique_states`,
+/// 2026-12-01). Depth- and breadth-first, one thread or two, give the same count (only the
+/// number of generated states differs), so each pin holds under the model's own settings.
+/// These are pins, not comparisons of two runs: a reduction (or a change to the model)
+/// that changes what the checker visits fails them, and the number is changed on purpose.
+const B62_15_STATES: usize = 21_695;
+const EVERY_DECISION_STATES: usize = 75_374;
+const RE_PAUSE_STATES: usize = 30;
+
+#[track_caller]
+fn assert_pinned(report: &ModelReport, pinned: usize) {
+    assert_eq!(
+        report.unique_states,
+        pinned,
+        "{}: distinct states changed; if a reduction or the model changed on purpose, pin \
+         the new count (`arrival check --json {}`)",
+        report.model,
+        report.model
+    );
+}
+
 fn status<'a>(report: &'a ModelReport, name: &str) -> &'a str {
     let property = report
         .properties
@@ -75,7 +97,22 @@ fn b62_15_with_one_duplicate_lost_ack_and_crash_passes_exhaustively() {
     ] {
         assert!(report.coverage[kind] > 0, "{kind} unreached");
     }
-    assert!(report.unique_states > 1_000, "the model explored its space");
+    assert_pinned(&report, B62_15_STATES);
+}
+
+#[test]
+fn the_state_count_pins_see_a_reduction_switched_off() {
+    // The same model without merging settled decisions: another count, which the pin of
+    // B62-15 would refuse.
+    let mut loaded = load("models/b62-15.toml");
+    loaded.file.merge_settled = false;
+    let report = run(&loaded, None);
+    assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert!(
+        report.unique_states > B62_15_STATES,
+        "{} without merge_settled",
+        report.unique_states
+    );
 }
 
 #[test]
@@ -89,6 +126,7 @@ fn b62_15_with_reconciliation_only_at_the_end_passes() {
 fn every_decision_kind_and_outcome_is_reached() {
     let report = run(&load("models/every-decision.toml"), None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert_pinned(&report, EVERY_DECISION_STATES);
     for (kind, count) in &report.coverage {
         // A card can only be ahead of its authority when authority-current is broken, and
         // then nothing is explored: refused_behind is shown by replay instead (below).
@@ -704,6 +742,7 @@ fn the_default_order_reconciles_again_when_a_re_evaluated_hold_pauses_the_card()
     assert!(replayed.passed(), "{replayed:?}");
     let report = run(&load("models/re-pause.toml"), None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert_pinned(&report, RE_PAUSE_STATES);
 }
 
 #[test]
