@@ -1144,7 +1144,7 @@ fn every_invalid_version_form_is_held_invalid_version_and_pauses() {
         );
         b.check(vec![deliver(envelope)
             .decided(HELD_INVALID_VERSION, Ack::Held)
-            .note(format!("{what}"))
+            .note(what)
             .card("card-7", 10, st("queued", "Map"), true)]);
         assert_eq!(b.holds(Some("card-7")), vec![b.key("e-270", 0)], "{what}");
     }
@@ -2398,7 +2398,7 @@ fn each_seeded_ordering_mutant_misbehaves_as_its_catalogue_entry_says() {
         b.check(vec![deliver(envelope)
             .decided(decision, ack)
             .under(Mutant::TimestampOrdering)
-            .note(format!("{id}"))]);
+            .note(id)]);
     }
     b.assert_card("card-7", 11, st("building", "Map"), false);
 

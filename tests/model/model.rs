@@ -36,12 +36,10 @@ const RE_PAUSE_STATES: usize = 30;
 #[track_caller]
 fn assert_pinned(report: &ModelReport, pinned: usize) {
     assert_eq!(
-        report.unique_states,
-        pinned,
+        report.unique_states, pinned,
         "{}: distinct states changed; if a reduction or the model changed on purpose, pin \
          the new count (`arrival check --json {}`)",
-        report.model,
-        report.model
+        report.model, report.model
     );
 }
 
