@@ -6,8 +6,9 @@
 //! is wrong, without a panic. `tests/inputs/protocol-anomalies.json` is the opposite: envelopes
 //! that break the protocol are not fixture errors, the receiver holds them.
 
+use crate::util::{arrival, assert_status, json, stderr, stdout, temp_dir};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Fixture files (`arrival replay`): the file and what stderr must say besides its name.
@@ -241,48 +242,6 @@ const ANOMALIES: &str = "tests/inputs/protocol-anomalies.json";
 
 /// The ignore-pause mutant's model file.
 const IGNORE_PAUSE: &str = "models/mutant-ignore-pause.toml";
-
-fn arrival(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_arrival"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("arrival runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Asserts the exit status, with both streams in the message when it differs.
-fn assert_status(output: &Output, expected: i32, what: &str) {
-    assert_eq!(
-        output.status.code(),
-        Some(expected),
-        "{what}: expected exit status {expected}\n--- stdout\n{}\n--- stderr\n{}",
-        stdout(output),
-        stderr(output)
-    );
-    assert!(
-        !stderr(output).contains("panicked"),
-        "{what}: panicked\n{}",
-        stderr(output)
-    );
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "stdout is not JSON ({error}):\n{}\n--- stderr\n{}",
-            stdout(output),
-            stderr(output)
-        )
-    })
-}
 
 /// Checks one rejected input; returns what is wrong with the run, if anything.
 fn rejected(args: &[&str], file: &str, expected: &[&str]) -> Vec<String> {
@@ -527,30 +486,6 @@ fn replay_json_of_b62_15_has_the_spec_keys() {
     assert_eq!(report["unresolved"], serde_json::json!(["e-204", "e-300"]));
 }
 
-/// A folder of its own under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!(
-            "arrival-cli-{label}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("after 1970")
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&path).expect("temp dir");
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn replay_of_a_trace_uses_its_recorded_policy_unless_told_otherwise() {
     // Card and facts counterexamples alike, each beside a fixture of its protocol with no
@@ -600,8 +535,8 @@ fn replay_with_a_wrong_expect_exits_1_and_names_what_differs() {
     fixture["expect"]["final"]["card-7"]["version"] = 13.into();
     fixture["expect"]["unresolved"] = serde_json::json!(["e-204"]);
     fixture["expect"]["replacements"]["event"] = 3.into();
-    let dir = TempDir::new("wrong-expect");
-    let file = dir.0.join("B62-15-wrong-expect.json");
+    let dir = temp_dir("wrong-expect");
+    let file = dir.path().join("B62-15-wrong-expect.json");
     std::fs::write(&file, serde_json::to_string_pretty(&fixture).unwrap()).expect("written");
     let file = file.to_str().expect("a UTF-8 temp path");
 
@@ -835,9 +770,8 @@ fn validate_junit(file: &std::path::Path) {
 
 #[test]
 fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_failure() {
-    let dir = std::env::temp_dir().join(format!("arrival-junit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("out.xml");
+    let dir = temp_dir("junit");
+    let file = dir.path().join("out.xml");
     let out = arrival(&[
         "check",
         "--quiet",
@@ -875,7 +809,6 @@ fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_fail
     );
     // The verdict cases pass: every model is as expected.
     assert!(!xml.contains("not as expected"), "{xml}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -985,7 +918,7 @@ fn refused_output(args: &[&str], flag: &str) {
 
 #[test]
 fn output_paths_that_cannot_be_written_stop_the_run_before_any_work() {
-    let dir = TempDir::new("outputs");
+    let dir = temp_dir("outputs");
     refused_output(
         &[
             "check",
@@ -1007,7 +940,7 @@ fn output_paths_that_cannot_be_written_stop_the_run_before_any_work() {
         "--trace-out",
     );
     // A file where the trace folder should be.
-    let file = dir.0.join("a-file");
+    let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
     refused_output(
         &[
@@ -1048,7 +981,7 @@ fn output_paths_that_cannot_be_written_stop_the_run_before_any_work() {
         "--junit",
     );
     // A writable --junit that did not exist is not left behind by the check.
-    let junit = dir.0.join("later.xml");
+    let junit = dir.path().join("later.xml");
     let out = arrival(&[
         "report",
         "merge",
@@ -1063,9 +996,9 @@ fn output_paths_that_cannot_be_written_stop_the_run_before_any_work() {
 
 #[test]
 fn store_drill_junit_is_schema_valid_with_a_case_per_check() {
-    let dir = TempDir::new("drill-junit");
-    let file = dir.0.join("drill.xml");
-    let db = format!("sqlite:{}", dir.0.join("drill.db").display());
+    let dir = temp_dir("drill-junit");
+    let file = dir.path().join("drill.xml");
+    let db = format!("sqlite:{}", dir.path().join("drill.db").display());
     let out = arrival(&[
         "store",
         "drill",
@@ -1103,7 +1036,7 @@ fn store_drill_junit_is_schema_valid_with_a_case_per_check() {
 #[test]
 fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
     let model = "models/mutant-last-arrival-wins.toml";
-    let trace_of = |out: &std::process::Output| -> Value {
+    let trace_of = |out: &Output| -> Value {
         let report = json(out);
         report["models"][0]["properties"]
             .as_array()

@@ -7,7 +7,7 @@
 //! acknowledgement is given only once the decision is recorded (the receiver answers
 //! `recorded()` with it), and the receiver's internal invariants hold.
 
-use arrival::card::policy::Spec;
+use arrival::card::policy::{Mutant, Spec};
 use arrival::card::receiver::{
     Ack, Card, Decision, Delivered, HoldKey, HoldReason, InputRef, Outcome, Receiver, Reconciled,
     Record, Settlement, Standing, Verdict,
@@ -68,49 +68,102 @@ impl Bench {
         ])
     }
 
-    /// A new delivery (the next delivery number) of this envelope.
-    fn deliver(&mut self, raw: Value) -> Delivered {
-        self.last += 1;
-        self.deliver_as(self.last, raw)
+    /// Runs the rows in order, the only place the receiver's `deliver` and `reconcile` are
+    /// called: after each row, under SPEC, the acknowledgement was given only once its
+    /// decision was recorded and the receiver's invariants hold; then the row's own
+    /// expectations (answer, outcome, cards, unchanged) are checked. Returns the answers.
+    #[track_caller]
+    fn check(&mut self, rows: Vec<Row>) -> Answers {
+        let mut answers = Vec::with_capacity(rows.len());
+        for (index, row) in rows.into_iter().enumerate() {
+            let before = row.unchanged.then(|| self.receiver.clone());
+            let at = format!("row {} ({}){}", index + 1, row.input, row.note);
+            let answer = match row.input {
+                Input::Deliver(raw) => {
+                    self.last += 1;
+                    let number = self.last;
+                    let received_at = self.tick();
+                    Answer::Delivered(self.send(row.mutant, number, received_at, &raw))
+                }
+                Input::Redeliver(number, raw) => {
+                    let received_at = self.tick();
+                    Answer::Delivered(self.send(row.mutant, number, received_at, &raw))
+                }
+                Input::DeliverAt(number, received_at, raw) => {
+                    Answer::Delivered(self.send(row.mutant, number, received_at, &raw))
+                }
+                Input::Reconcile(card, version, state) => {
+                    let snapshot = Snapshot {
+                        object_id: self.catalog.sym(card),
+                        version,
+                        state: self.catalog.state(&state),
+                    };
+                    Answer::Reconciled(match row.mutant {
+                        None => {
+                            let reconciled = self.receiver.reconcile(Spec, &snapshot);
+                            self.invariants();
+                            reconciled
+                        }
+                        Some(mutant) => self.receiver.reconcile(Some(mutant), &snapshot),
+                    })
+                }
+            };
+            match (&answer, row.answer, row.outcome) {
+                (Answer::Delivered(delivered), Some(expected), _) => {
+                    assert_eq!(delivered, &expected, "{at}")
+                }
+                (Answer::Reconciled(reconciled), _, Some(expected)) => {
+                    assert_eq!(reconciled.outcome, expected, "{at}")
+                }
+                (_, None, None) => {}
+                _ => panic!("{at}: the expected answer does not fit the input"),
+            }
+            for (name, version, state, paused) in row.cards {
+                self.assert_card(name, version, state, paused);
+            }
+            if let Some(before) = before {
+                assert_eq!(self.receiver, before, "{at}: changes nothing");
+            }
+            answers.push(answer);
+        }
+        Answers(answers)
     }
 
-    /// The sender delivers delivery `number` again (same number, later receive time).
-    fn redeliver(&mut self, number: u32, raw: Value) -> Delivered {
-        self.deliver_as(number, raw)
-    }
-
-    fn deliver_as(&mut self, number: u32, raw: Value) -> Delivered {
+    /// The receive time of the next delivery; the clock moves one second.
+    fn tick(&mut self) -> Option<i64> {
         let at = self.now;
         self.now += 1;
-        self.deliver_at(number, Some(at), raw)
+        Some(at)
     }
 
-    fn deliver_at(&mut self, number: u32, received_at: Option<i64>, raw: Value) -> Delivered {
-        let event = self.catalog.event(&raw);
+    /// One delivery under SPEC (checked) or a seeded mutant (not checked).
+    fn send(
+        &mut self,
+        mutant: Option<Mutant>,
+        number: u32,
+        received_at: Option<i64>,
+        raw: &Value,
+    ) -> Delivered {
+        let event = self.catalog.event(raw);
+        if let Some(mutant) = mutant {
+            return self
+                .receiver
+                .deliver(Some(mutant), number, received_at, &event);
+        }
         let delivered = self.receiver.deliver(Spec, number, received_at, &event);
-        assert_eq!(
-            self.receiver.recorded(&event, number),
-            Some(delivered.verdict.decision()),
-            "an acknowledgement is given only once its decision is recorded"
-        );
-        assert_eq!(delivered.ack, delivered.verdict.decision().ack());
-        self.check();
+        {
+            assert_eq!(
+                self.receiver.recorded(&event, number),
+                Some(delivered.verdict.decision()),
+                "an acknowledgement is given only once its decision is recorded"
+            );
+            assert_eq!(delivered.ack, delivered.verdict.decision().ack());
+            self.invariants();
+        }
         delivered
     }
 
-    /// Applies the authority snapshot `{card, version, state}`.
-    fn reconcile(&mut self, card: &str, version: u64, state: Value) -> Reconciled {
-        let snapshot = Snapshot {
-            object_id: self.catalog.sym(card),
-            version,
-            state: self.catalog.state(&state),
-        };
-        let reconciled = self.receiver.reconcile(Spec, &snapshot);
-        self.check();
-        reconciled
-    }
-
-    fn check(&self) {
+    fn invariants(&self) {
         if let Err(broken) = self.receiver.invariants() {
             panic!("receiver invariant broken: {broken}");
         }
@@ -205,6 +258,162 @@ impl Bench {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Rows: one step of a rule test and what must hold after it
+// ---------------------------------------------------------------------------------------
+
+/// What a row sends to the receiver.
+enum Input {
+    /// A new delivery: the next delivery number, one second after the last.
+    Deliver(Value),
+    /// The sender delivers delivery `number` again (same number, later receive time).
+    Redeliver(u32, Value),
+    /// Delivery `number` received at this time (`None`: unknown); the clock stays.
+    DeliverAt(u32, Option<i64>, Value),
+    /// The authority snapshot `{card, version, state}`.
+    Reconcile(&'static str, u64, Value),
+}
+
+impl std::fmt::Display for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Deliver(raw) => write!(f, "deliver {raw}"),
+            Input::Redeliver(number, raw) => write!(f, "redeliver #{number} {raw}"),
+            Input::DeliverAt(number, at, raw) => write!(f, "deliver #{number} at {at:?} {raw}"),
+            Input::Reconcile(card, version, state) => {
+                write!(f, "reconcile {card} v{version} {state}")
+            }
+        }
+    }
+}
+
+/// One row of a rule table: the input, and what the receiver must answer and hold after it.
+struct Row {
+    input: Input,
+    /// A seeded mutant decides instead of SPEC: then no invariant or record check (some
+    /// mutants break them on purpose).
+    mutant: Option<Mutant>,
+    /// The answer to a delivery: verdict and acknowledgement.
+    answer: Option<Delivered>,
+    /// The outcome of a reconciliation.
+    outcome: Option<Outcome>,
+    /// Cards after the step: (name, version, complete state, paused).
+    cards: Vec<(&'static str, u64, Value, bool)>,
+    /// The step changes nothing in the receiver (a duplicate, a refused authority).
+    unchanged: bool,
+    /// Shown when the row fails.
+    note: String,
+}
+
+fn row(input: Input) -> Row {
+    Row {
+        input,
+        mutant: None,
+        answer: None,
+        outcome: None,
+        cards: Vec::new(),
+        unchanged: false,
+        note: String::new(),
+    }
+}
+
+/// A new delivery of this envelope.
+fn deliver(raw: Value) -> Row {
+    row(Input::Deliver(raw))
+}
+
+/// Delivery `number` again.
+fn redeliver(number: u32, raw: Value) -> Row {
+    row(Input::Redeliver(number, raw))
+}
+
+/// Delivery `number`, received at `received_at`.
+fn deliver_at(number: u32, received_at: Option<i64>, raw: Value) -> Row {
+    row(Input::DeliverAt(number, received_at, raw))
+}
+
+/// The authority snapshot of `card`.
+fn reconcile(card: &'static str, version: u64, state: Value) -> Row {
+    row(Input::Reconcile(card, version, state))
+}
+
+impl Row {
+    /// Decided afresh: `decision`, acknowledged `ack`.
+    fn decided(mut self, decision: Decision, ack: Ack) -> Row {
+        self.answer = Some(decided(decision, ack));
+        self
+    }
+
+    /// Answered exactly `expected`.
+    fn answers(mut self, expected: Delivered) -> Row {
+        self.answer = Some(expected);
+        self
+    }
+
+    /// A duplicate of a record decided `of`, acknowledged `ack`.
+    fn duplicate(mut self, of: Decision, ack: Ack) -> Row {
+        self.answer = Some(duplicate(of, ack));
+        self
+    }
+
+    /// The reconciliation's outcome.
+    fn outcome(mut self, outcome: Outcome) -> Row {
+        self.outcome = Some(outcome);
+        self
+    }
+
+    /// A card after the step: version, complete state and paused flag.
+    fn card(mut self, name: &'static str, version: u64, state: Value, paused: bool) -> Row {
+        self.cards.push((name, version, state, paused));
+        self
+    }
+
+    /// The step leaves the receiver exactly as it was.
+    fn unchanged(mut self) -> Row {
+        self.unchanged = true;
+        self
+    }
+
+    /// Decided by a seeded mutant instead of SPEC.
+    fn under(mut self, mutant: Mutant) -> Row {
+        self.mutant = Some(mutant);
+        self
+    }
+
+    /// Said when the row fails.
+    fn note(mut self, note: impl std::fmt::Display) -> Row {
+        self.note = format!(": {note}");
+        self
+    }
+}
+
+/// What the receiver answered, a row at a time.
+enum Answer {
+    Delivered(Delivered),
+    Reconciled(Reconciled),
+}
+
+/// The answers of one `check`.
+struct Answers(Vec<Answer>);
+
+impl Answers {
+    /// The answer of the last row, a delivery.
+    fn delivered(&self) -> Delivered {
+        match self.0.last() {
+            Some(Answer::Delivered(delivered)) => *delivered,
+            _ => panic!("the last row is not a delivery"),
+        }
+    }
+
+    /// The answer of the last row, a reconciliation.
+    fn reconciled(self) -> Reconciled {
+        match self.0.into_iter().last() {
+            Some(Answer::Reconciled(reconciled)) => reconciled,
+            _ => panic!("the last row is not a reconciliation"),
+        }
+    }
+}
+
 /// A card state.
 fn st(stage: &str, label: &str) -> Value {
     json!({"stage": stage, "label": label})
@@ -284,7 +493,12 @@ fn invalid_versions() -> Vec<(&'static str, Value)> {
 fn a_new_identity_gets_its_first_record_with_the_decision() {
     let mut b = Bench::board();
     let at = b.now;
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.check(vec![deliver(snapshot(
+        "e-201",
+        "card-7",
+        12,
+        st("ready", "Map"),
+    ))]);
     let identity = &b.receiver.identities()[&b.sym("e-201")];
     assert_eq!(identity.first.decision, Decision::Applied);
     assert_eq!(identity.first.standing, Standing::Settled);
@@ -327,28 +541,20 @@ fn duplicate_of_the_first_record_changes_nothing_and_repeats_its_ack() {
     ];
     for (envelope, decision, ack) in cases {
         let mut b = Bench::board();
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(decision, ack),
-            "{envelope}"
-        );
-        let before = b.receiver.clone();
-        // Another delivery number and a later receive time: transport facts never count.
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            duplicate(decision, ack),
-            "{envelope}"
-        );
-        assert_eq!(
-            b.receiver, before,
-            "a duplicate changes nothing: {envelope}"
-        );
-        // The sender's own redelivery of the same delivery is a duplicate too.
-        assert_eq!(b.redeliver(1, envelope.clone()), duplicate(decision, ack));
-        assert_eq!(
-            b.receiver, before,
-            "a duplicate changes nothing: {envelope}"
-        );
+        b.check(vec![
+            deliver(envelope.clone())
+                .decided(decision, ack)
+                .note(format!("{envelope}")), // Another delivery number and a later receive time: transport facts never count.
+            deliver(envelope.clone())
+                .duplicate(decision, ack)
+                .unchanged()
+                .note(format!("a duplicate changes nothing: {envelope}")),
+            // The sender's own redelivery of the same delivery is a duplicate too.
+            redeliver(1, envelope.clone())
+                .duplicate(decision, ack)
+                .unchanged()
+                .note(format!("a duplicate changes nothing: {envelope}")),
+        ]);
     }
 }
 
@@ -358,34 +564,28 @@ fn duplicate_of_a_retained_variant_changes_nothing_and_repeats_its_ack() {
     let first = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
     let forge = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
     let anvil = snapshot("e-202", "card-7", 13, st("ready", "Anvil"));
-    assert_eq!(
-        b.deliver(first.clone()),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    assert_eq!(
-        b.deliver(forge.clone()),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(anvil.clone()),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![
+        deliver(first.clone()).decided(Decision::Applied, Ack::Applied),
+        deliver(forge.clone()).decided(Decision::ConflictChangedPayload, Ack::Held),
+        deliver(anvil.clone()).decided(Decision::ConflictChangedPayload, Ack::Held),
+    ]);
     assert_eq!(b.receiver.identities()[&b.sym("e-202")].variants.len(), 2);
 
-    let before = b.receiver.clone();
-    assert_eq!(
-        b.deliver(forge),
-        duplicate(Decision::ConflictChangedPayload, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(anvil),
-        duplicate(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    // Duplicates change nothing.
+    b.check(vec![
+        deliver(forge)
+            .duplicate(Decision::ConflictChangedPayload, Ack::Held)
+            .unchanged(),
+        deliver(anvil)
+            .duplicate(Decision::ConflictChangedPayload, Ack::Held)
+            .unchanged(),
+    ]);
     // Identity precedes pause: the first record's content on the paused card is still a
     // duplicate of its applied record, acknowledged as applied.
     assert!(b.card("card-7").unwrap().paused);
-    assert_eq!(b.deliver(first), duplicate(Decision::Applied, Ack::Applied));
-    assert_eq!(b.receiver, before, "duplicates change nothing");
+    b.check(vec![deliver(first)
+        .duplicate(Decision::Applied, Ack::Applied)
+        .unchanged()]);
 }
 
 #[test]
@@ -394,23 +594,28 @@ fn duplicate_after_reconciliation_repeats_the_recorded_decisions_meaning() {
     let first = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
     let variant = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
     let later = snapshot("e-203", "card-7", 14, st("archived", "Map v2"));
-    b.deliver(first.clone());
-    b.deliver(variant.clone());
-    assert_eq!(b.deliver(later.clone()), decided(HELD_PAUSED, Ack::Held));
-    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    b.check(vec![
+        deliver(first.clone()),
+        deliver(variant.clone()),
+        deliver(later.clone()).decided(HELD_PAUSED, Ack::Held),
+        reconcile("card-7", 14, st("archived", "Map v2")).outcome(Outcome::Replaced),
+    ]);
     assert_eq!(b.record(b.key("e-203", 0)).decision, Decision::Equal);
 
-    let before = b.receiver.clone();
-    // The held_paused record was re-evaluated as equal: its duplicate now says ignored.
-    assert_eq!(b.deliver(later), duplicate(Decision::Equal, Ack::Ignored));
-    // The resolved variant still answers held, and does not pause the card again.
-    assert_eq!(
-        b.deliver(variant),
-        duplicate(Decision::ConflictChangedPayload, Ack::Held)
-    );
-    assert_eq!(b.deliver(first), duplicate(Decision::Applied, Ack::Applied));
-    assert_eq!(b.receiver, before, "duplicates change nothing");
+    // Duplicates change nothing.
+    b.check(vec![
+        // The held_paused record was re-evaluated as equal: its duplicate now says ignored.
+        deliver(later)
+            .duplicate(Decision::Equal, Ack::Ignored)
+            .unchanged(),
+        // The resolved variant still answers held, and does not pause the card again.
+        deliver(variant)
+            .duplicate(Decision::ConflictChangedPayload, Ack::Held)
+            .unchanged(),
+        deliver(first)
+            .duplicate(Decision::Applied, Ack::Applied)
+            .unchanged(),
+    ]);
     assert_eq!(b.record(b.key("e-202", 1)).standing, Standing::Resolved);
     assert!(b.paused().is_empty());
 }
@@ -418,15 +623,19 @@ fn duplicate_after_reconciliation_repeats_the_recorded_decisions_meaning() {
 #[test]
 fn changed_payload_appends_a_variant_holds_it_and_never_overwrites_the_first_record() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.check(vec![deliver(snapshot(
+        "e-202",
+        "card-7",
+        13,
+        st("ready", "Map v2"),
+    ))]);
     let first = b.record(b.key("e-202", 0));
     let card_8 = b.card("card-8");
 
     let variant = snapshot("e-202", "card-7", 13, st("ready", "Forge"));
-    assert_eq!(
-        b.deliver(variant.clone()),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![
+        deliver(variant.clone()).decided(Decision::ConflictChangedPayload, Ack::Held)
+    ]);
 
     let identity = b.receiver.identities()[&b.sym("e-202")].clone();
     assert_eq!(identity.first, first, "the first record never changes");
@@ -443,10 +652,13 @@ fn changed_payload_appends_a_variant_holds_it_and_never_overwrites_the_first_rec
     assert_eq!(b.unresolved(), b.inputs(&["e-202"], &[]));
 
     // A second different content is a second variant; the first record still stands.
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Anvil"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-202",
+        "card-7",
+        13,
+        st("ready", "Anvil"),
+    ))
+    .decided(Decision::ConflictChangedPayload, Ack::Held)]);
     let identity = &b.receiver.identities()[&b.sym("e-202")];
     assert_eq!(identity.first, first);
     assert_eq!(identity.variants.len(), 2);
@@ -460,16 +672,14 @@ fn changed_payload_appends_a_variant_holds_it_and_never_overwrites_the_first_rec
 #[test]
 fn changed_payload_under_an_id_reused_for_another_card_pauses_both_cards() {
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map"))),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-8", 4, st("building", "Chart"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
-    b.assert_card("card-7", 11, st("ready", "Map"), true);
-    b.assert_card("card-8", 3, st("ready", "Chart"), true);
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 11, st("ready", "Map")))
+            .decided(Decision::Applied, Ack::Applied),
+        deliver(snapshot("e-202", "card-8", 4, st("building", "Chart")))
+            .decided(Decision::ConflictChangedPayload, Ack::Held)
+            .card("card-7", 11, st("ready", "Map"), true)
+            .card("card-8", 3, st("ready", "Chart"), true),
+    ]);
     // The variant waits under the card it names.
     assert_eq!(b.holds(Some("card-8")), vec![b.key("e-202", 1)]);
     assert_eq!(b.holds_by_card().len(), 1);
@@ -479,26 +689,32 @@ fn changed_payload_under_an_id_reused_for_another_card_pauses_both_cards() {
 fn changed_payload_naming_an_unknown_card_pauses_only_the_known_one() {
     // The first record names a known card, the variant an unknown one.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map")));
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-99", 1, st("queued", "New"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 11, st("ready", "Map"))),
+        deliver(snapshot("e-202", "card-99", 1, st("queued", "New")))
+            .decided(Decision::ConflictChangedPayload, Ack::Held),
+    ]);
     assert_eq!(b.paused(), vec!["card-7"]);
     assert!(!b.is_known("card-99"), "never create a card from an event");
     assert_eq!(b.holds(Some("card-99")), vec![b.key("e-202", 1)]);
 
     // The first record names an unknown card, the variant a known one.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
-        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-300",
+        "card-99",
+        1,
+        st("queued", "New"),
+    ))
+    .decided(HELD_UNKNOWN_OBJECT, Ack::Held)]);
     assert!(b.paused().is_empty());
-    assert_eq!(
-        b.deliver(snapshot("e-300", "card-7", 11, st("ready", "Map"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-300",
+        "card-7",
+        11,
+        st("ready", "Map"),
+    ))
+    .decided(Decision::ConflictChangedPayload, Ack::Held)]);
     assert_eq!(b.paused(), vec!["card-7"]);
     b.assert_card("card-7", 10, st("queued", "Map"), true);
     assert!(!b.is_known("card-99"));
@@ -521,13 +737,13 @@ fn changed_payload_takes_precedence_over_every_later_rule() {
     ];
     for variant in variants {
         let mut b = Bench::board();
-        b.deliver(base.clone());
-        assert_eq!(
-            b.deliver(variant.clone()),
-            decided(Decision::ConflictChangedPayload, Ack::Held),
-            "{variant}"
-        );
-        b.assert_card("card-7", 13, st("ready", "Map v2"), true);
+        b.check(vec![
+            deliver(base.clone()),
+            deliver(variant.clone())
+                .decided(Decision::ConflictChangedPayload, Ack::Held)
+                .note(format!("{variant}"))
+                .card("card-7", 13, st("ready", "Map v2"), true),
+        ]);
         assert_eq!(b.receiver.identities()[&b.sym("e-202")].variants.len(), 1);
     }
 }
@@ -540,21 +756,14 @@ fn key_order_and_whitespace_do_not_make_a_variant() {
     let parse = |text: &str| serde_json::from_str::<Value>(text).expect("valid JSON");
 
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(parse(compact)),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    let before = b.receiver.clone();
-    assert_eq!(
-        b.deliver(parse(reordered)),
-        duplicate(Decision::Applied, Ack::Applied)
-    );
-    assert_eq!(b.receiver, before);
-    // Array order, unlike key order, is part of the value.
-    assert_eq!(
-        b.deliver(parse(&swapped_tags)),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![
+        deliver(parse(compact)).decided(Decision::Applied, Ack::Applied),
+        deliver(parse(reordered))
+            .duplicate(Decision::Applied, Ack::Applied)
+            .unchanged(),
+        // Array order, unlike key order, is part of the value.
+        deliver(parse(&swapped_tags)).decided(Decision::ConflictChangedPayload, Ack::Held),
+    ]);
 }
 
 #[test]
@@ -563,11 +772,11 @@ fn a_redelivery_with_another_occurred_at_is_a_changed_payload() {
     // is equality of the whole parsed value.
     let mut b = Bench::board();
     let envelope = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
-    b.deliver(envelope.clone());
-    assert_eq!(
-        b.deliver(with(envelope, "occurred_at", json!("2024-01-01T08:00:09Z"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
+    b.check(vec![
+        deliver(envelope.clone()),
+        deliver(with(envelope, "occurred_at", json!("2024-01-01T08:00:09Z")))
+            .decided(Decision::ConflictChangedPayload, Ack::Held),
+    ]);
     assert!(b.card("card-7").unwrap().paused);
 }
 
@@ -578,10 +787,9 @@ fn missing_event_id_is_held_malformed_by_delivery_number() {
         snapshot("e-201", "card-7", 12, st("ready", "Map")),
         "event_id",
     );
-    assert_eq!(
-        b.deliver(envelope.clone()),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+    b.check(vec![
+        deliver(envelope.clone()).decided(HELD_MALFORMED, Ack::Held)
+    ]);
     let number = b.last;
     assert!(b.receiver.identities().is_empty(), "no identity record");
     let record = b.receiver.anonymous()[&number];
@@ -592,16 +800,14 @@ fn missing_event_id_is_held_malformed_by_delivery_number() {
     assert_eq!(b.holds(Some("card-7")), vec![HoldKey::Delivery(number)]);
     assert_eq!(b.unresolved(), b.inputs(&[], &[number]));
 
-    // The same delivery number again is a duplicate.
-    let before = b.receiver.clone();
-    assert_eq!(
-        b.redeliver(number, envelope.clone()),
-        duplicate(HELD_MALFORMED, Ack::Held)
-    );
-    assert_eq!(b.receiver, before);
-
-    // Without an event id, another delivery number is another input.
-    assert_eq!(b.deliver(envelope), decided(HELD_MALFORMED, Ack::Held));
+    b.check(vec![
+        // The same delivery number again is a duplicate.
+        redeliver(number, envelope.clone())
+            .duplicate(HELD_MALFORMED, Ack::Held)
+            .unchanged(),
+        // Without an event id, another delivery number is another input.
+        deliver(envelope).decided(HELD_MALFORMED, Ack::Held),
+    ]);
     assert_eq!(
         b.holds(Some("card-7")),
         vec![HoldKey::Delivery(number), HoldKey::Delivery(b.last)]
@@ -624,19 +830,16 @@ fn non_string_event_id_is_held_malformed_without_an_identity_record() {
             "event_id",
             id,
         );
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(HELD_MALFORMED, Ack::Held),
-            "{envelope}"
-        );
+        b.check(vec![deliver(envelope.clone())
+            .decided(HELD_MALFORMED, Ack::Held)
+            .note(format!("{envelope}"))]);
         assert!(b.receiver.identities().is_empty(), "{envelope}");
         assert_eq!(b.receiver.anonymous().len(), 1);
         b.assert_card("card-7", 10, st("queued", "Map"), true);
         assert_eq!(b.holds(Some("card-7")), vec![HoldKey::Delivery(1)]);
-        assert_eq!(
-            b.redeliver(1, envelope),
-            duplicate(HELD_MALFORMED, Ack::Held)
-        );
+        b.check(vec![
+            redeliver(1, envelope).duplicate(HELD_MALFORMED, Ack::Held)
+        ]);
     }
 }
 
@@ -651,45 +854,45 @@ fn missing_event_id_precedes_type_object_and_pause() {
         "type",
         json!("card.deleted"),
     );
-    assert_eq!(
-        b.deliver(anonymous(envelope)),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+    b.check(vec![
+        deliver(anonymous(envelope)).decided(HELD_MALFORMED, Ack::Held)
+    ]);
     assert_eq!(b.paused(), vec!["card-7"]);
 
     // An unknown card: malformed, nothing paused, nothing created.
     let mut b = Bench::board();
     let cards = b.cards();
-    assert_eq!(
-        b.deliver(anonymous(snapshot("x", "card-99", 1, st("queued", "New")))),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+    b.check(vec![deliver(anonymous(snapshot(
+        "x",
+        "card-99",
+        1,
+        st("queued", "New"),
+    )))
+    .decided(HELD_MALFORMED, Ack::Held)]);
     assert_eq!(b.cards(), cards);
     assert_eq!(b.holds(Some("card-99")), vec![HoldKey::Delivery(1)]);
 
     // No object id either: held with no card.
     let mut b = Bench::board();
     let cards = b.cards();
-    assert_eq!(
-        b.deliver(anonymous(without(
-            snapshot("x", "card-7", 12, st("ready", "Map")),
-            "object_id"
-        ))),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+    b.check(vec![deliver(anonymous(without(
+        snapshot("x", "card-7", 12, st("ready", "Map")),
+        "object_id",
+    )))
+    .decided(HELD_MALFORMED, Ack::Held)]);
     assert_eq!(b.cards(), cards);
     assert_eq!(b.holds(None), vec![HoldKey::Delivery(1)]);
 
     // A paused card: malformed, not held_paused.
     let mut b = Bench::board();
-    b.deliver(without(
-        snapshot("e-204", "card-7", 11, st("ready", "Map")),
-        "object_version",
-    ));
-    assert_eq!(
-        b.deliver(anonymous(snapshot("x", "card-7", 12, st("ready", "Map")))),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+    b.check(vec![
+        deliver(without(
+            snapshot("e-204", "card-7", 11, st("ready", "Map")),
+            "object_version",
+        )),
+        deliver(anonymous(snapshot("x", "card-7", 12, st("ready", "Map"))))
+            .decided(HELD_MALFORMED, Ack::Held),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -713,12 +916,10 @@ fn unsupported_type_is_held_and_pauses_a_known_card() {
             None => without(base.clone(), "type"),
         };
         let mut b = Bench::board();
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(HELD_UNSUPPORTED_TYPE, Ack::Held),
-            "{envelope}"
-        );
-        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        b.check(vec![deliver(envelope.clone())
+            .decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
+            .note(format!("{envelope}"))
+            .card("card-7", 10, st("queued", "Map"), true)]);
         assert_eq!(b.paused(), vec!["card-7"]);
         assert_eq!(b.holds(Some("card-7")), vec![b.key("e-250", 0)]);
         assert_eq!(b.record(b.key("e-250", 0)).decision, HELD_UNSUPPORTED_TYPE);
@@ -733,55 +934,49 @@ fn unsupported_type_precedes_object_pause_and_version_rules() {
     // On an unknown card: still held_unsupported_type, and the card is not created.
     let mut b = Bench::board();
     let cards = b.cards();
-    assert_eq!(
-        b.deliver(unsupported(snapshot(
-            "e-301",
-            "card-99",
-            1,
-            st("queued", "New")
-        ))),
-        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
-    );
+    b.check(vec![deliver(unsupported(snapshot(
+        "e-301",
+        "card-99",
+        1,
+        st("queued", "New"),
+    )))
+    .decided(HELD_UNSUPPORTED_TYPE, Ack::Held)]);
     assert_eq!(b.cards(), cards, "nothing created, nothing paused");
     assert_eq!(b.holds(Some("card-99")), vec![b.key("e-301", 0)]);
 
     // Without an object id.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(unsupported(without(
-            snapshot("e-302", "card-7", 12, st("ready", "Map")),
-            "object_id"
-        ))),
-        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
-    );
+    b.check(vec![deliver(unsupported(without(
+        snapshot("e-302", "card-7", 12, st("ready", "Map")),
+        "object_id",
+    )))
+    .decided(HELD_UNSUPPORTED_TYPE, Ack::Held)]);
     assert!(b.paused().is_empty());
     assert_eq!(b.holds(None), vec![b.key("e-302", 0)]);
 
     // On a paused card: not held_paused.
     let mut b = Bench::board();
-    b.deliver(without(
-        snapshot("e-204", "card-7", 11, st("ready", "Map")),
-        "object_version",
-    ));
-    assert_eq!(
-        b.deliver(unsupported(snapshot(
+    b.check(vec![
+        deliver(without(
+            snapshot("e-204", "card-7", 11, st("ready", "Map")),
+            "object_version",
+        )),
+        deliver(unsupported(snapshot(
             "e-303",
             "card-7",
             12,
-            st("ready", "Map")
-        ))),
-        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
-    );
+            st("ready", "Map"),
+        )))
+        .decided(HELD_UNSUPPORTED_TYPE, Ack::Held),
+    ]);
 
     // With a missing version: not held_missing_version.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(unsupported(without(
-            snapshot("e-304", "card-8", 4, st("ready", "Chart")),
-            "object_version"
-        ))),
-        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
-    );
+    b.check(vec![deliver(unsupported(without(
+        snapshot("e-304", "card-8", 4, st("ready", "Chart")),
+        "object_version",
+    )))
+    .decided(HELD_UNSUPPORTED_TYPE, Ack::Held)]);
     assert_eq!(b.paused(), vec!["card-8"]);
 }
 
@@ -806,11 +1001,9 @@ fn missing_or_non_string_object_id_is_held_malformed() {
         };
         let mut b = Bench::board();
         let cards = b.cards();
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(HELD_MALFORMED, Ack::Held),
-            "{envelope}"
-        );
+        b.check(vec![deliver(envelope.clone())
+            .decided(HELD_MALFORMED, Ack::Held)
+            .note(format!("{envelope}"))]);
         assert_eq!(b.cards(), cards, "no card named, none paused: {envelope}");
         let holds: BTreeMap<Option<Sym>, Vec<HoldKey>> =
             [(None, vec![b.key("e-260", 0)])].into_iter().collect();
@@ -824,10 +1017,13 @@ fn missing_or_non_string_object_id_is_held_malformed() {
 fn unknown_card_is_held_and_never_created_from_an_event() {
     let mut b = Bench::board();
     let cards = b.cards();
-    assert_eq!(
-        b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
-        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-300",
+        "card-99",
+        1,
+        st("queued", "New"),
+    ))
+    .decided(HELD_UNKNOWN_OBJECT, Ack::Held)]);
     assert_eq!(b.cards(), cards);
     assert!(!b.is_known("card-99"));
     assert_eq!(b.holds(Some("card-99")), vec![b.key("e-300", 0)]);
@@ -853,11 +1049,9 @@ fn unknown_card_is_held_and_never_created_from_an_event() {
         ),
     ];
     for envelope in more {
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(HELD_UNKNOWN_OBJECT, Ack::Held),
-            "{envelope}"
-        );
+        b.check(vec![deliver(envelope.clone())
+            .decided(HELD_UNKNOWN_OBJECT, Ack::Held)
+            .note(format!("{envelope}"))]);
     }
     assert_eq!(b.cards(), cards);
     assert_eq!(b.holds(Some("card-99")).len(), 5);
@@ -870,13 +1064,11 @@ fn unknown_card_is_held_and_never_created_from_an_event() {
 #[test]
 fn paused_card_holds_new_events_before_any_version_rule() {
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(without(
-            snapshot("e-204", "card-7", 11, st("ready", "Map")),
-            "object_version"
-        )),
-        decided(HELD_MISSING_VERSION, Ack::Held)
-    );
+    b.check(vec![deliver(without(
+        snapshot("e-204", "card-7", 11, st("ready", "Map")),
+        "object_version",
+    ))
+    .decided(HELD_MISSING_VERSION, Ack::Held)]);
     let events = [
         ("higher", snapshot("e-a", "card-7", 14, st("ready", "Map"))),
         ("lower", snapshot("e-b", "card-7", 9, st("ready", "Map"))),
@@ -910,12 +1102,10 @@ fn paused_card_holds_new_events_before_any_version_rule() {
         ),
     ];
     for (what, envelope) in events {
-        assert_eq!(
-            b.deliver(envelope),
-            decided(HELD_PAUSED, Ack::Held),
-            "paused card, {what}"
-        );
-        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        b.check(vec![deliver(envelope)
+            .decided(HELD_PAUSED, Ack::Held)
+            .note(format!("paused card, {what}"))
+            .card("card-7", 10, st("queued", "Map"), true)]);
     }
     let expected: Vec<HoldKey> = ["e-204", "e-a", "e-b", "e-c", "e-d", "e-e", "e-f", "e-g"]
         .iter()
@@ -932,15 +1122,13 @@ fn paused_card_holds_new_events_before_any_version_rule() {
 #[test]
 fn missing_version_is_held_and_pauses_the_card() {
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(without(
-            snapshot("e-204", "card-8", 4, st("archived", "Chart")),
-            "object_version"
-        )),
-        decided(HELD_MISSING_VERSION, Ack::Held)
-    );
-    b.assert_card("card-8", 3, st("ready", "Chart"), true);
-    b.assert_card("card-7", 10, st("queued", "Map"), false);
+    b.check(vec![deliver(without(
+        snapshot("e-204", "card-8", 4, st("archived", "Chart")),
+        "object_version",
+    ))
+    .decided(HELD_MISSING_VERSION, Ack::Held)
+    .card("card-8", 3, st("ready", "Chart"), true)
+    .card("card-7", 10, st("queued", "Map"), false)]);
     assert_eq!(b.holds(Some("card-8")), vec![b.key("e-204", 0)]);
     assert_eq!(b.unresolved(), b.inputs(&["e-204"], &[]));
 }
@@ -954,12 +1142,10 @@ fn every_invalid_version_form_is_held_invalid_version_and_pauses() {
             "object_version",
             version,
         );
-        assert_eq!(
-            b.deliver(envelope),
-            decided(HELD_INVALID_VERSION, Ack::Held),
-            "{what}"
-        );
-        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        b.check(vec![deliver(envelope)
+            .decided(HELD_INVALID_VERSION, Ack::Held)
+            .note(what)
+            .card("card-7", 10, st("queued", "Map"), true)]);
         assert_eq!(b.holds(Some("card-7")), vec![b.key("e-270", 0)], "{what}");
     }
 }
@@ -967,15 +1153,13 @@ fn every_invalid_version_form_is_held_invalid_version_and_pauses() {
 #[test]
 fn zero_and_u64_max_are_valid_versions() {
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(snapshot("e-0", "card-7", 0, st("ready", "Map"))),
-        decided(Decision::Stale, Ack::Ignored)
-    );
-    assert_eq!(
-        b.deliver(snapshot("e-max", "card-7", u64::MAX, st("ready", "Map"))),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", u64::MAX, st("ready", "Map"), false);
+    b.check(vec![
+        deliver(snapshot("e-0", "card-7", 0, st("ready", "Map")))
+            .decided(Decision::Stale, Ack::Ignored),
+        deliver(snapshot("e-max", "card-7", u64::MAX, st("ready", "Map")))
+            .decided(Decision::Applied, Ack::Applied)
+            .card("card-7", u64::MAX, st("ready", "Map"), false),
+    ]);
 }
 
 #[test]
@@ -995,12 +1179,10 @@ fn state_not_an_object_is_held_malformed_and_pauses() {
             None => without(base.clone(), "state"),
         };
         let mut b = Bench::board();
-        assert_eq!(
-            b.deliver(envelope.clone()),
-            decided(HELD_MALFORMED, Ack::Held),
-            "{envelope}"
-        );
-        b.assert_card("card-7", 10, st("queued", "Map"), true);
+        b.check(vec![deliver(envelope.clone())
+            .decided(HELD_MALFORMED, Ack::Held)
+            .note(format!("{envelope}"))
+            .card("card-7", 10, st("queued", "Map"), true)]);
         assert_eq!(b.holds(Some("card-7")), vec![b.key("e-280", 0)]);
     }
 }
@@ -1009,21 +1191,19 @@ fn state_not_an_object_is_held_malformed_and_pauses() {
 fn version_is_judged_before_state() {
     let mut b = Bench::board();
     let bad_state = |envelope: Value| with(envelope, "state", json!("ready"));
-    assert_eq!(
-        b.deliver(bad_state(without(
+    b.check(vec![
+        deliver(bad_state(without(
             snapshot("e-1", "card-7", 0, st("x", "y")),
-            "object_version"
-        ))),
-        decided(HELD_MISSING_VERSION, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(bad_state(with(
+            "object_version",
+        )))
+        .decided(HELD_MISSING_VERSION, Ack::Held),
+        deliver(bad_state(with(
             snapshot("e-2", "card-8", 0, st("x", "y")),
             "object_version",
-            json!(-4)
-        ))),
-        decided(HELD_INVALID_VERSION, Ack::Held)
-    );
+            json!(-4),
+        )))
+        .decided(HELD_INVALID_VERSION, Ack::Held),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1035,23 +1215,24 @@ fn higher_version_is_applied_and_replaces_the_whole_state_gaps_allowed() {
     let mut b = Bench::board();
     let holds = b.holds_by_card();
     // From v10 to v50: a gap is normal for full snapshots.
-    assert_eq!(
-        b.deliver(snapshot("e-1", "card-7", 50, json!({"stage": "ready"}))),
-        decided(Decision::Applied, Ack::Applied)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-1",
+        "card-7",
+        50,
+        json!({"stage": "ready"}),
+    ))
+    .decided(Decision::Applied, Ack::Applied)]);
     // The whole state is replaced, not merged: "label" is gone.
     b.assert_card("card-7", 50, json!({"stage": "ready"}), false);
-    assert_eq!(
-        b.deliver(snapshot(
-            "e-2",
-            "card-7",
-            51,
-            json!({"label": "Map", "owner": "ana"})
-        )),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", 51, json!({"label": "Map", "owner": "ana"}), false);
-    b.assert_card("card-8", 3, st("ready", "Chart"), false);
+    b.check(vec![deliver(snapshot(
+        "e-2",
+        "card-7",
+        51,
+        json!({"label": "Map", "owner": "ana"}),
+    ))
+    .decided(Decision::Applied, Ack::Applied)
+    .card("card-7", 51, json!({"label": "Map", "owner": "ana"}), false)
+    .card("card-8", 3, st("ready", "Chart"), false)]);
     assert_eq!(b.holds_by_card(), holds);
     assert!(b.unresolved().is_empty());
     assert_eq!(b.record(b.key("e-2", 0)).standing, Standing::Settled);
@@ -1060,12 +1241,20 @@ fn higher_version_is_applied_and_replaces_the_whole_state_gaps_allowed() {
 #[test]
 fn lower_version_is_stale_and_changes_nothing() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.check(vec![deliver(snapshot(
+        "e-201",
+        "card-7",
+        12,
+        st("ready", "Map"),
+    ))]);
     let cards = b.cards();
-    assert_eq!(
-        b.deliver(snapshot("e-200", "card-7", 11, st("building", "Map"))),
-        decided(Decision::Stale, Ack::Ignored)
-    );
+    b.check(vec![deliver(snapshot(
+        "e-200",
+        "card-7",
+        11,
+        st("building", "Map"),
+    ))
+    .decided(Decision::Stale, Ack::Ignored)]);
     assert_eq!(b.cards(), cards);
     assert!(b.holds_by_card().is_empty());
     assert_eq!(b.record(b.key("e-200", 0)).standing, Standing::Settled);
@@ -1078,10 +1267,9 @@ fn equal_version_and_equal_state_is_equal() {
     let cards = b.cards();
     let reordered: Value =
         serde_json::from_str(r#"{ "label" : "Map", "stage": "queued" }"#).unwrap();
-    assert_eq!(
-        b.deliver(snapshot("e-207", "card-7", 10, reordered)),
-        decided(Decision::Equal, Ack::Ignored)
-    );
+    b.check(vec![
+        deliver(snapshot("e-207", "card-7", 10, reordered)).decided(Decision::Equal, Ack::Ignored)
+    ]);
     assert_eq!(b.cards(), cards);
     assert!(b.holds_by_card().is_empty());
     assert!(b.unresolved().is_empty());
@@ -1090,11 +1278,14 @@ fn equal_version_and_equal_state_is_equal() {
 #[test]
 fn equal_version_with_a_different_state_is_conflict_same_version() {
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
-        decided(Decision::ConflictSameVersion, Ack::Held)
-    );
-    b.assert_card("card-7", 10, st("queued", "Map"), true);
+    b.check(vec![deliver(snapshot(
+        "e-210",
+        "card-7",
+        10,
+        st("ready", "Map"),
+    ))
+    .decided(Decision::ConflictSameVersion, Ack::Held)
+    .card("card-7", 10, st("queued", "Map"), true)]);
     assert_eq!(b.holds(Some("card-7")), vec![b.key("e-210", 0)]);
     assert_eq!(b.record(b.key("e-210", 0)).standing, Standing::Held);
     assert_eq!(b.unresolved(), b.inputs(&["e-210"], &[]));
@@ -1104,45 +1295,37 @@ fn equal_version_with_a_different_state_is_conflict_same_version() {
 fn occurred_at_never_orders_snapshots() {
     let mut b = Bench::board();
     let at = |envelope: Value, time: Value| with(envelope, "occurred_at", time);
-    assert_eq!(
-        b.deliver(at(
+    b.check(vec![
+        deliver(at(
             snapshot("e-1", "card-7", 12, st("ready", "Map")),
-            json!("2024-01-01T09:00:00Z")
-        )),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    // Older occurred_at, higher version: applied.
-    assert_eq!(
-        b.deliver(at(
+            json!("2024-01-01T09:00:00Z"),
+        ))
+        .decided(Decision::Applied, Ack::Applied),
+        // Older occurred_at, higher version: applied.
+        deliver(at(
             snapshot("e-2", "card-7", 13, st("ready", "Map v2")),
-            json!("2023-01-01T00:00:00Z")
-        )),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    // Newer occurred_at, lower version: stale.
-    assert_eq!(
-        b.deliver(at(
+            json!("2023-01-01T00:00:00Z"),
+        ))
+        .decided(Decision::Applied, Ack::Applied),
+        // Newer occurred_at, lower version: stale.
+        deliver(at(
             snapshot("e-3", "card-7", 11, st("building", "Map")),
-            json!("2030-01-01T00:00:00Z")
-        )),
-        decided(Decision::Stale, Ack::Ignored)
-    );
-    // Unparseable or absent occurred_at does not matter either.
-    assert_eq!(
-        b.deliver(at(
+            json!("2030-01-01T00:00:00Z"),
+        ))
+        .decided(Decision::Stale, Ack::Ignored),
+        // Unparseable or absent occurred_at does not matter either.
+        deliver(at(
             snapshot("e-4", "card-7", 14, st("archived", "Map v2")),
-            json!("yesterday")
-        )),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    assert_eq!(
-        b.deliver(without(
+            json!("yesterday"),
+        ))
+        .decided(Decision::Applied, Ack::Applied),
+        deliver(without(
             snapshot("e-5", "card-7", 15, st("done", "Map v2")),
-            "occurred_at"
-        )),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", 15, st("done", "Map v2"), false);
+            "occurred_at",
+        ))
+        .decided(Decision::Applied, Ack::Applied)
+        .card("card-7", 15, st("done", "Map v2"), false),
+    ]);
 }
 
 #[test]
@@ -1227,16 +1410,15 @@ fn every_decision_acknowledges_with_its_meaning() {
         let mut b = Bench::board();
         let (last, earlier) = envelopes.split_last().unwrap();
         for envelope in earlier {
-            b.deliver(envelope.clone());
+            b.check(vec![deliver(envelope.clone())]);
         }
-        assert_eq!(
-            b.deliver(last.clone()),
-            decided(decision, ack),
-            "{decision}"
-        );
+        b.check(vec![deliver(last.clone())
+            .decided(decision, ack)
+            .note(format!("{decision}"))]);
         assert_eq!(decision.ack(), ack);
         // A duplicate of it repeats the same meaning.
-        assert_eq!(b.redeliver(b.last, last.clone()).ack, ack, "{decision}");
+        let again = b.check(vec![redeliver(b.last, last.clone())]).delivered();
+        assert_eq!(again.ack, ack, "{decision}");
         covered.insert(decision);
     }
     assert_eq!(covered, Decision::ALL.into_iter().collect());
@@ -1249,13 +1431,18 @@ fn every_decision_acknowledges_with_its_meaning() {
 #[test]
 fn authority_for_an_unknown_card_creates_it_and_re_evaluates_its_unknown_object_holds() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New")));
-    b.deliver(snapshot("e-301", "card-99", 3, st("building", "New")));
-    b.deliver(snapshot("e-302", "card-99", 2, st("queued", "New v2")));
+    b.check(vec![
+        deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
+        deliver(snapshot("e-301", "card-99", 3, st("building", "New"))),
+        deliver(snapshot("e-302", "card-99", 2, st("queued", "New v2"))),
+    ]);
     assert!(!b.is_known("card-99"));
 
-    let reconciled = b.reconcile("card-99", 2, st("queued", "New v2"));
-    assert_eq!(reconciled.outcome, Outcome::Created);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-99", 2, st("queued", "New v2")).outcome(Outcome::Created)
+        ])
+        .reconciled();
     assert!(
         reconciled.outcome.replaces(),
         "one authoritative replacement"
@@ -1298,16 +1485,17 @@ fn authority_for_an_unknown_card_creates_it_and_re_evaluates_its_unknown_object_
 fn an_unknown_card_without_authority_is_never_created() {
     let mut b = Bench::board();
     let envelope = snapshot("e-300", "card-99", 1, st("queued", "New"));
-    b.deliver(envelope.clone());
-    b.reconcile("card-7", 10, st("queued", "Map"));
-    b.reconcile("card-8", 3, st("ready", "Chart"));
+    b.check(vec![
+        deliver(envelope.clone()),
+        reconcile("card-7", 10, st("queued", "Map")),
+        reconcile("card-8", 3, st("ready", "Chart")),
+    ]);
     assert!(!b.is_known("card-99"));
     assert_eq!(b.holds(Some("card-99")), vec![b.key("e-300", 0)]);
     assert_eq!(b.unresolved(), b.inputs(&["e-300"], &[]));
-    assert_eq!(
-        b.deliver(envelope),
-        duplicate(HELD_UNKNOWN_OBJECT, Ack::Held)
-    );
+    b.check(vec![
+        deliver(envelope).duplicate(HELD_UNKNOWN_OBJECT, Ack::Held)
+    ]);
     assert!(!b.is_known("card-99"));
 }
 
@@ -1315,17 +1503,17 @@ fn an_unknown_card_without_authority_is_never_created() {
 fn a_created_card_re_evaluates_unknown_object_holds_by_rules_4_to_6() {
     let mut b = Bench::board();
     // Rule 3 came first, so the missing version was never looked at.
-    assert_eq!(
-        b.deliver(without(
-            snapshot("e-300", "card-99", 1, st("queued", "New")),
-            "object_version"
-        )),
-        decided(HELD_UNKNOWN_OBJECT, Ack::Held)
-    );
-    b.deliver(snapshot("e-301", "card-99", 2, st("building", "New")));
-
-    let reconciled = b.reconcile("card-99", 1, st("queued", "New"));
-    assert_eq!(reconciled.outcome, Outcome::Created);
+    let reconciled = b
+        .check(vec![
+            deliver(without(
+                snapshot("e-300", "card-99", 1, st("queued", "New")),
+                "object_version",
+            ))
+            .decided(HELD_UNKNOWN_OBJECT, Ack::Held),
+            deliver(snapshot("e-301", "card-99", 2, st("building", "New"))),
+            reconcile("card-99", 1, st("queued", "New")).outcome(Outcome::Created),
+        ])
+        .reconciled();
     // Now rule 5 sees it: held_missing_version, which pauses the new card; the later hold
     // stays held.
     assert_eq!(
@@ -1345,8 +1533,11 @@ fn a_created_card_re_evaluates_unknown_object_holds_by_rules_4_to_6() {
     assert_eq!(b.unresolved(), b.inputs(&["e-300", "e-301"], &[]));
 
     // The next reconciliation supersedes the unevaluable one and evaluates the other.
-    let reconciled = b.reconcile("card-99", 1, st("queued", "New"));
-    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-99", 1, st("queued", "New")).outcome(Outcome::Confirmed)
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![
@@ -1364,37 +1555,39 @@ fn a_created_card_re_evaluates_unknown_object_holds_by_rules_4_to_6() {
 #[test]
 fn authority_behind_the_card_is_refused_and_changes_nothing() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
-    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2")));
-    b.deliver(without(
-        snapshot("x", "card-7", 15, st("x", "y")),
-        "event_id",
-    ));
-    let before = b.receiver.clone();
-
-    let reconciled = b.reconcile("card-7", 12, st("ready", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::RefusedBehind);
+    let reconciled = b
+        .check(vec![
+            deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+            deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))),
+            deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2"))),
+            deliver(without(
+                snapshot("x", "card-7", 15, st("x", "y")),
+                "event_id",
+            )),
+            reconcile("card-7", 12, st("ready", "Map"))
+                .outcome(Outcome::RefusedBehind)
+                .unchanged()
+                .note("card, pause, holds and records unchanged")
+                .card("card-7", 13, st("ready", "Map v2"), true),
+        ])
+        .reconciled();
     assert!(!reconciled.outcome.replaces());
     assert!(reconciled.settled.is_empty(), "holds untouched");
-    assert_eq!(
-        b.receiver, before,
-        "card, pause, holds and records unchanged"
-    );
-    b.assert_card("card-7", 13, st("ready", "Map v2"), true);
 }
 
 #[test]
 fn authority_with_the_same_version_and_state_confirms_without_replacing() {
     let mut b = Bench::board();
-    b.deliver(without(
-        snapshot("e-204", "card-8", 4, st("archived", "Chart")),
-        "object_version",
-    ));
-    b.deliver(snapshot("e-205", "card-8", 4, st("building", "Chart")));
-
-    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
-    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    let reconciled = b
+        .check(vec![
+            deliver(without(
+                snapshot("e-204", "card-8", 4, st("archived", "Chart")),
+                "object_version",
+            )),
+            deliver(snapshot("e-205", "card-8", 4, st("building", "Chart"))),
+            reconcile("card-8", 3, st("ready", "Chart")).outcome(Outcome::Confirmed),
+        ])
+        .reconciled();
     assert!(!reconciled.outcome.replaces(), "no replacement");
     assert_eq!(
         reconciled.settled,
@@ -1409,52 +1602,63 @@ fn authority_with_the_same_version_and_state_confirms_without_replacing() {
     b.assert_card("card-8", 4, st("building", "Chart"), false);
 
     // Confirming an unpaused card with nothing waiting changes nothing at all.
-    let before = b.receiver.clone();
-    let reconciled = b.reconcile("card-7", 10, st("queued", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    let reconciled = b
+        .check(vec![reconcile("card-7", 10, st("queued", "Map"))
+            .outcome(Outcome::Confirmed)
+            .unchanged()])
+        .reconciled();
     assert!(reconciled.settled.is_empty());
-    assert_eq!(b.receiver, before);
 }
 
 #[test]
 fn any_other_authority_replaces_and_unpauses() {
     // Ahead of a paused card.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
-    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![
+            deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
+            reconcile("card-7", 11, st("ready", "Map"))
+                .outcome(Outcome::Replaced)
+                .card("card-7", 11, st("ready", "Map"), false),
+        ])
+        .reconciled();
     assert!(reconciled.outcome.replaces());
-    b.assert_card("card-7", 11, st("ready", "Map"), false);
 
     // Same version, another state: the authority wins.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
-    let reconciled = b.reconcile("card-7", 10, st("archived", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
-    b.assert_card("card-7", 10, st("archived", "Map"), false);
+    b.check(vec![
+        deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
+        reconcile("card-7", 10, st("archived", "Map"))
+            .outcome(Outcome::Replaced)
+            .card("card-7", 10, st("archived", "Map"), false),
+    ]);
 
     // Ahead of an unpaused card with nothing waiting.
     let mut b = Bench::board();
-    let reconciled = b.reconcile("card-8", 9, st("done", "Chart"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![reconcile("card-8", 9, st("done", "Chart"))
+            .outcome(Outcome::Replaced)
+            .card("card-8", 9, st("done", "Chart"), false)
+            .card("card-7", 10, st("queued", "Map"), false)])
+        .reconciled();
     assert!(reconciled.settled.is_empty());
-    b.assert_card("card-8", 9, st("done", "Chart"), false);
-    b.assert_card("card-7", 10, st("queued", "Map"), false);
 }
 
 #[test]
 fn held_paused_events_are_re_evaluated_in_arrival_order() {
     let mut b = Bench::board();
-    b.deliver(without(
-        snapshot("e-204", "card-7", 11, st("x", "y")),
-        "object_version",
-    ));
-    b.deliver(snapshot("e-a", "card-7", 15, st("ready", "A")));
-    b.deliver(snapshot("e-b", "card-7", 14, st("ready", "B")));
-    b.deliver(snapshot("e-c", "card-7", 16, st("ready", "C")));
-
-    let reconciled = b.reconcile("card-7", 13, st("ready", "Authority"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![
+            deliver(without(
+                snapshot("e-204", "card-7", 11, st("x", "y")),
+                "object_version",
+            )),
+            deliver(snapshot("e-a", "card-7", 15, st("ready", "A"))),
+            deliver(snapshot("e-b", "card-7", 14, st("ready", "B"))),
+            deliver(snapshot("e-c", "card-7", 16, st("ready", "C"))),
+            reconcile("card-7", 13, st("ready", "Authority")).outcome(Outcome::Replaced),
+        ])
+        .reconciled();
     // By version, e-b (v14) would have been applied; by arrival, e-a (v15) came first.
     assert_eq!(
         reconciled.settled,
@@ -1491,44 +1695,40 @@ fn held_paused_events_are_re_evaluated_in_arrival_order() {
 #[test]
 fn re_evaluation_meeting_a_new_conflict_re_pauses_and_still_settles_the_rest() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Map")));
-    // Holds on card-7, in arrival order:
-    assert_eq!(
-        b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Forge"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(snapshot("e-2", "card-7", 14, st("archived", "Forge"))),
-        decided(HELD_PAUSED, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(snapshot("e-3", "card-7", 15, st("done", "Map"))),
-        decided(HELD_PAUSED, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(with(
+    b.check(vec![
+        deliver(snapshot("e-1", "card-7", 12, st("ready", "Map"))),
+        // Holds on card-7, in arrival order:
+        deliver(snapshot("e-1", "card-7", 12, st("ready", "Forge")))
+            .decided(Decision::ConflictChangedPayload, Ack::Held),
+        deliver(snapshot("e-2", "card-7", 14, st("archived", "Forge")))
+            .decided(HELD_PAUSED, Ack::Held),
+        deliver(snapshot("e-3", "card-7", 15, st("done", "Map"))).decided(HELD_PAUSED, Ack::Held),
+        deliver(with(
             snapshot("e-4", "card-7", 16, st("x", "y")),
             "type",
-            json!("card.deleted")
-        )),
-        decided(HELD_UNSUPPORTED_TYPE, Ack::Held)
-    );
-    assert_eq!(
-        b.deliver(without(
+            json!("card.deleted"),
+        ))
+        .decided(HELD_UNSUPPORTED_TYPE, Ack::Held),
+        deliver(without(
             snapshot("x", "card-7", 16, st("x", "y")),
-            "event_id"
-        )),
-        decided(HELD_MALFORMED, Ack::Held)
-    );
+            "event_id",
+        ))
+        .decided(HELD_MALFORMED, Ack::Held),
+    ]);
     let anonymous = b.last;
-    assert_eq!(
-        b.deliver(snapshot("e-1", "card-7", 12, st("ready", "Anvil"))),
-        decided(Decision::ConflictChangedPayload, Ack::Held)
-    );
-
+    b.check(vec![deliver(snapshot(
+        "e-1",
+        "card-7",
+        12,
+        st("ready", "Anvil"),
+    ))
+    .decided(Decision::ConflictChangedPayload, Ack::Held)]);
     // The authority's v14 differs from the held v14.
-    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-7", 14, st("archived", "Map v2")).outcome(Outcome::Replaced)
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![
@@ -1564,8 +1764,11 @@ fn re_evaluation_meeting_a_new_conflict_re_pauses_and_still_settles_the_rest() {
     );
 
     // A later authority resolves the new conflict and evaluates what stayed held.
-    let reconciled = b.reconcile("card-7", 15, st("done", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-7", 15, st("done", "Map")).outcome(Outcome::Replaced)
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![
@@ -1582,13 +1785,18 @@ fn re_evaluation_meeting_a_new_conflict_re_pauses_and_still_settles_the_rest() {
 fn conflicts_are_resolved_by_the_authority_and_kept_as_evidence() {
     // A changed payload (B62-15, card-7).
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-207", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
-    b.deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2")));
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-207", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))),
+        deliver(snapshot("e-203", "card-7", 14, st("archived", "Map v2"))),
+    ]);
     let first = b.record(b.key("e-202", 0));
-    let reconciled = b.reconcile("card-7", 14, st("archived", "Map v2"));
-    assert_eq!(reconciled.outcome, Outcome::Replaced);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-7", 14, st("archived", "Map v2")).outcome(Outcome::Replaced)
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![
@@ -1612,8 +1820,12 @@ fn conflicts_are_resolved_by_the_authority_and_kept_as_evidence() {
 
     // A same-version conflict.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
-    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
+    let reconciled = b
+        .check(vec![
+            deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
+            reconcile("card-7", 11, st("ready", "Map")),
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![(b.key("e-210", 0), Settlement::Resolved)]
@@ -1636,11 +1848,14 @@ fn no_content_of_a_conflicted_identity_is_applied_whichever_arrived_first() {
     let mut ends = Vec::new();
     for (first, second) in [(map.clone(), forge.clone()), (forge, map)] {
         let mut b = Bench::board();
-        b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Map")));
-        b.deliver(snapshot("e-203", "card-7", 14, first));
-        b.deliver(snapshot("e-203", "card-7", 14, second));
-        let reconciled = b.reconcile("card-7", 15, st("shipped", "Map"));
-        assert_eq!(reconciled.outcome, Outcome::Replaced);
+        let reconciled = b
+            .check(vec![
+                deliver(snapshot("e-210", "card-7", 10, st("ready", "Map"))),
+                deliver(snapshot("e-203", "card-7", 14, first)),
+                deliver(snapshot("e-203", "card-7", 14, second)),
+                reconcile("card-7", 15, st("shipped", "Map")).outcome(Outcome::Replaced),
+            ])
+            .reconciled();
         assert_eq!(
             reconciled.settled,
             vec![
@@ -1667,10 +1882,13 @@ fn a_conflicted_identity_for_an_unknown_card_is_resolved_when_its_card_is_create
     // The first record is held_unknown_object; the authority creates the card. Re-evaluating
     // it would apply whichever payload came first (v2 is newer than the authority's v1).
     let mut b = Bench::board();
-    b.deliver(snapshot("e-31", "card-99", 2, st("approved", "X")));
-    b.deliver(snapshot("e-31", "card-99", 2, st("rejected", "X")));
-    let reconciled = b.reconcile("card-99", 1, st("new", "X"));
-    assert_eq!(reconciled.outcome, Outcome::Created);
+    let reconciled = b
+        .check(vec![
+            deliver(snapshot("e-31", "card-99", 2, st("approved", "X"))),
+            deliver(snapshot("e-31", "card-99", 2, st("rejected", "X"))),
+            reconcile("card-99", 1, st("new", "X")).outcome(Outcome::Created),
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![
@@ -1706,7 +1924,7 @@ fn unevaluable_holds_are_superseded_and_stay_unresolved() {
     ];
     for (envelope, decision) in cases {
         let mut b = Bench::board();
-        assert_eq!(b.deliver(envelope.clone()), decided(decision, Ack::Held));
+        b.check(vec![deliver(envelope.clone()).decided(decision, Ack::Held)]);
         let key = match b.catalog.find("e-204") {
             Some(_) => b.key("e-204", 0),
             None => HoldKey::Delivery(b.last),
@@ -1714,8 +1932,11 @@ fn unevaluable_holds_are_superseded_and_stay_unresolved() {
         let input = key.input();
         assert_eq!(b.paused(), vec!["card-8"], "{envelope}");
 
-        let reconciled = b.reconcile("card-8", 5, st("ready", "Chart"));
-        assert_eq!(reconciled.outcome, Outcome::Replaced);
+        let reconciled = b
+            .check(vec![
+                reconcile("card-8", 5, st("ready", "Chart")).outcome(Outcome::Replaced)
+            ])
+            .reconciled();
         assert_eq!(reconciled.settled, vec![(key, Settlement::Superseded)]);
         let record = b.record(key);
         // No version is invented for it: it keeps its held decision.
@@ -1736,30 +1957,34 @@ fn unevaluable_holds_are_superseded_and_stay_unresolved() {
 #[test]
 fn unresolved_inputs_are_exactly_the_holds_without_a_state_decision() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))); // applied
-    b.deliver(snapshot("e-210", "card-7", 12, st("ready", "Forge"))); // conflict, pauses
-    b.deliver(snapshot("e-211", "card-7", 13, st("ready", "Map v2"))); // held_paused
-    b.deliver(without(
-        snapshot("e-204", "card-8", 4, st("a", "b")),
-        "object_version",
-    ));
-    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // unknown
-    b.deliver(without(
-        snapshot("e-5", "card-7", 1, st("a", "b")),
-        "object_id",
-    )); // no card
-    b.deliver(without(
-        snapshot("x", "card-77", 1, st("a", "b")),
-        "event_id",
-    )); // anonymous
+    b.check(vec![
+        deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))), // applied
+        deliver(snapshot("e-210", "card-7", 12, st("ready", "Forge"))), // conflict, pauses
+        deliver(snapshot("e-211", "card-7", 13, st("ready", "Map v2"))), // held_paused
+        deliver(without(
+            snapshot("e-204", "card-8", 4, st("a", "b")),
+            "object_version",
+        )),
+        deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))), // unknown
+        deliver(without(
+            snapshot("e-5", "card-7", 1, st("a", "b")),
+            "object_id",
+        )), // no card
+        deliver(without(
+            snapshot("x", "card-77", 1, st("a", "b")),
+            "event_id",
+        )), // anonymous
+    ]);
     let anonymous = b.last;
     assert_eq!(
         b.unresolved(),
         b.inputs(&["e-210", "e-211", "e-204", "e-300", "e-5"], &[anonymous])
     );
 
-    b.reconcile("card-7", 12, st("ready", "Map"));
-    b.reconcile("card-8", 3, st("ready", "Chart"));
+    b.check(vec![
+        reconcile("card-7", 12, st("ready", "Map")),
+        reconcile("card-8", 3, st("ready", "Chart")),
+    ]);
     // Resolved and re-evaluated inputs leave; superseded ones stay; inputs no authority
     // can reach (unknown card, no object id) stay held.
     assert_eq!(
@@ -1778,8 +2003,10 @@ fn unresolved_inputs_are_exactly_the_holds_without_a_state_decision() {
 fn a_changed_payload_naming_another_card_is_resolved_when_the_first_card_is_reconciled() {
     let setup = || {
         let mut b = Bench::board();
-        b.deliver(snapshot("e-202", "card-7", 11, st("ready", "Map")));
-        b.deliver(snapshot("e-202", "card-8", 4, st("building", "Chart")));
+        b.check(vec![
+            deliver(snapshot("e-202", "card-7", 11, st("ready", "Map"))),
+            deliver(snapshot("e-202", "card-8", 4, st("building", "Chart"))),
+        ]);
         assert_eq!(b.paused(), vec!["card-7", "card-8"]);
         assert_eq!(b.holds(Some("card-8")), vec![b.key("e-202", 1)]);
         b
@@ -1788,8 +2015,11 @@ fn a_changed_payload_naming_another_card_is_resolved_when_the_first_card_is_reco
     // Reconciling card-7, named only by the first record, resolves the variant filed
     // under card-8; card-8 stays paused until its own reconciliation.
     let mut b = setup();
-    let reconciled = b.reconcile("card-7", 11, st("ready", "Map"));
-    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-7", 11, st("ready", "Map")).outcome(Outcome::Confirmed)
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![(b.key("e-202", 1), Settlement::Resolved)]
@@ -1798,14 +2028,19 @@ fn a_changed_payload_naming_another_card_is_resolved_when_the_first_card_is_reco
     assert!(b.holds_by_card().is_empty());
     assert!(b.unresolved().is_empty());
     assert_eq!(b.paused(), vec!["card-8"]);
-    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
-    assert_eq!(reconciled.outcome, Outcome::Confirmed);
+    let reconciled = b
+        .check(vec![
+            reconcile("card-8", 3, st("ready", "Chart")).outcome(Outcome::Confirmed)
+        ])
+        .reconciled();
     assert!(reconciled.settled.is_empty());
     assert!(b.paused().is_empty());
 
     // Reconciling card-8, named by the variant, resolves it too.
     let mut b = setup();
-    let reconciled = b.reconcile("card-8", 3, st("ready", "Chart"));
+    let reconciled = b
+        .check(vec![reconcile("card-8", 3, st("ready", "Chart"))])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![(b.key("e-202", 1), Settlement::Resolved)]
@@ -1857,14 +2092,28 @@ fn the_b62_15_fixture_in_article_order() {
             decided(HELD_PAUSED, Ack::Held),
         ),
     ];
-    for (number, (envelope, expected)) in steps.into_iter().enumerate() {
-        assert_eq!(b.deliver(envelope), expected, "delivery {}", number + 1);
-    }
-    b.assert_card("card-7", 13, st("ready", "Map v2"), true);
-    b.assert_card("card-8", 3, st("ready", "Chart"), true);
-
-    let card_7 = b.reconcile("card-7", 14, st("archived", "Map v2"));
-    assert_eq!(card_7.outcome, Outcome::Replaced);
+    let mut rows: Vec<Row> = steps
+        .into_iter()
+        .enumerate()
+        .map(|(number, (envelope, expected))| {
+            deliver(envelope)
+                .answers(expected)
+                .note(format!("delivery {}", number + 1))
+        })
+        .collect();
+    let last = rows.pop().expect("ten deliveries");
+    rows.push(last.card("card-7", 13, st("ready", "Map v2"), true).card(
+        "card-8",
+        3,
+        st("ready", "Chart"),
+        true,
+    ));
+    b.check(rows);
+    let card_7 = b
+        .check(vec![
+            reconcile("card-7", 14, st("archived", "Map v2")).outcome(Outcome::Replaced)
+        ])
+        .reconciled();
     assert_eq!(
         card_7.settled,
         vec![
@@ -1875,8 +2124,11 @@ fn the_b62_15_fixture_in_article_order() {
             ),
         ]
     );
-    let card_8 = b.reconcile("card-8", 5, st("ready", "Chart"));
-    assert_eq!(card_8.outcome, Outcome::Replaced);
+    let card_8 = b
+        .check(vec![
+            reconcile("card-8", 5, st("ready", "Chart")).outcome(Outcome::Replaced)
+        ])
+        .reconciled();
     assert_eq!(
         card_8.settled,
         vec![
@@ -1901,23 +2153,29 @@ fn the_b62_15_fixture_in_article_order() {
 #[test]
 fn expiry_forgets_old_records_with_nothing_waiting_and_keeps_the_rest() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))); // settled
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))); // settled
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))); // resolved below
-    b.deliver(without(
-        snapshot("e-204", "card-8", 0, st("a", "b")),
-        "object_version",
-    ));
-    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // held
-    b.deliver(without(
-        snapshot("x", "card-7", 14, st("a", "b")),
-        "event_id",
-    )); // anonymous
+    b.check(vec![
+        deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))), // settled
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))), // settled
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))), // resolved below
+        deliver(without(
+            snapshot("e-204", "card-8", 0, st("a", "b")),
+            "object_version",
+        )),
+        deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))), // held
+        deliver(without(
+            snapshot("x", "card-7", 14, st("a", "b")),
+            "event_id",
+        )), // anonymous
+    ]);
     let anonymous = b.last;
-    b.reconcile("card-7", 13, st("ready", "Map v2"));
-    b.reconcile("card-8", 3, st("ready", "Chart")); // e-204 superseded
+    b.check(vec![
+        reconcile("card-7", 13, st("ready", "Map v2")),
+        reconcile("card-8", 3, st("ready", "Chart")), // e-204 superseded
+    ]);
     b.now = T + 1_000;
-    b.deliver(snapshot("e-210", "card-7", 14, st("archived", "Map v2"))); // young
+    b.check(vec![
+        deliver(snapshot("e-210", "card-7", 14, st("archived", "Map v2"))), // young
+    ]);
     let cards = b.cards();
     let holds = b.holds_by_card();
     let unresolved = b.unresolved();
@@ -1940,7 +2198,7 @@ fn expiry_forgets_old_records_with_nothing_waiting_and_keeps_the_rest() {
     assert_eq!(b.unresolved(), unresolved);
     assert_eq!(b.receiver.anonymous(), &anonymous_records);
     assert!(b.receiver.anonymous().contains_key(&anonymous));
-    b.check();
+    b.invariants();
 
     // One second later e-210 is older than the window.
     assert_eq!(b.receiver.expire(now + 1, DAY), vec![b.sym("e-210")]);
@@ -1950,17 +2208,23 @@ fn expiry_forgets_old_records_with_nothing_waiting_and_keeps_the_rest() {
 #[test]
 fn expiry_keeps_an_identity_while_any_of_its_records_waits_or_is_young() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))); // held variant
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))), // held variant
+    ]);
     assert!(b.receiver.expire(T + 10 * DAY as i64, DAY).is_empty());
 
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")));
-    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge"))),
+        reconcile("card-7", 13, st("ready", "Map v2")),
+    ]);
     b.now = T + DAY as i64;
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Anvil"))); // young, held
-    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Anvil"))), // young, held
+        reconcile("card-7", 13, st("ready", "Map v2")),
+    ]);
     assert!(
         b.receiver.expire(T + DAY as i64 + 10, DAY).is_empty(),
         "the young variant keeps the whole identity"
@@ -1970,7 +2234,11 @@ fn expiry_keeps_an_identity_while_any_of_its_records_waits_or_is_young() {
 #[test]
 fn a_record_without_a_receive_time_never_expires() {
     let mut b = Bench::board();
-    b.deliver_at(1, None, snapshot("e-201", "card-7", 12, st("ready", "Map")));
+    b.check(vec![deliver_at(
+        1,
+        None,
+        snapshot("e-201", "card-7", 12, st("ready", "Map")),
+    )]);
     assert!(b.receiver.expire(i64::MAX, 0).is_empty());
     assert!(b.receiver.identities().contains_key(&b.sym("e-201")));
 }
@@ -1980,35 +2248,32 @@ fn after_expiry_a_redelivery_is_decided_afresh_and_versions_still_protect_the_ca
     let mut b = Bench::board();
     let e201 = snapshot("e-201", "card-7", 12, st("ready", "Map"));
     let e202 = snapshot("e-202", "card-7", 13, st("ready", "Map v2"));
-    b.deliver(e201.clone());
-    b.deliver(e202.clone());
+    b.check(vec![deliver(e201.clone()), deliver(e202.clone())]);
     b.now = T + 2 * DAY as i64;
     assert_eq!(b.receiver.expire(b.now, DAY).len(), 2);
     assert!(b.receiver.identities().is_empty());
 
     // Duplicate recognition is lost: not `duplicate`, a new decision. Versions still hold:
     // the old snapshot is stale, the current one equal.
-    assert_eq!(b.deliver(e201), decided(Decision::Stale, Ack::Ignored));
-    assert_eq!(
-        b.deliver(e202.clone()),
-        decided(Decision::Equal, Ack::Ignored)
-    );
-    b.assert_card("card-7", 13, st("ready", "Map v2"), false);
+    b.check(vec![
+        deliver(e201).decided(Decision::Stale, Ack::Ignored),
+        deliver(e202.clone())
+            .decided(Decision::Equal, Ack::Ignored)
+            .card("card-7", 13, st("ready", "Map v2"), false),
+    ]);
     // A changed payload under a forgotten id can no longer be told apart from a new event.
     let mut b = Bench::board();
-    b.deliver(e202.clone());
+    b.check(vec![deliver(e202.clone())]);
     b.now = T + 2 * DAY as i64;
     b.receiver.expire(b.now, DAY);
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge"))),
-        decided(Decision::Stale, Ack::Ignored)
-    );
-    b.assert_card("card-7", 13, st("ready", "Map v2"), false);
-    // The new first record is recognised from then on.
-    assert_eq!(
-        b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge"))),
-        duplicate(Decision::Stale, Ack::Ignored)
-    );
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge")))
+            .decided(Decision::Stale, Ack::Ignored)
+            .card("card-7", 13, st("ready", "Map v2"), false),
+        // The new first record is recognised from then on.
+        deliver(snapshot("e-202", "card-7", 12, st("ready", "Forge")))
+            .duplicate(Decision::Stale, Ack::Ignored),
+    ]);
 }
 
 #[test]
@@ -2016,12 +2281,14 @@ fn expiry_keeps_a_resolved_variant_that_never_got_a_decision() {
     // e-202's variant has no version: its conflict is resolved by the authority, but the
     // input itself is still unresolved, so the whole id must outlive the window.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(without(
-        snapshot("e-202", "card-7", 13, st("ready", "Forge")),
-        "object_version",
-    ));
-    b.reconcile("card-7", 13, st("ready", "Map v2"));
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(without(
+            snapshot("e-202", "card-7", 13, st("ready", "Forge")),
+            "object_version",
+        )),
+        reconcile("card-7", 13, st("ready", "Map v2")),
+    ]);
     let unresolved = b.unresolved();
     assert_eq!(unresolved, b.inputs(&["e-202"], &[]));
     let identity = &b.receiver.identities()[&b.sym("e-202")];
@@ -2039,9 +2306,11 @@ fn expiry_keeps_a_resolved_variant_that_never_got_a_decision() {
 #[test]
 fn the_window_passing_forgets_every_settled_id_whatever_its_receive_time() {
     let mut b = Bench::board();
-    b.deliver_at(1, None, snapshot("e-201", "card-7", 12, st("ready", "Map")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))); // held
+    b.check(vec![
+        deliver_at(1, None, snapshot("e-201", "card-7", 12, st("ready", "Map"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))), // held
+    ]);
     assert!(b.receiver.has_expirable());
     let cards = b.cards();
     let holds = b.holds_by_card();
@@ -2061,7 +2330,7 @@ fn the_window_passing_forgets_every_settled_id_whatever_its_receive_time() {
     assert_eq!(b.cards(), cards);
     assert_eq!(b.holds_by_card(), holds);
     assert_eq!(b.unresolved(), unresolved);
-    b.check();
+    b.invariants();
     assert!(b.receiver.expire_all().is_empty(), "nothing more to forget");
 }
 
@@ -2069,37 +2338,7 @@ fn the_window_passing_forgets_every_settled_id_whatever_its_receive_time() {
 // Mutation-testing gaps: behaviour only the slow targets (`model`, `cli`) exercised
 // ---------------------------------------------------------------------------------------
 
-use arrival::card::policy::Mutant;
 use std::hash::{DefaultHasher, Hash, Hasher};
-
-impl Bench {
-    /// A new delivery decided under a seeded mutant policy instead of SPEC. No invariant
-    /// check: some mutants break the invariants on purpose.
-    fn deliver_under(&mut self, mutant: Mutant, raw: Value) -> Delivered {
-        self.last += 1;
-        let event = self.catalog.event(&raw);
-        let at = self.now;
-        self.now += 1;
-        self.receiver
-            .deliver(Some(mutant), self.last, Some(at), &event)
-    }
-
-    /// Applies an authority snapshot under a seeded mutant policy.
-    fn reconcile_under(
-        &mut self,
-        mutant: Mutant,
-        card: &str,
-        version: u64,
-        state: Value,
-    ) -> Reconciled {
-        let snapshot = Snapshot {
-            object_id: self.catalog.sym(card),
-            version,
-            state: self.catalog.state(&state),
-        };
-        self.receiver.reconcile(Some(mutant), &snapshot)
-    }
-}
 
 fn hash_of(value: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
@@ -2111,14 +2350,15 @@ fn hash_of(value: &impl Hash) -> u64 {
 fn each_seeded_ordering_mutant_misbehaves_as_its_catalogue_entry_says() {
     // last-arrival-wins: a lower version replaces the card.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver_under(
-            Mutant::LastArrivalWins,
-            snapshot("e-200", "card-7", 9, st("building", "Map"))
-        ),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", 9, st("building", "Map"), false);
+    b.check(vec![deliver(snapshot(
+        "e-200",
+        "card-7",
+        9,
+        st("building", "Map"),
+    ))
+    .decided(Decision::Applied, Ack::Applied)
+    .under(Mutant::LastArrivalWins)
+    .card("card-7", 9, st("building", "Map"), false)]);
 
     // timestamp-ordering: the later occurrence wins whatever the version; a tie goes to the
     // later arrival.
@@ -2155,78 +2395,81 @@ fn each_seeded_ordering_mutant_misbehaves_as_its_catalogue_entry_says() {
             "occurred_at",
             json!(format!("2024-01-01T{time}Z")),
         );
-        assert_eq!(
-            b.deliver_under(Mutant::TimestampOrdering, envelope),
-            decided(decision, ack),
-            "{id}"
-        );
+        b.check(vec![deliver(envelope)
+            .decided(decision, ack)
+            .under(Mutant::TimestampOrdering)
+            .note(id)]);
     }
     b.assert_card("card-7", 11, st("building", "Map"), false);
 
     // apply-equal-version-conflict: the card's version with another state replaces it.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver_under(
-            Mutant::ApplyEqualVersionConflict,
-            snapshot("e-1", "card-7", 10, st("ready", "Forge"))
-        ),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", 10, st("ready", "Forge"), false);
+    b.check(vec![deliver(snapshot(
+        "e-1",
+        "card-7",
+        10,
+        st("ready", "Forge"),
+    ))
+    .decided(Decision::Applied, Ack::Applied)
+    .under(Mutant::ApplyEqualVersionConflict)
+    .card("card-7", 10, st("ready", "Forge"), false)]);
 
     // ignore-pause: a paused card takes a higher version.
     let mut b = Bench::board();
-    b.deliver(without(
-        snapshot("e-1", "card-7", 0, st("a", "b")),
-        "object_version",
-    ));
-    assert_eq!(
-        b.deliver_under(
-            Mutant::IgnorePause,
-            snapshot("e-2", "card-7", 12, st("ready", "Map"))
-        ),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-7", 12, st("ready", "Map"), true);
+    b.check(vec![
+        deliver(without(
+            snapshot("e-1", "card-7", 0, st("a", "b")),
+            "object_version",
+        )),
+        deliver(snapshot("e-2", "card-7", 12, st("ready", "Map")))
+            .decided(Decision::Applied, Ack::Applied)
+            .under(Mutant::IgnorePause)
+            .card("card-7", 12, st("ready", "Map"), true),
+    ]);
 
     // create-unknown-card: an event creates the card it names.
     let mut b = Bench::board();
-    assert_eq!(
-        b.deliver_under(
-            Mutant::CreateUnknownCard,
-            snapshot("e-300", "card-99", 1, st("queued", "New"))
-        ),
-        decided(Decision::Applied, Ack::Applied)
-    );
-    b.assert_card("card-99", 1, st("queued", "New"), false);
+    b.check(vec![deliver(snapshot(
+        "e-300",
+        "card-99",
+        1,
+        st("queued", "New"),
+    ))
+    .decided(Decision::Applied, Ack::Applied)
+    .under(Mutant::CreateUnknownCard)
+    .card("card-99", 1, st("queued", "New"), false)]);
 }
 
 #[test]
 fn each_seeded_identity_mutant_misbehaves_as_its_catalogue_entry_says() {
     // id-only-dedupe: a changed payload is taken for a duplicate of the first record.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
-    assert_eq!(
-        b.deliver_under(
-            Mutant::IdOnlyDedupe,
-            snapshot("e-202", "card-7", 13, st("ready", "Forge"))
-        ),
-        duplicate(Decision::Applied, Ack::Applied)
-    );
+    b.check(vec![
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Forge")))
+            .duplicate(Decision::Applied, Ack::Applied)
+            .under(Mutant::IdOnlyDedupe),
+    ]);
     assert!(b.paused().is_empty());
 
     // overwrite-first-record: the variant replaces the first record; its hold is filed
     // once under index 0, even when a third content overwrites it again.
     let mut b = Bench::board();
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.check(vec![deliver(snapshot(
+        "e-202",
+        "card-7",
+        13,
+        st("ready", "Map v2"),
+    ))]);
     for label in ["Forge", "Anvil"] {
-        assert_eq!(
-            b.deliver_under(
-                Mutant::OverwriteFirstRecord,
-                snapshot("e-202", "card-7", 13, st("ready", label))
-            ),
-            decided(Decision::ConflictChangedPayload, Ack::Held)
-        );
+        b.check(vec![deliver(snapshot(
+            "e-202",
+            "card-7",
+            13,
+            st("ready", label),
+        ))
+        .decided(Decision::ConflictChangedPayload, Ack::Held)
+        .under(Mutant::OverwriteFirstRecord)]);
         let identity = &b.receiver.identities()[&b.sym("e-202")];
         assert_eq!(identity.first.decision, Decision::ConflictChangedPayload);
         assert!(identity.variants.is_empty());
@@ -2237,14 +2480,13 @@ fn each_seeded_identity_mutant_misbehaves_as_its_catalogue_entry_says() {
 #[test]
 fn forgetting_held_events_at_reconciliation_breaks_the_invariants() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-210", "card-7", 10, st("ready", "Forge"))); // pauses card-7
-    b.deliver(snapshot("e-211", "card-7", 12, st("ready", "Map"))); // held_paused
-    let reconciled = b.reconcile_under(
-        Mutant::ForgetHeldAfterReconcile,
-        "card-7",
-        10,
-        st("queued", "Map"),
-    );
+    let reconciled = b
+        .check(vec![
+            deliver(snapshot("e-210", "card-7", 10, st("ready", "Forge"))), // pauses card-7
+            deliver(snapshot("e-211", "card-7", 12, st("ready", "Map"))),   // held_paused
+            reconcile("card-7", 10, st("queued", "Map")).under(Mutant::ForgetHeldAfterReconcile),
+        ])
+        .reconciled();
     assert_eq!(
         reconciled.settled,
         vec![(b.key("e-210", 0), Settlement::Resolved)],
@@ -2271,15 +2513,22 @@ fn a_resolved_variant_stays_unresolved_input_only_if_it_could_never_be_decided()
         "e-state",
         "e-unknown",
     ] {
-        b.deliver(snapshot(id, "card-7", 11, st("ready", "Map")));
+        b.check(vec![deliver(snapshot(
+            id,
+            "card-7",
+            11,
+            st("ready", "Map"),
+        ))]);
     }
-    b.deliver(variant("e-ok"));
-    b.deliver(with(variant("e-type"), "type", json!("card.deleted")));
-    b.deliver(without(variant("e-object"), "object_id"));
-    b.deliver(without(variant("e-version"), "object_version"));
-    b.deliver(with(variant("e-state"), "state", json!("ready")));
-    b.deliver(snapshot("e-unknown", "card-99", 12, st("ready", "Forge")));
-    b.reconcile("card-7", 12, st("ready", "Map"));
+    b.check(vec![
+        deliver(variant("e-ok")),
+        deliver(with(variant("e-type"), "type", json!("card.deleted"))),
+        deliver(without(variant("e-object"), "object_id")),
+        deliver(without(variant("e-version"), "object_version")),
+        deliver(with(variant("e-state"), "state", json!("ready"))),
+        deliver(snapshot("e-unknown", "card-99", 12, st("ready", "Forge"))),
+        reconcile("card-7", 12, st("ready", "Map")),
+    ]);
     for id in [
         "e-ok",
         "e-type",
@@ -2304,8 +2553,10 @@ fn a_resolved_variant_stays_unresolved_input_only_if_it_could_never_be_decided()
 #[test]
 fn record_hashes_tell_apart_every_field_that_matters() {
     let mut b = Bench::board();
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
-    b.deliver(snapshot("e-202", "card-7", 12, st("ready", "Map")));
+    b.check(vec![
+        deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))),
+        deliver(snapshot("e-202", "card-7", 12, st("ready", "Map"))),
+    ]);
     let record = b.record(b.key("e-201", 0));
     let other_content = b.record(b.key("e-202", 0));
     let variants = [
@@ -2353,12 +2604,14 @@ fn card_and_identity_tables_count_and_list_their_entries() {
     assert!(b.receiver.identities().is_empty());
     assert_eq!(b.receiver.identities().len(), 0);
 
-    b.deliver(snapshot("e-201", "card-7", 12, st("ready", "Map")));
-    b.deliver(snapshot("e-300", "card-99", 1, st("queued", "New")));
-    b.deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2")));
+    b.check(vec![
+        deliver(snapshot("e-201", "card-7", 12, st("ready", "Map"))),
+        deliver(snapshot("e-300", "card-99", 1, st("queued", "New"))),
+        deliver(snapshot("e-202", "card-7", 13, st("ready", "Map v2"))),
+    ]);
     assert_eq!(b.receiver.identities().len(), 3);
     assert!(!b.receiver.identities().is_empty());
-    b.reconcile("card-99", 1, st("queued", "New"));
+    b.check(vec![reconcile("card-99", 1, st("queued", "New"))]);
     assert_eq!(b.receiver.cards().len(), 3);
     assert_eq!(
         b.receiver.cards().into_iter().count(),

@@ -4,25 +4,10 @@
 //! finds an easy mutant's violation with a fixed seed and never says `pass`; bad input exits
 //! 2 with a message.
 
+use crate::util::{arrival, status, stderr};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn arrival(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_arrival"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn status(output: &Output) -> i32 {
-    output.status.code().expect("an exit status")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use std::process::Output;
 
 fn model_json(output: &Output) -> Value {
     let document: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {

@@ -2,9 +2,10 @@
 //! real SQLite files in temporary folders. Each test uses its own stream keys and files and
 //! removes them. Without a reachable Redis the tests fail and say what to install.
 
+use crate::util::{temp_dir, ARRIVAL};
 use arrival::pipeline::client::Client;
 use arrival::pipeline::drill::{self, DrillOptions};
-use arrival::pipeline::run::{unique, TempDir};
+use arrival::pipeline::run::unique;
 use arrival::pipeline::store;
 use arrival::pipeline::stream::{self, Names};
 use std::io::{BufRead, BufReader};
@@ -58,7 +59,7 @@ fn failures(report: &drill::DrillReport) -> Vec<String> {
 #[test]
 fn the_acceptance_fixture_reproduces_its_table_against_real_redis() {
     let url = redis_url();
-    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let output = Command::new(ARRIVAL)
         .args(["pipeline", "run", "fixtures/acmeflow-wf14.json"])
         .env("ARRIVAL_REDIS_URL", &url)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -161,7 +162,7 @@ fn serve_with(
     url: &str,
     options: &[&str],
 ) -> (std::process::Child, std::net::SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let mut child = Command::new(ARRIVAL)
         .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
         .arg(dir.join("inbox.db"))
         .arg("--keys")
@@ -188,17 +189,17 @@ fn serve_with(
 #[test]
 fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
     let url = redis_url();
-    let dir = TempDir::new("arrival-test").unwrap();
+    let dir = temp_dir("pipeline");
     let now = store::now_ms() / 1000;
     let (apps, requests) = drill::requests(11, 40, now);
-    let mut conn = store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
+    let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
     store::put_applications(&mut conn, &apps).unwrap();
-    write_drill_keys(&dir.0);
+    write_drill_keys(dir.path());
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
     };
-    let (mut child, addr) = serve(&dir.0, &names, &url);
+    let (mut child, addr) = serve(dir.path(), &names, &url);
     let rt = runtime();
     let mut accepted = Vec::new();
     let mut client = Client::new(addr);
@@ -214,7 +215,7 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
     }
     child.kill().unwrap(); // SIGKILL, wherever the consumer is
     child.wait().unwrap();
-    let (mut child, addr) = serve(&dir.0, &names, &url);
+    let (mut child, addr) = serve(dir.path(), &names, &url);
     let mut client = Client::new(addr);
     for request in &requests[20..] {
         let reply = rt
@@ -261,7 +262,7 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn a_missing_keys_file_is_bad_input() {
-    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let output = Command::new(ARRIVAL)
         .args([
             "pipeline",
             "serve",
@@ -281,10 +282,10 @@ fn a_missing_keys_file_is_bad_input() {
 fn a_missing_inbox_is_bad_input_and_is_not_created() {
     // Only `pipeline init` creates an inbox: a mistyped --db must not become a new, empty
     // one with no applications (every fact would then wait for ever).
-    let dir = TempDir::new("missing-inbox").unwrap();
-    let keys = dir.0.join("keys.json");
+    let dir = temp_dir("missing-inbox");
+    let keys = dir.path().join("keys.json");
     std::fs::write(&keys, r#"{"finance":["k1"],"contracts":["k2"]}"#).unwrap();
-    let missing = dir.0.join("typo.db");
+    let missing = dir.path().join("typo.db");
     let db = missing.to_str().unwrap();
     let keys = keys.to_str().unwrap();
     for args in [
@@ -303,7 +304,7 @@ fn a_missing_inbox_is_bad_input_and_is_not_created() {
             "2",
         ],
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        let output = Command::new(ARRIVAL)
             .args(&args)
             .env_remove("ARRIVAL_DB")
             .output()
@@ -317,9 +318,9 @@ fn a_missing_inbox_is_bad_input_and_is_not_created() {
         assert!(!missing.exists(), "{args:?} created {db}");
     }
     // A file that is there but is no inbox (empty, say) is refused too, and left as it was.
-    let empty = dir.0.join("empty.db");
+    let empty = dir.path().join("empty.db");
     std::fs::write(&empty, b"").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let output = Command::new(ARRIVAL)
         .args(["pipeline", "status", "--db", empty.to_str().unwrap()])
         .env_remove("ARRIVAL_DB")
         .output()
@@ -333,7 +334,7 @@ fn a_missing_inbox_is_bad_input_and_is_not_created() {
         "left as it was"
     );
     // A zero body timeout is refused by the command line.
-    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+    let output = Command::new(ARRIVAL)
         .args(["pipeline", "serve", "--db", db, "--keys", keys])
         .args(["--body-timeout-ms", "0"])
         .output()
@@ -347,9 +348,9 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
     // Redis 7.0 answers `[id, nil]` for a pending entry whose entry was deleted, and does not
     // count its deliveries up: a consumer that waited for max_deliveries would spin on it.
     let url = redis_url();
-    let dir = TempDir::new("arrival-test").unwrap();
-    write_drill_keys(&dir.0);
-    store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
+    let dir = temp_dir("pipeline");
+    write_drill_keys(dir.path());
+    store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
@@ -387,7 +388,7 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
         .arg(&id)
         .query(&mut raw)
         .unwrap();
-    let (mut child, _) = serve(&dir.0, &names, &url);
+    let (mut child, _) = serve(dir.path(), &names, &url);
     let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while stream::pending_count(&mut redis, &names).unwrap() > 0 && Instant::now() < deadline {
@@ -407,15 +408,15 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
 fn a_body_that_stalls_is_answered_408_and_nothing_enters_the_stream() {
     use std::io::{Read, Write};
     let url = redis_url();
-    let dir = TempDir::new("arrival-test").unwrap();
-    store::open(&dir.0.join("inbox.db"), 5_000).unwrap();
-    write_drill_keys(&dir.0);
+    let dir = temp_dir("pipeline");
+    store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+    write_drill_keys(dir.path());
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
     };
     let (mut child, addr) = serve_with(
-        &dir.0,
+        dir.path(),
         &names,
         &url,
         &["--consumers", "0", "--body-timeout-ms", "300"],

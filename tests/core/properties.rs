@@ -22,6 +22,7 @@
 //!   `last-arrival-wins`); failures are then expected and not persisted;
 //! - `ARRIVAL_PROPTEST_FIXTURES=<dir>` writes the failure fixtures there instead.
 
+use crate::util::SplitMix;
 use arrival::card::fixture::{
     RawAuthority, RawCard, RawDelivery, RawExpect, RawFixture, Scenario, TraceOrigin,
 };
@@ -469,7 +470,8 @@ impl Board {
             .into_iter()
             .enumerate()
             .map(|(index, event)| {
-                let mut rng = SplitMix(self.text_seed ^ (index as u64).wrapping_mul(0x2545_F491));
+                let mut rng =
+                    SplitMix::new(self.text_seed ^ (index as u64).wrapping_mul(0x2545_F491));
                 let text = render(&event, &mut rng);
                 let parsed: Value = serde_json::from_str(&text).expect("rendered JSON parses");
                 assert_eq!(parsed, event, "rendering keeps the value: {text}");
@@ -605,23 +607,6 @@ fn scenario(raw: RawFixture) -> Scenario {
 // JSON text with shuffled keys and random whitespace
 // ---------------------------------------------------------------------------------------
 
-/// SplitMix64: a tiny seeded generator for text variations.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
-
 /// The JSON text of `value` with keys in a random order, random whitespace between tokens
 /// and some characters of strings written as `\u` escapes: the same value, other text.
 fn render(value: &Value, rng: &mut SplitMix) -> String {
@@ -632,7 +617,7 @@ fn render(value: &Value, rng: &mut SplitMix) -> String {
 
 fn space(rng: &mut SplitMix, out: &mut String) {
     const SPACES: [&str; 8] = ["", "", " ", "  ", "\n", "\t", "\r\n  ", " \n\t"];
-    out.push_str(SPACES[rng.below(SPACES.len())]);
+    out.push_str(SPACES[rng.below(SPACES.len() as u64) as usize]);
 }
 
 fn write_string(text: &str, rng: &mut SplitMix, out: &mut String) {
@@ -658,7 +643,7 @@ fn write_value(value: &Value, rng: &mut SplitMix, out: &mut String) {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             for index in (1..entries.len()).rev() {
-                entries.swap(index, rng.below(index + 1));
+                entries.swap(index, rng.below(index as u64 + 1) as usize);
             }
             out.push('{');
             for (index, (key, item)) in entries.into_iter().enumerate() {
@@ -1091,8 +1076,8 @@ proptest! {
         // No trace block: this check is no library property, which a block's `violates`
         // must name (the file's name says which check it is).
         let value = serde_json::to_value(&raw).expect("fixtures serialise");
-        let text_a = render(&value, &mut SplitMix(seed_a));
-        let text_b = render(&value, &mut SplitMix(seed_b));
+        let text_a = render(&value, &mut SplitMix::new(seed_a));
+        let text_b = render(&value, &mut SplitMix::new(seed_b));
         let problem = match (
             Scenario::parse(Path::new("a.json"), &text_a),
             Scenario::parse(Path::new("b.json"), &text_b),

@@ -3,6 +3,7 @@
 //! exit statuses, and malformed facts fixtures (one problem per file in
 //! `tests/facts-malformed/`, each an input error naming file, place and problem).
 
+use crate::util::{arrival, temp_dir};
 use arrival::facts::envelope::Source;
 use arrival::facts::fixture::{RawFixture, Scenario};
 use arrival::facts::inbox::Verdict;
@@ -11,7 +12,6 @@ use arrival::facts::replay::{replay, replay_file, Report, StepReport};
 use arrival::facts::table::render_table;
 use arrival::facts::world::Decision;
 use std::path::Path;
-use std::process::Command;
 
 const WF14: &str = "fixtures/acmeflow-wf14.json";
 const FAULTS: &str = "fixtures/facts-faults.json";
@@ -421,13 +421,6 @@ fn every_malformed_facts_fixture_is_an_input_error_naming_file_place_and_problem
     }
 }
 
-fn arrival(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_arrival"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
 #[test]
 fn the_command_line_exits_0_1_2() {
     let holds = arrival(&["replay", WF14]);
@@ -447,10 +440,10 @@ fn the_command_line_exits_0_1_2() {
 
     let mut raw = wf14_raw();
     raw.expect.as_mut().unwrap().duplicates = Some(5);
-    let wrong = std::env::temp_dir().join(format!("facts-wrong-{}.json", std::process::id()));
+    let scratch = temp_dir("facts-wrong");
+    let wrong = scratch.path().join("facts-wrong.json");
     std::fs::write(&wrong, serde_json::to_string(&raw).unwrap()).unwrap();
     let fails = arrival(&["replay", wrong.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&wrong);
     assert_eq!(fails.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&fails.stdout).contains("duplicates: expected 5, got 2"));
 

@@ -10,6 +10,7 @@
 //! and says so. The HTTP client is a few lines over `std::net` (one request per connection):
 //! WebDriver and Explorer need nothing more, and no HTTP client crate is a dependency.
 
+use crate::util::ARRIVAL;
 use base64::Engine;
 use serde_json::{json, Value};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -288,7 +289,7 @@ fn explorer_shows_states_in_domain_terms() {
     };
 
     let explorer = free_address();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_arrival"));
+    let mut serve = Command::new(ARRIVAL);
     serve
         .current_dir(crate_root)
         .args(["check", MODEL, "--explore", &explorer.to_string()]);
@@ -383,7 +384,7 @@ fn explorer_shows_states_in_domain_terms() {
 #[test]
 fn facts_explorer_states_read_in_domain_terms() {
     let explorer = free_address();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_arrival"));
+    let mut serve = Command::new(ARRIVAL);
     serve.current_dir(env!("CARGO_MANIFEST_DIR")).args([
         "check",
         "models/acmeflow-wf14.toml",

@@ -11,6 +11,7 @@
 //! Each case runs a sequence of such envelopes, with repeats in both spellings, through two
 //! catalogs side by side, one per path.
 
+use crate::util::SplitMix;
 use arrival::card::wire::{Catalog, Event};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -216,21 +217,13 @@ struct Style {
 
 struct Writer {
     style: Style,
-    state: u64,
+    rng: SplitMix,
     out: String,
 }
 
 impl Writer {
-    fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
+        self.rng.below(bound)
     }
 
     fn space(&mut self) {
@@ -317,7 +310,7 @@ impl Writer {
 fn write(value: &Json, style: Style) -> String {
     let mut writer = Writer {
         style,
-        state: style.seed,
+        rng: SplitMix::new(style.seed),
         out: String::new(),
     };
     writer.value(value);

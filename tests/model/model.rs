@@ -2,6 +2,7 @@
 //! is reached, every mutant is caught by its named property with a trace that replays, and
 //! the counterexamples kept in `fixtures/regressions/` still replay.
 
+use crate::util::temp_dir;
 use arrival::card::check::{self, CheckOptions, ModelReport};
 use arrival::card::fixture::Scenario;
 use arrival::card::model_file::{Expectation, LoadedModel};
@@ -21,6 +22,26 @@ fn run(loaded: &LoadedModel, trace_out: Option<PathBuf>) -> ModelReport {
         ..CheckOptions::default()
     };
     check::run(loaded, &options).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// Distinct states the main card models reach under their own settings (the strategy and
+/// threads of the model file), as `arrival check --json` reports them (`unique_states`,
+/// 2026-12-01). Depth- and breadth-first, one thread or two, give the same count (only the
+/// number of generated states differs), so each pin holds under the model's own settings.
+/// These are pins, not comparisons of two runs: a reduction (or a change to the model)
+/// that changes what the checker visits fails them, and the number is changed on purpose.
+const B62_15_STATES: usize = 21_695;
+const EVERY_DECISION_STATES: usize = 75_374;
+const RE_PAUSE_STATES: usize = 30;
+
+#[track_caller]
+fn assert_pinned(report: &ModelReport, pinned: usize) {
+    assert_eq!(
+        report.unique_states, pinned,
+        "{}: distinct states changed; if a reduction or the model changed on purpose, pin \
+         the new count (`arrival check --json {}`)",
+        report.model, report.model
+    );
 }
 
 fn status<'a>(report: &'a ModelReport, name: &str) -> &'a str {
@@ -75,7 +96,22 @@ fn b62_15_with_one_duplicate_lost_ack_and_crash_passes_exhaustively() {
     ] {
         assert!(report.coverage[kind] > 0, "{kind} unreached");
     }
-    assert!(report.unique_states > 1_000, "the model explored its space");
+    assert_pinned(&report, B62_15_STATES);
+}
+
+#[test]
+fn the_state_count_pins_see_a_reduction_switched_off() {
+    // The same model without merging settled decisions: another count, which the pin of
+    // B62-15 would refuse.
+    let mut loaded = load("models/b62-15.toml");
+    loaded.file.merge_settled = false;
+    let report = run(&loaded, None);
+    assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert!(
+        report.unique_states > B62_15_STATES,
+        "{} without merge_settled",
+        report.unique_states
+    );
 }
 
 #[test]
@@ -89,6 +125,7 @@ fn b62_15_with_reconciliation_only_at_the_end_passes() {
 fn every_decision_kind_and_outcome_is_reached() {
     let report = run(&load("models/every-decision.toml"), None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert_pinned(&report, EVERY_DECISION_STATES);
     for (kind, count) in &report.coverage {
         // A card can only be ahead of its authority when authority-current is broken, and
         // then nothing is explored: refused_behind is shown by replay instead (below).
@@ -125,7 +162,8 @@ fn every_decision_kind_and_outcome_is_reached() {
 
 #[test]
 fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
-    let out = std::env::temp_dir().join(format!("arrival-traces-{}", std::process::id()));
+    let scratch = temp_dir("traces");
+    let out = scratch.path().to_path_buf();
     for mutant in Mutant::ALL {
         let path = format!("models/mutant-{}.toml", mutant.name());
         let loaded = load(&path);
@@ -182,7 +220,6 @@ fn every_mutant_is_caught_by_its_named_property_with_a_trace_that_replays() {
             under_spec.violations
         );
     }
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -655,8 +692,8 @@ fn replay_and_check_agree_on_every_fixture() {
         .collect();
     fixtures.sort();
     assert!(fixtures.len() >= 5, "{fixtures:?}");
-    let model = std::env::temp_dir().join(format!("arrival-agree-{}", std::process::id()));
-    std::fs::create_dir_all(&model).expect("temp dir");
+    let scratch = temp_dir("agree");
+    let model = scratch.path();
     for fixture in fixtures {
         let scenario = Scenario::load(&fixture).expect("loads");
         let replayed = replay(&scenario, Spec, "spec");
@@ -686,7 +723,6 @@ fn replay_and_check_agree_on_every_fixture() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(model);
 }
 
 #[test]
@@ -706,11 +742,13 @@ fn the_default_order_reconciles_again_when_a_re_evaluated_hold_pauses_the_card()
     assert!(replayed.passed(), "{replayed:?}");
     let report = run(&load("models/re-pause.toml"), None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
+    assert_pinned(&report, RE_PAUSE_STATES);
 }
 
 #[test]
 fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
-    let out = std::env::temp_dir().join(format!("arrival-sweep-{}", std::process::id()));
+    let scratch = temp_dir("sweep");
+    let out = scratch.path().to_path_buf();
     let options = arrival::card::sweep::SweepOptions {
         count: 40,
         seed: 3,
@@ -740,7 +778,6 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
     let under_mutant = replay(&scenario, Some(Mutant::IgnorePause), "ignore-pause");
     assert_eq!(first_violation(&under_mutant), Some(Property::PausedFrozen));
     assert!(replay(&scenario, Spec, "spec").passed());
-    let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
@@ -750,8 +787,8 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
     // concerns only cards that some input can pause. With an input that pauses the card in
     // some orders only (v10 with another state: a conflict before e-1, stale after it), the
     // same newer authority is reported: the card ends at v11 or v12 by arrival order.
-    let dir = std::env::temp_dir().join(format!("arrival-unread-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = temp_dir("unread");
+    let dir = scratch.path();
     let fixture = |extra: &str| {
         format!(
             r#"{{"initial": {{"card-7": {{"version": 10, "state": {{"stage": "a"}}}}}},
@@ -775,7 +812,6 @@ fn an_authority_nothing_ever_reads_is_no_precondition_failure() {
         let report = run(&load(model.to_str().unwrap()), None);
         assert!(report.as_expected, "{}", check::render(&report));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

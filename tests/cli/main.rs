@@ -1,0 +1,11 @@
+//! The command line and the browser: the `arrival` binary run as a user runs it.
+//!
+//! - `cli`: exit statuses, error messages, malformed inputs, JUnit and output files.
+//! - `explorer`: `check --explore` served to headless chromium through chromedriver.
+
+#[allow(dead_code, unused_imports)]
+#[path = "../util/mod.rs"]
+mod util;
+
+mod cli;
+mod explorer;

@@ -1,0 +1,24 @@
+//! The fast tests: the card contract's rules, its walkthrough and properties, the wire
+//! parser, and the facts ingress, properties and replay. No services, no model checking
+//! beyond a few steps; the target cargo-mutants runs (`--test core`).
+//!
+//! - `rules`: one test per rule and precedence edge of the decision function,
+//!   reconciliation and retention, as tables of rows through one `check` helper.
+//! - `walkthrough`: the B62-15 walkthrough of `docs/protocol.md`, step by step.
+//! - `properties`: proptest properties of the decision function over generated fixtures.
+//! - `wire_bytes`: `Catalog::event_from_bytes` gives what `Catalog::event` gives.
+//! - `facts_ingress`: the facts ingress checks, their order and the signature edge cases.
+//! - `facts_properties`: facts inbox and envelope properties over generated inputs.
+//! - `facts_replay`: the facts acceptance run step by step and malformed facts fixtures.
+
+#[allow(dead_code, unused_imports)]
+#[path = "../util/mod.rs"]
+mod util;
+
+mod facts_ingress;
+mod facts_properties;
+mod facts_replay;
+mod properties;
+mod rules;
+mod walkthrough;
+mod wire_bytes;

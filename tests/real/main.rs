@@ -1,0 +1,14 @@
+//! The real durable store and the real facts pipeline, against real services: SQLite files,
+//! the PostgreSQL server at `ARRIVAL_DATABASE_URL` and the Redis at `ARRIVAL_REDIS_URL`
+//! (see `.ci/test`). A service that does not answer fails the test; nothing is skipped.
+//!
+//! - `store`: the card store on SQLite and PostgreSQL, each test written once and run on
+//!   both backends (`backend_test!`), with the crash and concurrency drills.
+//! - `pipeline`: the facts pipeline (axum + Redis + SQLite) and its kill drills.
+
+#[allow(dead_code, unused_imports)]
+#[path = "../util/mod.rs"]
+mod util;
+
+mod pipeline;
+mod store;
