@@ -3,13 +3,13 @@
 //! promises of the contract and against the SPEC receiver's end state for the fixture.
 
 use crate::card::fixture::Scenario;
-use crate::harness::rng::SplitMix;
 use crate::card::policy::Spec;
 use crate::card::receiver::{Card, Receiver, Verdict};
 use crate::card::replay::replay;
 use crate::card::wire::{Catalog, Snapshot};
+use crate::harness::rng::SplitMix;
 use crate::harness::InputError;
-use crate::store::cli::{authority, fixture_deliveries, initial_cards, store_error};
+use crate::store::input::{authority, fixture_deliveries, initial_cards, store_error};
 use crate::store::{
     content_hash, decision_of, Acknowledgement, DbUrl, Incoming, Store, StoreMutant, Val,
 };
