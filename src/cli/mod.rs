@@ -103,7 +103,7 @@ pub fn print(text: &str) {
     let _ = stdout.flush();
 }
 
-/// Writes `text` and a line end to standard output, like [`print`].
+/// Writes `text` and a line end to standard output, like [`print()`].
 pub fn print_line(text: &str) {
     print(&format!("{text}\n"));
 }
