@@ -12,8 +12,9 @@
 //!
 //! The tree shows it: one harness, a folder per protocol beside it, the real parts beside
 //! those, and a thin command line. Dependencies point one way: `harness` <- `card`, `facts`
-//! <- `store`, `pipeline` <- `cli` <- `main`. The harness never imports a protocol; the decision
-//! functions never do I/O or read a clock; the real parts acknowledge only after a commit.
+//! <- `store`, `pipeline` <- `cli` <- `main`. The harness never imports a protocol; the
+//! decision functions never do I/O or read a clock; the real parts acknowledge only after a
+//! commit.
 //!
 //! | module | job |
 //! |---|---|

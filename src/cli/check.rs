@@ -1,5 +1,6 @@
-//! `arrival check`: model files of any protocol (and the card sweep) checked, printed as
-//! text, JSON and JUnit.
+//! `arrival check`: model files of any protocol (and the card sweep), checked and reported.
+//!
+//! Reports print as text, as one JSON document (`--json`) and as JUnit XML (`--junit`).
 
 use super::protocols::{self, card_policy, CheckSettings, LoadedModel};
 use super::{pretty_json, print, Outcome};

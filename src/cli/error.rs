@@ -1,5 +1,4 @@
-//! The command line's one error type: bad input (exit 2) kept apart from a failing
-//! environment (exit 3).
+//! The command line's one error type: bad input (exit 2) apart from the environment (3).
 
 use crate::harness::InputError;
 use std::fmt;

@@ -1,5 +1,6 @@
-//! The `arrival` command line: the clap definitions of every subcommand and their
-//! dispatch; `src/main.rs` only parses, calls [`run`] and exits with its [`Exit`].
+//! The `arrival` command line: every subcommand's clap definition and its dispatch.
+//!
+//! `src/main.rs` only calls [`parse`], then [`run`], and exits with its [`Exit`].
 //!
 //! | module | job |
 //! |---|---|

@@ -1,6 +1,6 @@
-//! `arrival pipeline ...`: the real facts pipeline's commands (init, serve, status,
-//! upgrade, run, the hidden consumer step, drills, load).
+//! `arrival pipeline ...`: the command line of the real facts pipeline.
 //!
+//! Its commands: init, serve, status, upgrade, run, the hidden consumer step, drill, load.
 //! Bad input is an [`InputError`] (exit 2); Redis, the inbox database, a port, the tokio
 //! runtime or a child process failing is an [`EnvironmentError`] (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).

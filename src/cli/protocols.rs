@@ -1,5 +1,6 @@
-//! The protocol registry: which protocol a fixture or model file belongs to, and each
-//! protocol's replay, model loading and check behind one trait.
+//! The protocol registry: each protocol's replay, model loading and check behind one trait.
+//!
+//! It also tells which protocol a fixture or a model file belongs to.
 //!
 //! A new protocol (a third folder beside `src/card/` and `src/facts/`) touches:
 //!

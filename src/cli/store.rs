@@ -1,6 +1,6 @@
-//! `arrival store ...`: the durable receiver's commands (init, ingest, reconcile, show,
-//! drills).
+//! `arrival store ...`: the command line of the durable card receiver.
 //!
+//! Its commands: init, ingest, reconcile, show, and the crash and concurrency drills.
 //! Bad input (a malformed JSON line, an unknown database scheme, an unreadable file) is an
 //! [`InputError`] naming the source and the line (exit 2); a database that fails or does
 //! not answer is an [`EnvironmentError`] naming the database (exit 3).

@@ -1,6 +1,8 @@
-//! What the store reads: a fixture's cards, deliveries and authority as the store takes
-//! them, `ingest`'s JSON lines and `reconcile`'s snapshot lines, each bad line an
-//! [`InputError`] naming the source and the line.
+//! What the store reads: fixtures, `ingest` lines and snapshot lines, as store inputs.
+//!
+//! A fixture's cards, deliveries and authority as the store takes them, `ingest`'s JSON
+//! lines and `reconcile`'s snapshot lines; each bad line is an [`InputError`] naming the
+//! source and the line.
 
 use crate::card::fixture::Scenario;
 use crate::harness::timestamp::parse_rfc3339;
