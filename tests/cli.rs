@@ -451,11 +451,12 @@ fn an_unknown_policy_exits_2() {
 }
 
 #[test]
-fn explore_on_a_taken_address_exits_2_naming_it() {
+fn explore_on_a_taken_address_exits_3_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let address = taken.local_addr().expect("its address").to_string();
     let output = arrival(&["check", "models/b62-15.toml", "--explore", &address]);
-    assert_status(&output, 2, "Explorer on a taken address");
+    // A port another process holds is the environment's failure.
+    assert_status(&output, 3, "Explorer on a taken address");
     let said = stderr(&output);
     assert!(said.contains("--explore"), "{said}");
     assert!(
@@ -1153,6 +1154,12 @@ fn a_database_that_does_not_answer_exits_3_naming_it() {
     let url = format!("postgres://postgres@127.0.0.1:{}/x", dead_port());
     let output = arrival(&["store", "show", "--db", &url]);
     assert_status(&output, 3, "store show on a dead PostgreSQL");
+    let err = stderr(&output);
+    assert!(err.contains("database") && err.contains(&url), "{err}");
+    let output = arrival(&[
+        "store", "drill", "crash", B62_15, "--kills", "1", "--db", &url,
+    ]);
+    assert_status(&output, 3, "store drill crash on a dead PostgreSQL");
     let err = stderr(&output);
     assert!(err.contains("database") && err.contains(&url), "{err}");
 }

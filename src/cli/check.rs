@@ -3,7 +3,7 @@
 //! Reports print as text, as one JSON document (`--json`) and as JUnit XML (`--junit`).
 
 use super::protocols::{self, card_policy, CheckSettings, LoadedModel};
-use super::{pretty_json, print, Outcome};
+use super::{pretty_json, print, EnvironmentError, Error, Outcome};
 use crate::card::policy::PolicyName;
 use crate::card::sweep::{self, SweepOptions, SweepReport};
 use crate::harness::check::Mode;
@@ -14,6 +14,7 @@ use crate::harness::report::{render, ModelReport};
 use crate::harness::shard::ShardSpec;
 use crate::harness::simulate::{Simulation, DEFAULT_MAX_DEPTH};
 use crate::harness::InputError;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 /// `arrival check`.
@@ -189,8 +190,10 @@ pub fn run(args: CheckArgs) -> Outcome {
     finish(&args, &reports, swept.as_ref())
 }
 
-/// Serves Explorer for the first model (blocks).
-fn serve(model: &dyn LoadedModel, path: &Path, address: &str) -> Result<(), InputError> {
+/// Serves Explorer for the first model (blocks). An address another process holds, or
+/// one this machine does not have, is the environment's failure; any other refusal of the
+/// address is bad input.
+fn serve(model: &dyn LoadedModel, path: &Path, address: &str) -> Result<(), Error> {
     let mut listening = || {
         eprintln!(
             "arrival: serving Explorer for {} on http://{address}",
@@ -200,7 +203,12 @@ fn serve(model: &dyn LoadedModel, path: &Path, address: &str) -> Result<(), Inpu
     };
     model.serve(address, &mut listening).map_err(|error| {
         let message = format!("cannot listen on {address}: {error}");
-        InputError::invalid(Path::new("--explore"), "command line", message)
+        match error.kind() {
+            ErrorKind::AddrInUse | ErrorKind::AddrNotAvailable | ErrorKind::PermissionDenied => {
+                EnvironmentError::new("--explore", message).into()
+            }
+            _ => InputError::invalid(Path::new("--explore"), "command line", message).into(),
+        }
     })
 }
 

@@ -41,5 +41,17 @@ impl fmt::Display for EnvironmentError {
 
 impl std::error::Error for EnvironmentError {}
 
+impl From<crate::store::drill::DrillError> for Error {
+    fn from(error: crate::store::drill::DrillError) -> Error {
+        use crate::store::drill::DrillError;
+        match error {
+            DrillError::Input(error) => Error::Input(error),
+            DrillError::Environment { what, message } => {
+                Error::Environment(EnvironmentError { what, message })
+            }
+        }
+    }
+}
+
 /// `Ok(true)`: as expected; `Ok(false)`: not as expected; an error otherwise.
 pub type Outcome = Result<bool, Error>;

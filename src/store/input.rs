@@ -7,7 +7,7 @@
 use crate::card::fixture::Scenario;
 use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
-use crate::store::{unkeepable_name, AuthoritySnapshot, DbUrl, Incoming, StoreError};
+use crate::store::{unkeepable_name, AuthoritySnapshot, DbUrl, Incoming};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::Path;
@@ -19,11 +19,6 @@ pub const DEFAULT_DB: &str = "sqlite:arrival.db";
 pub fn db_url(text: &str) -> Result<DbUrl, InputError> {
     DbUrl::parse(text)
         .map_err(|message| InputError::invalid(Path::new("--db"), "command line", message))
-}
-
-/// A store failure as a drill reports it, naming the database.
-pub fn store_error(url: &DbUrl, error: StoreError) -> InputError {
-    InputError::invalid(Path::new(&url.to_string()), "database", error.to_string())
 }
 
 /// A fixture's initial cards, as the store seeds them.
