@@ -4,7 +4,7 @@
 
 use super::explore::{explore, shortest, Run, Settings};
 use super::report::{
-    judge, peak_rss_mib, Expected, Findings, ModelReport, PropertyReport, SampledViolation,
+    judge, peak_rss_mib, Expected, Findings, Kind, ModelReport, PropertyReport, SampledViolation,
     ShardReport, SimulationReport, Status, TraceReport,
 };
 use super::shard::{Shard, ShardSpec};
@@ -249,7 +249,7 @@ pub fn check_parts_with<P: Protocol>(
         }
         properties.push(PropertyReport {
             name: name.into(),
-            kind: "always".into(),
+            kind: Kind::Always,
             status,
             trace,
             detail: None,
@@ -258,7 +258,7 @@ pub fn check_parts_with<P: Protocol>(
     for (name, count) in &coverage {
         properties.push(PropertyReport {
             name: format!("reached-{name}"),
-            kind: "sometimes".into(),
+            kind: Kind::Sometimes,
             status: Status::coverage(*count),
             trace: None,
             detail: None,
@@ -324,7 +324,7 @@ pub fn precondition_failed<P: Protocol>(
             };
             PropertyReport {
                 name: name.into(),
-                kind: "always".into(),
+                kind: Kind::Always,
                 status,
                 trace: None,
                 detail: (name == property).then(|| detail.clone()),

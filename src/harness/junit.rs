@@ -3,7 +3,7 @@
 //! one `verdict` case per model that fails only when the result is not what the model file
 //! expected.
 
-use super::report::{ModelReport, Status};
+use super::report::{Kind, ModelReport, Status};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
     for model in reports {
         let mut suite = TestSuite::new(model.model.clone());
         suite.set_time(Duration::from_secs_f64(model.seconds.max(0.0)));
-        for property in model.properties.iter().filter(|p| p.kind == "always") {
+        for property in model.properties.iter().filter(|p| p.kind == Kind::Always) {
             let status = match property.status {
                 Status::Holds => TestCaseStatus::success(),
                 Status::Violated => {

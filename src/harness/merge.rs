@@ -12,7 +12,7 @@
 //! a shard's, and malformed JSON are refused, naming the file.
 
 use super::input::{parse_json, read_text, InputError};
-use super::report::{judge, Findings, MergeReport, ModelReport, PropertyReport, Status};
+use super::report::{judge, Findings, Kind, MergeReport, ModelReport, PropertyReport, Status};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -121,7 +121,7 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
     let checked: Vec<&str> = report
         .properties
         .iter()
-        .filter(|property| property.kind == "always" && property.status != Status::NotChecked)
+        .filter(|property| property.kind == Kind::Always && property.status != Status::NotChecked)
         .map(|property| property.name.as_str())
         .collect();
     vec![
@@ -189,14 +189,14 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
     let mut properties = Vec::new();
     let mut violated = Vec::new();
     let mut undecided = !missing.is_empty();
-    for property in first.properties.iter().filter(|p| p.kind == "always") {
+    for property in first.properties.iter().filter(|p| p.kind == Kind::Always) {
         let statuses: Vec<&PropertyReport> = reports
             .iter()
             .filter_map(|report| {
                 report
                     .properties
                     .iter()
-                    .find(|theirs| theirs.kind == "always" && theirs.name == property.name)
+                    .find(|theirs| theirs.kind == Kind::Always && theirs.name == property.name)
             })
             .collect();
         let breaking = statuses
@@ -238,7 +238,7 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
     for (name, count) in &coverage {
         properties.push(PropertyReport {
             name: format!("reached-{name}"),
-            kind: "sometimes".into(),
+            kind: Kind::Sometimes,
             status: Status::coverage(*count),
             trace: None,
             detail: None,

@@ -42,6 +42,26 @@ pub enum Status {
     Unreached,
 }
 
+/// What kind of property a report line is, serialised as its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A safety or convergence property: it must hold on every explored state.
+    Always,
+    /// Decision coverage: some explored transition should meet it.
+    Sometimes,
+}
+
+impl Kind {
+    /// The kind's word in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Always => "always",
+            Kind::Sometimes => "sometimes",
+        }
+    }
+}
+
 /// What a model file expects: everything holds, or one property is violated.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expected {
@@ -174,7 +194,7 @@ macro_rules! words {
     )*};
 }
 
-words!(Verdict, Status, Expected);
+words!(Verdict, Status, Expected, Kind);
 
 impl Serialize for Expected {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -198,7 +218,7 @@ pub struct PropertyReport {
     /// Its name.
     pub name: String,
     /// `always` for safety and convergence, `sometimes` for decision coverage.
-    pub kind: String,
+    pub kind: Kind,
     /// `holds`, `violated`, `unknown` (state limit hit, or shards missing), `sampled` (no
     /// walk of a simulation broke it), `not checked` / `reached`, `unreached`.
     pub status: Status,
@@ -403,7 +423,7 @@ pub fn render(report: &ModelReport) -> String {
     for property in report
         .properties
         .iter()
-        .filter(|property| property.kind == "always")
+        .filter(|property| property.kind == Kind::Always)
     {
         match &property.detail {
             Some(detail) => {
