@@ -567,3 +567,103 @@ pub fn render(report: &ModelReport) -> String {
     let _ = writeln!(out, "  verdict: {verdict}");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_serialise_to_the_report_words() {
+        let words = |value: serde_json::Value| value.as_str().map(str::to_owned);
+        for verdict in [
+            Verdict::Pass,
+            Verdict::Fail,
+            Verdict::Incomplete,
+            Verdict::Partial,
+            Verdict::Sampled,
+        ] {
+            let json = serde_json::to_value(verdict).unwrap();
+            assert_eq!(words(json.clone()).as_deref(), Some(verdict.as_str()));
+            assert_eq!(serde_json::from_value::<Verdict>(json).unwrap(), verdict);
+        }
+        assert_eq!(
+            serde_json::to_value(Status::NotChecked).unwrap(),
+            serde_json::json!("not checked")
+        );
+        assert_eq!(Status::from("holds"), Status::Holds);
+        for expected in [Expected::Pass, Expected::Violates("no-regression".into())] {
+            let json = serde_json::to_value(&expected).unwrap();
+            assert_eq!(words(json.clone()).as_deref(), Some(expected.as_str()));
+            assert_eq!(serde_json::from_value::<Expected>(json).unwrap(), expected);
+        }
+    }
+
+    fn findings(violated: &[String], sampled: bool, complete: bool, partial: bool) -> Findings<'_> {
+        Findings {
+            violated,
+            sampled,
+            complete,
+            partial,
+        }
+    }
+
+    #[test]
+    fn one_rule_judges_runs_shards_simulations_and_merges() {
+        let none: &[String] = &[];
+        let some = &["no-regression".to_owned()][..];
+        let pass = Expected::Pass;
+        let mutant = Expected::Violates("no-regression".into());
+        let other = Expected::Violates("converges".into());
+        let cases = [
+            (
+                findings(none, false, true, false),
+                &pass,
+                (Verdict::Pass, true),
+            ),
+            (
+                findings(none, false, false, false),
+                &pass,
+                (Verdict::Incomplete, false),
+            ),
+            (
+                findings(none, true, true, false),
+                &pass,
+                (Verdict::Sampled, true),
+            ),
+            (
+                findings(none, false, true, true),
+                &pass,
+                (Verdict::Partial, true),
+            ),
+            (
+                findings(some, false, true, false),
+                &pass,
+                (Verdict::Fail, false),
+            ),
+            (
+                findings(some, false, true, false),
+                &mutant,
+                (Verdict::Fail, true),
+            ),
+            (
+                findings(some, false, true, false),
+                &other,
+                (Verdict::Fail, false),
+            ),
+            // One shard's share cannot tell an expected violation is missing.
+            (
+                findings(none, false, true, true),
+                &mutant,
+                (Verdict::Partial, true),
+            ),
+            (
+                findings(none, false, true, false),
+                &mutant,
+                (Verdict::Pass, false),
+            ),
+        ];
+        for (found, expected, judged) in cases {
+            assert_eq!(judge(&found, expected), judged, "{found:?} {expected:?}");
+        }
+    }
+}
