@@ -12,8 +12,9 @@
 //!
 //! The tree shows it: one harness, a folder per protocol beside it, the real parts beside
 //! those, and a thin command line. Dependencies point one way: `harness` <- `card`, `facts`
-//! <- `store`, `pipeline` <- `main`. The harness never imports a protocol; the decision
-//! functions never do I/O or read a clock; the real parts acknowledge only after a commit.
+//! <- `store`, `pipeline` <- `cli` <- `main`. The harness never imports a protocol; the
+//! decision functions never do I/O or read a clock; the real parts acknowledge only after a
+//! commit.
 //!
 //! | module | job |
 //! |---|---|
@@ -22,6 +23,7 @@
 //! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, properties, mutants, replay, model |
 //! | [`store`] | the durable card receiver: the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), `arrival store` commands, crash and concurrency drills |
 //! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills, load generator (all the I/O of `facts`) |
+//! | [`cli`] | the `arrival` command line: every subcommand's clap definition and dispatch, the protocol registry ([`cli::protocols`]), the exit statuses ([`cli::Exit`]) and the one error type that keeps bad input apart from a failing environment ([`cli::Error`]); clap belongs here, not in the library modules |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
 //!
@@ -50,12 +52,14 @@
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
 //!
-//! The facts protocol's modules are listed in [`facts`]. The binary (`src/main.rs`) is a
-//! thin command line over replay, check, the store and the pipeline.
+//! The facts protocol's modules are listed in [`facts`], the command line's in [`cli`]. The
+//! binary (`src/main.rs`) only parses the command line, runs it with [`cli::run`] and exits
+//! with its status.
 
 #![warn(missing_docs)]
 
 pub mod card;
+pub mod cli;
 pub mod facts;
 pub mod harness;
 pub mod pipeline;

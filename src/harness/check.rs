@@ -4,8 +4,8 @@
 
 use super::explore::{explore, shortest, Run, Settings};
 use super::report::{
-    peak_rss_mib, ModelReport, PropertyReport, SampledViolation, ShardReport, SimulationReport,
-    TraceReport,
+    judge, peak_rss_mib, Expected, Findings, Kind, ModelReport, PropertyReport, SampledViolation,
+    ShardReport, SimulationReport, Status, TraceReport,
 };
 use super::shard::{Shard, ShardSpec};
 use super::simulate::{simulate, Simulation};
@@ -238,19 +238,19 @@ pub fn check_parts_with<P: Protocol>(
     for (index, &name) in P::PROPERTIES.iter().enumerate() {
         let trace = traces.remove(&index);
         let status = match (&trace, tally.complete) {
-            _ if !checked(index) => "not checked",
-            (Some(_), _) => "violated",
-            (None, _) if sampled => "sampled",
-            (None, true) => "holds",
-            (None, false) => "unknown",
+            _ if !checked(index) => Status::NotChecked,
+            (Some(_), _) => Status::Violated,
+            (None, _) if sampled => Status::Sampled,
+            (None, true) => Status::Holds,
+            (None, false) => Status::Unknown,
         };
         if trace.is_some() {
             violated.push(name.to_owned());
         }
         properties.push(PropertyReport {
             name: name.into(),
-            kind: "always".into(),
-            status: status.into(),
+            kind: Kind::Always,
+            status,
             trace,
             detail: None,
         });
@@ -258,8 +258,8 @@ pub fn check_parts_with<P: Protocol>(
     for (name, count) in &coverage {
         properties.push(PropertyReport {
             name: format!("reached-{name}"),
-            kind: "sometimes".into(),
-            status: if *count > 0 { "reached" } else { "unreached" }.into(),
+            kind: Kind::Sometimes,
+            status: Status::coverage(*count),
             trace: None,
             detail: None,
         });
@@ -267,30 +267,22 @@ pub fn check_parts_with<P: Protocol>(
     // A shard of several judges only its share: it knows a model expected to pass fails,
     // never that an expected violation is missing (another shard may hold it).
     let partial = shard.as_ref().is_some_and(|shard| shard.count > 1);
-    let verdict = if !violated.is_empty() {
-        "fail"
-    } else if sampled {
-        "sampled"
-    } else if !tally.complete {
-        "incomplete"
-    } else if partial {
-        "partial"
-    } else {
-        "pass"
+    let expected = Expected::from_property(subject.expected);
+    let findings = Findings {
+        violated: &violated,
+        sampled,
+        complete: tally.complete,
+        partial,
     };
-    let as_expected = match subject.expected {
-        None => matches!(verdict, "pass" | "partial" | "sampled"),
-        Some(_) if partial => true,
-        Some(property) => violated.iter().any(|name| name == property),
-    };
+    let (verdict, as_expected) = judge(&findings, &expected);
     Ok(ModelReport {
         model: subject.model,
         protocol: subject.protocol,
         fixture: subject.fixture,
         policy: subject.policy,
         settings: subject.settings,
-        verdict: verdict.into(),
-        expected: subject.expected.unwrap_or("pass").into(),
+        verdict,
+        expected,
         as_expected,
         violated,
         parts: parts.len(),
@@ -324,31 +316,41 @@ pub fn precondition_failed<P: Protocol>(
         .enumerate()
         .map(|(index, &name)| {
             let status = if name == property {
-                "violated"
+                Status::Violated
             } else if checks(index) {
-                "unknown"
+                Status::Unknown
             } else {
-                "not checked"
+                Status::NotChecked
             };
             PropertyReport {
                 name: name.into(),
-                kind: "always".into(),
-                status: status.into(),
+                kind: Kind::Always,
+                status,
                 trace: None,
                 detail: (name == property).then(|| detail.clone()),
             }
         })
         .collect();
+    // Nothing was explored: the verdict rests on the precondition alone, in any mode.
+    let violated = vec![property.to_owned()];
+    let expected = Expected::from_property(subject.expected);
+    let findings = Findings {
+        violated: &violated,
+        sampled: false,
+        complete: true,
+        partial: false,
+    };
+    let (verdict, as_expected) = judge(&findings, &expected);
     ModelReport {
         model: subject.model,
         protocol: subject.protocol,
         fixture: subject.fixture,
         policy: subject.policy,
         settings: subject.settings,
-        verdict: "fail".into(),
-        expected: subject.expected.unwrap_or("pass").into(),
-        as_expected: subject.expected == Some(property),
-        violated: vec![property.to_owned()],
+        verdict,
+        expected,
+        as_expected,
+        violated,
         parts: 1,
         states: 0,
         unique_states: 0,

@@ -3,7 +3,7 @@
 //! one `verdict` case per model that fails only when the result is not what the model file
 //! expected.
 
-use super::report::ModelReport;
+use super::report::{Kind, ModelReport, Status};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use std::time::Duration;
 
@@ -24,12 +24,12 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
     for model in reports {
         let mut suite = TestSuite::new(model.model.clone());
         suite.set_time(Duration::from_secs_f64(model.seconds.max(0.0)));
-        for property in model.properties.iter().filter(|p| p.kind == "always") {
-            let status = match property.status.as_str() {
-                "holds" => TestCaseStatus::success(),
-                "violated" => {
+        for property in model.properties.iter().filter(|p| p.kind == Kind::Always) {
+            let status = match property.status {
+                Status::Holds => TestCaseStatus::success(),
+                Status::Violated => {
                     let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    let expected = model.expected == property.name;
+                    let expected = model.expected == property.name.as_str();
                     let mut message = format!(
                         "{} violated{}",
                         property.name,
@@ -70,9 +70,9 @@ pub fn document(reports: &[ModelReport], extra: &[ExtraSuite]) -> String {
                 other => {
                     let mut status = TestCaseStatus::skipped();
                     status.set_message(match other {
-                        "unknown" if model.merged.is_some() => "not decided: a shard is missing or stopped at its state limit".to_owned(),
-                        "unknown" => "not decided: the run stopped at its state limit".to_owned(),
-                        "sampled" => "no violation in the sampled walks; simulation proves nothing about the behaviours no walk visited".to_owned(),
+                        Status::Unknown if model.merged.is_some() => "not decided: a shard is missing or stopped at its state limit".to_owned(),
+                        Status::Unknown => "not decided: the run stopped at its state limit".to_owned(),
+                        Status::Sampled => "no violation in the sampled walks; simulation proves nothing about the behaviours no walk visited".to_owned(),
                         _ => format!("{}: {other}", property.name),
                     });
                     status

@@ -12,7 +12,7 @@
 //! a shard's, and malformed JSON are refused, naming the file.
 
 use super::input::{parse_json, read_text, InputError};
-use super::report::{MergeReport, ModelReport, PropertyReport};
+use super::report::{judge, Findings, Kind, MergeReport, ModelReport, PropertyReport, Status};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -121,7 +121,7 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
     let checked: Vec<&str> = report
         .properties
         .iter()
-        .filter(|property| property.kind == "always" && property.status != "not checked")
+        .filter(|property| property.kind == Kind::Always && property.status != Status::NotChecked)
         .map(|property| property.name.as_str())
         .collect();
     vec![
@@ -129,7 +129,7 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
         ("fixture", report.fixture.clone()),
         ("policy", report.policy.clone()),
         ("settings", report.settings.clone()),
-        ("expected", report.expected.clone()),
+        ("expected", report.expected.to_string()),
         ("parts", report.parts.to_string()),
         (
             "shard count",
@@ -189,21 +189,21 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
     let mut properties = Vec::new();
     let mut violated = Vec::new();
     let mut undecided = !missing.is_empty();
-    for property in first.properties.iter().filter(|p| p.kind == "always") {
+    for property in first.properties.iter().filter(|p| p.kind == Kind::Always) {
         let statuses: Vec<&PropertyReport> = reports
             .iter()
             .filter_map(|report| {
                 report
                     .properties
                     .iter()
-                    .find(|theirs| theirs.kind == "always" && theirs.name == property.name)
+                    .find(|theirs| theirs.kind == Kind::Always && theirs.name == property.name)
             })
             .collect();
         let breaking = statuses
             .iter()
-            .filter(|theirs| theirs.status == "violated")
+            .filter(|theirs| theirs.status == Status::Violated)
             .min_by_key(|theirs| theirs.trace.as_ref().map_or(0, |trace| trace.steps.len()));
-        let merged = if property.status == "not checked" {
+        let merged = if property.status == Status::NotChecked {
             PropertyReport {
                 trace: None,
                 ..property.clone()
@@ -214,10 +214,14 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
         } else {
             let holds = missing.is_empty()
                 && statuses.len() == reports.len()
-                && statuses.iter().all(|theirs| theirs.status == "holds");
+                && statuses.iter().all(|theirs| theirs.status == Status::Holds);
             undecided |= !holds;
             PropertyReport {
-                status: if holds { "holds" } else { "unknown" }.into(),
+                status: if holds {
+                    Status::Holds
+                } else {
+                    Status::Unknown
+                },
                 trace: None,
                 detail: None,
                 ..property.clone()
@@ -234,23 +238,19 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
     for (name, count) in &coverage {
         properties.push(PropertyReport {
             name: format!("reached-{name}"),
-            kind: "sometimes".into(),
-            status: if *count > 0 { "reached" } else { "unreached" }.into(),
+            kind: Kind::Sometimes,
+            status: Status::coverage(*count),
             trace: None,
             detail: None,
         });
     }
-    let verdict = if !violated.is_empty() {
-        "fail"
-    } else if undecided {
-        "incomplete"
-    } else {
-        "pass"
+    let findings = Findings {
+        violated: &violated,
+        sampled: false,
+        complete: !undecided,
+        partial: false,
     };
-    let as_expected = match first.expected.as_str() {
-        "pass" => verdict == "pass",
-        property => violated.iter().any(|name| name == property),
-    };
+    let (verdict, as_expected) = judge(&findings, &first.expected);
     let states = reports.iter().map(|report| report.states).sum();
     let seconds: f64 = reports.iter().map(|report| report.seconds).sum();
     Ok(ModelReport {
@@ -259,7 +259,7 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
         protocol: first.protocol.clone(),
         policy: first.policy.clone(),
         settings: first.settings.clone(),
-        verdict: verdict.into(),
+        verdict,
         expected: first.expected.clone(),
         as_expected,
         violated,

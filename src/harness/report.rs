@@ -3,6 +3,214 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
+
+/// A model's verdict, serialised as its word (`pass`, `fail`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Everything explored, nothing violated.
+    Pass,
+    /// A property was violated.
+    Fail,
+    /// Nothing violated, but not everything explored (the state limit, or shards missing).
+    Incomplete,
+    /// One shard of several violated nothing in its share.
+    Partial,
+    /// A simulation's walks violated nothing (never `pass`: they prove nothing).
+    Sampled,
+}
+
+/// A property's status in a report, serialised as its words (`holds`, `not checked`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Checked everywhere and never broken.
+    Holds,
+    /// Broken (the report carries a counterexample or a detail).
+    Violated,
+    /// Not decided: the state limit stopped the run, or shards are missing.
+    Unknown,
+    /// No walk of a simulation broke it.
+    Sampled,
+    /// The model does not check it.
+    #[serde(rename = "not checked")]
+    NotChecked,
+    /// A `sometimes` property (decision coverage) that some explored transition met.
+    Reached,
+    /// A `sometimes` property no explored transition met.
+    Unreached,
+}
+
+/// What kind of property a report line is, serialised as its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A safety or convergence property: it must hold on every explored state.
+    Always,
+    /// Decision coverage: some explored transition should meet it.
+    Sometimes,
+}
+
+impl Kind {
+    /// The kind's word in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Always => "always",
+            Kind::Sometimes => "sometimes",
+        }
+    }
+}
+
+/// What a model file expects: everything holds, or one property is violated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expected {
+    /// Everything holds (`expect = "pass"`).
+    Pass,
+    /// This property is violated (a mutant's catalogue property).
+    Violates(String),
+}
+
+/// What a run found, as [`judge`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct Findings<'a> {
+    /// The violated properties.
+    pub violated: &'a [String],
+    /// Whether the run sampled random walks instead of exploring.
+    pub sampled: bool,
+    /// Whether everything the run was asked to cover was covered (no state limit hit, no
+    /// shard missing).
+    pub complete: bool,
+    /// Whether the run covered one shard's share of several.
+    pub partial: bool,
+}
+
+/// The one verdict rule, for a check, a shard, a simulation and a merge: the verdict and
+/// whether it is what `expected` asks.
+///
+/// A violation fails; otherwise a simulation is `sampled`, a run stopped short
+/// `incomplete`, one shard of several `partial`, anything else `pass`. A model expected to
+/// pass is as expected when its verdict is `pass`, `partial` or `sampled`; one expecting a
+/// violation when that property is violated, or, in one shard's share, always (another
+/// shard may hold the violation).
+pub fn judge(findings: &Findings, expected: &Expected) -> (Verdict, bool) {
+    let verdict = if !findings.violated.is_empty() {
+        Verdict::Fail
+    } else if findings.sampled {
+        Verdict::Sampled
+    } else if !findings.complete {
+        Verdict::Incomplete
+    } else if findings.partial {
+        Verdict::Partial
+    } else {
+        Verdict::Pass
+    };
+    let as_expected = match expected {
+        Expected::Pass => matches!(verdict, Verdict::Pass | Verdict::Partial | Verdict::Sampled),
+        Expected::Violates(_) if findings.partial => true,
+        Expected::Violates(property) => findings.violated.contains(property),
+    };
+    (verdict, as_expected)
+}
+
+impl Verdict {
+    /// The verdict's word in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Incomplete => "incomplete",
+            Verdict::Partial => "partial",
+            Verdict::Sampled => "sampled",
+        }
+    }
+}
+
+impl Status {
+    /// The status's words in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Holds => "holds",
+            Status::Violated => "violated",
+            Status::Unknown => "unknown",
+            Status::Sampled => "sampled",
+            Status::NotChecked => "not checked",
+            Status::Reached => "reached",
+            Status::Unreached => "unreached",
+        }
+    }
+
+    /// `reached` or `unreached`, for a decision-coverage count.
+    pub fn coverage(count: u64) -> Status {
+        if count > 0 {
+            Status::Reached
+        } else {
+            Status::Unreached
+        }
+    }
+}
+
+/// Transitional, for callers that still write a status's word (`"holds".into()`): panics
+/// on a word that is no status. New code names the variant.
+impl From<&str> for Status {
+    fn from(word: &str) -> Status {
+        serde_json::from_value(serde_json::Value::String(word.to_owned()))
+            .unwrap_or_else(|_| panic!("`{word}` is not a property status"))
+    }
+}
+
+impl Expected {
+    /// From a protocol's expected violation (`None`: everything holds).
+    pub fn from_property(property: Option<&str>) -> Expected {
+        property.map_or(Expected::Pass, |name| Expected::Violates(name.to_owned()))
+    }
+
+    /// `pass`, or the expected property's name: the word in reports.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Expected::Pass => "pass",
+            Expected::Violates(property) => property,
+        }
+    }
+}
+
+macro_rules! words {
+    ($($type:ty),*) => {$(
+        impl fmt::Display for $type {
+            fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl PartialEq<str> for $type {
+            fn eq(&self, word: &str) -> bool {
+                self.as_str() == word
+            }
+        }
+        impl PartialEq<&str> for $type {
+            fn eq(&self, word: &&str) -> bool {
+                self.as_str() == *word
+            }
+        }
+    )*};
+}
+
+words!(Verdict, Status, Expected, Kind);
+
+impl Serialize for Expected {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Expected {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        Ok(match word.as_str() {
+            "pass" => Expected::Pass,
+            _ => Expected::Violates(word),
+        })
+    }
+}
 
 /// A property's result in a run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -10,10 +218,10 @@ pub struct PropertyReport {
     /// Its name.
     pub name: String,
     /// `always` for safety and convergence, `sometimes` for decision coverage.
-    pub kind: String,
+    pub kind: Kind,
     /// `holds`, `violated`, `unknown` (state limit hit, or shards missing), `sampled` (no
     /// walk of a simulation broke it), `not checked` / `reached`, `unreached`.
-    pub status: String,
+    pub status: Status,
     /// For a violation: the shortest counterexample found.
     pub trace: Option<TraceReport>,
     /// For a violated precondition: what is wrong with the fixture, in domain terms.
@@ -63,9 +271,9 @@ pub struct ModelReport {
     /// `pass`, `fail`, or `incomplete` (state limit hit with nothing violated, or a merge
     /// with shards missing); `partial` for one shard that violated nothing in its share;
     /// `sampled` for a simulation that found no violation (never `pass`).
-    pub verdict: String,
-    /// What the model file expects.
-    pub expected: String,
+    pub verdict: Verdict,
+    /// What the model file expects: `pass`, or the name of the property it expects violated.
+    pub expected: Expected,
     /// Whether the verdict is the expected one.
     pub as_expected: bool,
     /// The violated properties.
@@ -215,7 +423,7 @@ pub fn render(report: &ModelReport) -> String {
     for property in report
         .properties
         .iter()
-        .filter(|property| property.kind == "always")
+        .filter(|property| property.kind == Kind::Always)
     {
         match &property.detail {
             Some(detail) => {
@@ -333,25 +541,24 @@ pub fn render(report: &ModelReport) -> String {
             }
         );
     }
-    let verdict = match (report.as_expected, report.expected.as_str()) {
-        _ if report.shard.is_some()
-            && report.expected != "pass"
-            && !report.violated.contains(&report.expected) =>
+    let verdict = match (report.as_expected, &report.expected) {
+        (_, Expected::Violates(property))
+            if report.shard.is_some() && !report.violated.contains(property) =>
         {
             format!(
-                "{} in this shard's share ({} not violated here; merge every shard's report for the model's verdict)",
-                report.verdict, report.expected
+                "{} in this shard's share ({property} not violated here; merge every shard's report for the model's verdict)",
+                report.verdict
             )
         }
-        _ if report.verdict == "partial" => format!(
+        _ if report.verdict == Verdict::Partial => format!(
             "partial (nothing violated in this shard's share; merge every shard's report for the model's verdict, expected {})",
             report.expected
         ),
-        (true, "pass") if report.verdict == "sampled" => {
+        (true, Expected::Pass) if report.verdict == Verdict::Sampled => {
             "sampled: no violation found (not a pass: simulation proves nothing about unvisited behaviours)".to_owned()
         }
-        (true, "pass") => "pass".to_owned(),
-        (true, property) => format!("violated as expected ({property})"),
+        (true, Expected::Pass) => Verdict::Pass.to_string(),
+        (true, Expected::Violates(property)) => format!("violated as expected ({property})"),
         (false, expected) => format!(
             "{} (expected {expected})  <-- NOT AS EXPECTED",
             report.verdict
@@ -359,4 +566,104 @@ pub fn render(report: &ModelReport) -> String {
     };
     let _ = writeln!(out, "  verdict: {verdict}");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_serialise_to_the_report_words() {
+        let words = |value: serde_json::Value| value.as_str().map(str::to_owned);
+        for verdict in [
+            Verdict::Pass,
+            Verdict::Fail,
+            Verdict::Incomplete,
+            Verdict::Partial,
+            Verdict::Sampled,
+        ] {
+            let json = serde_json::to_value(verdict).unwrap();
+            assert_eq!(words(json.clone()).as_deref(), Some(verdict.as_str()));
+            assert_eq!(serde_json::from_value::<Verdict>(json).unwrap(), verdict);
+        }
+        assert_eq!(
+            serde_json::to_value(Status::NotChecked).unwrap(),
+            serde_json::json!("not checked")
+        );
+        assert_eq!(Status::from("holds"), Status::Holds);
+        for expected in [Expected::Pass, Expected::Violates("no-regression".into())] {
+            let json = serde_json::to_value(&expected).unwrap();
+            assert_eq!(words(json.clone()).as_deref(), Some(expected.as_str()));
+            assert_eq!(serde_json::from_value::<Expected>(json).unwrap(), expected);
+        }
+    }
+
+    fn findings(violated: &[String], sampled: bool, complete: bool, partial: bool) -> Findings<'_> {
+        Findings {
+            violated,
+            sampled,
+            complete,
+            partial,
+        }
+    }
+
+    #[test]
+    fn one_rule_judges_runs_shards_simulations_and_merges() {
+        let none: &[String] = &[];
+        let some = &["no-regression".to_owned()][..];
+        let pass = Expected::Pass;
+        let mutant = Expected::Violates("no-regression".into());
+        let other = Expected::Violates("converges".into());
+        let cases = [
+            (
+                findings(none, false, true, false),
+                &pass,
+                (Verdict::Pass, true),
+            ),
+            (
+                findings(none, false, false, false),
+                &pass,
+                (Verdict::Incomplete, false),
+            ),
+            (
+                findings(none, true, true, false),
+                &pass,
+                (Verdict::Sampled, true),
+            ),
+            (
+                findings(none, false, true, true),
+                &pass,
+                (Verdict::Partial, true),
+            ),
+            (
+                findings(some, false, true, false),
+                &pass,
+                (Verdict::Fail, false),
+            ),
+            (
+                findings(some, false, true, false),
+                &mutant,
+                (Verdict::Fail, true),
+            ),
+            (
+                findings(some, false, true, false),
+                &other,
+                (Verdict::Fail, false),
+            ),
+            // One shard's share cannot tell an expected violation is missing.
+            (
+                findings(none, false, true, true),
+                &mutant,
+                (Verdict::Partial, true),
+            ),
+            (
+                findings(none, false, true, false),
+                &mutant,
+                (Verdict::Pass, false),
+            ),
+        ];
+        for (found, expected, judged) in cases {
+            assert_eq!(judge(&found, expected), judged, "{found:?} {expected:?}");
+        }
+    }
 }

@@ -407,7 +407,7 @@ pub struct OneRead {
 }
 
 /// The three consumer steps of a fixture's schedule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepMode {
     /// Own pending first, else one new entry.

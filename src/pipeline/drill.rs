@@ -23,16 +23,14 @@ use crate::facts::mutants::Mutant;
 use crate::facts::step::{Consumer, Step};
 use crate::facts::world::{transition, PostedRequest, Setup, World};
 use crate::harness::rng::SplitMix;
-use crate::harness::InputError;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The drills.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DrillName {
     /// Consumers killed at random points.
@@ -43,45 +41,6 @@ pub enum DrillName {
     DbLocked,
     /// An unparseable entry in the stream.
     Poison,
-}
-
-/// `arrival pipeline drill NAME ...`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct DrillArgs {
-    /// Which drill.
-    #[arg(value_enum)]
-    pub name: DrillName,
-    /// Requests to send.
-    #[arg(long, default_value_t = 300)]
-    pub requests: usize,
-    /// Consumer kills (kill drill).
-    #[arg(long, default_value_t = 200)]
-    pub kills: usize,
-    /// Consumers.
-    #[arg(long, default_value_t = 2)]
-    pub consumers: usize,
-    /// Entries per batch.
-    #[arg(long, default_value_t = 4)]
-    pub count: usize,
-    /// The random schedule's seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Run a wrong pipeline (e.g. `ack-before-commit`): the drill must fail.
-    #[arg(long)]
-    pub mutant: Option<String>,
-    /// Redis URL (the redis-down drill starts its own server).
-    #[arg(
-        long,
-        env = "ARRIVAL_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the result as JUnit XML to this file (one suite, one case per check).
-    #[arg(long, value_name = "FILE")]
-    pub junit: Option<std::path::PathBuf>,
 }
 
 /// One check of a drill.
@@ -1067,70 +1026,6 @@ pub async fn drill(name: DrillName, options: &DrillOptions) -> Result<DrillRepor
         DrillName::DbLocked => db_locked(options).await,
         DrillName::RedisDown => redis_down(options).await,
     }
-}
-
-/// `arrival pipeline drill`: exit 0 when every check holds, 1 when one does not.
-pub fn cli(args: &DrillArgs) -> Result<bool, InputError> {
-    if let Some(file) = &args.junit {
-        crate::harness::input::writable_file("--junit", file)?;
-    }
-    let mutant = args
-        .mutant
-        .as_deref()
-        .map(|name| {
-            name.parse::<Mutant>().map_err(|message| {
-                InputError::invalid(Path::new("--mutant"), "command line", message)
-            })
-        })
-        .transpose()?;
-    let options = DrillOptions {
-        redis_url: args.redis_url.clone(),
-        requests: args.requests.max(1),
-        kills: args.kills,
-        consumers: args.consumers.max(1),
-        count: args.count.max(1),
-        seed: args.seed,
-        mutant,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|error| InputError::invalid(Path::new("tokio"), "drill", error.to_string()))?;
-    let report = runtime
-        .block_on(drill(args.name, &options))
-        .map_err(|error| InputError::invalid(Path::new("drill"), "pipeline", error.to_string()))?;
-    if let Some(file) = &args.junit {
-        crate::harness::junit::write_suite(file, &report.junit_suite())?;
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
-    } else {
-        println!(
-            "drill {}{}: {} requests, answers {:?}, kills {:?}, {} consumer starts, {:.1} s",
-            report.drill,
-            report
-                .mutant
-                .as_ref()
-                .map(|m| format!(" (mutant {m})"))
-                .unwrap_or_default(),
-            report.requests,
-            report.answers,
-            report.kills,
-            report.consumer_starts,
-            report.seconds
-        );
-        for check in &report.checks {
-            println!(
-                "  {:<5} {:<34} {}",
-                if check.holds { "ok" } else { "FAIL" },
-                check.name,
-                check.detail
-            );
-        }
-        println!("{}", if report.passed { "PASSED" } else { "FAILED" });
-    }
-    Ok(report.passed)
 }
 
 /// Response from its parts (for tests).

@@ -6,41 +6,26 @@
 
 use super::client::Client;
 use super::drill::{self, KEY_CONTRACTS, KEY_FINANCE};
+use super::ingress::PipelineError;
 use super::run::{unique, TempDir};
 use super::store;
 use super::stream::{self, Names};
-use crate::harness::InputError;
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `arrival pipeline load`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct LoadArgs {
+/// How the load generator runs (`arrival pipeline load`).
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
     /// Requests per run.
-    #[arg(long, default_value_t = 2_000)]
     pub requests: usize,
-    /// Consumer counts to measure, one run each.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub consumers: Vec<usize>,
     /// Entries per batch (one transaction per batch).
-    #[arg(long, default_value_t = 16)]
     pub count: usize,
     /// Concurrent client connections.
-    #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Redis URL.
-    #[arg(
-        long,
-        env = "ARRIVAL_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
     pub redis_url: String,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// One measured run.
@@ -64,12 +49,12 @@ pub struct LoadResult {
     pub p99_ms: i64,
 }
 
-fn bad(error: impl std::fmt::Display) -> InputError {
-    InputError::invalid(Path::new("load"), "pipeline", error.to_string())
+fn bad(error: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Other(error.to_string())
 }
 
 /// One run with `consumers` consumers.
-pub fn measure(args: &LoadArgs, consumers: usize) -> Result<LoadResult, InputError> {
+pub fn measure(args: &LoadOptions, consumers: usize) -> Result<LoadResult, PipelineError> {
     let dir = TempDir::new("arrival-load").map_err(bad)?;
     let db = dir.0.join("inbox.db");
     let now = store::now_ms() / 1000;
@@ -186,33 +171,4 @@ pub fn measure(args: &LoadArgs, consumers: usize) -> Result<LoadResult, InputErr
         p50_ms: percentile(0.5),
         p99_ms: percentile(0.99),
     })
-}
-
-/// Runs every consumer count and prints the figures.
-pub fn cli(args: &LoadArgs) -> Result<bool, InputError> {
-    let mut results = Vec::new();
-    for &consumers in &args.consumers {
-        let result = measure(args, consumers.max(1))?;
-        if !args.json {
-            println!(
-                "{} consumer(s), COUNT {}: {} requests ({} accepted), {:.0} req/s to commit, ingress {:.0} req/s, p50 {} ms, p99 {} ms",
-                result.consumers,
-                result.count,
-                result.requests,
-                result.accepted,
-                result.per_second,
-                result.ingress_per_second,
-                result.p50_ms,
-                result.p99_ms
-            );
-        }
-        results.push(result);
-    }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&results).expect("results serialise")
-        );
-    }
-    Ok(true)
 }

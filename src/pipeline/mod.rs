@@ -13,9 +13,7 @@
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
 //! | [`drill`] | the drills: consumer kills, Redis down, inbox locked, poison |
 //! | [`load`] | the load generator: requests/s and request-to-commit latency |
-//! | [`cli`] | the `arrival pipeline` subcommands |
 
-pub mod cli;
 pub mod client;
 pub mod consumer;
 pub mod drill;

@@ -9,7 +9,7 @@ use crate::card::replay::replay;
 use crate::card::wire::{Catalog, Snapshot};
 use crate::harness::rng::SplitMix;
 use crate::harness::InputError;
-use crate::store::cli::{authority, fixture_deliveries, initial_cards, store_error};
+use crate::store::input::{authority, fixture_deliveries, initial_cards};
 use crate::store::{
     content_hash, decision_of, Acknowledgement, DbUrl, Incoming, Store, StoreMutant, Val,
 };
@@ -22,6 +22,38 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Why a drill could not run: bad input, or the environment (a database, a temporary
+/// folder, a child process) failing.
+#[derive(Debug, thiserror::Error)]
+pub enum DrillError {
+    /// Bad input (exit 2).
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Something the drill needs failed (exit 3).
+    #[error("{what}: {message}")]
+    Environment {
+        /// What failed: `database sqlite:...`, `store ingest child`, ...
+        what: String,
+        /// What it said.
+        message: String,
+    },
+}
+
+impl DrillError {
+    /// `what` failed with `error`.
+    pub fn environment(what: impl std::fmt::Display, error: impl std::fmt::Display) -> DrillError {
+        DrillError::Environment {
+            what: what.to_string(),
+            message: error.to_string(),
+        }
+    }
+}
+
+/// A store failure in a drill: the database's, naming it.
+fn store_error(url: &DbUrl, error: crate::store::StoreError) -> DrillError {
+    DrillError::environment(format!("database {url}"), error)
+}
 
 /// `arrival store drill crash` options.
 pub struct CrashOptions {
@@ -213,7 +245,7 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(db: Option<&DbUrl>, seed: u64) -> Result<Scratch, InputError> {
+    fn new(db: Option<&DbUrl>, seed: u64) -> Result<Scratch, DrillError> {
         if let Some(url) = db {
             return Ok(Scratch {
                 url: url.clone(),
@@ -225,10 +257,8 @@ impl Scratch {
             std::process::id(),
             Instant::now().elapsed().as_nanos()
         ));
-        std::fs::create_dir_all(&folder).map_err(|source| InputError::Io {
-            file: folder.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&folder)
+            .map_err(|source| DrillError::environment(folder.display(), source))?;
         Ok(Scratch {
             url: DbUrl::Sqlite(folder.join("drill.db")),
             folder: Some(folder),
@@ -244,7 +274,7 @@ impl Drop for Scratch {
     }
 }
 
-fn fresh(url: &DbUrl, scenario: &Scenario) -> Result<Store, InputError> {
+fn fresh(url: &DbUrl, scenario: &Scenario) -> Result<Store, DrillError> {
     let mut store = Store::open(url).map_err(|error| store_error(url, error))?;
     store.reset().map_err(|error| store_error(url, error))?;
     store
@@ -253,18 +283,15 @@ fn fresh(url: &DbUrl, scenario: &Scenario) -> Result<Store, InputError> {
     Ok(store)
 }
 
-fn exe() -> Result<PathBuf, InputError> {
-    std::env::current_exe().map_err(|source| InputError::Io {
-        file: PathBuf::from("current executable"),
-        source,
-    })
+fn exe() -> Result<PathBuf, DrillError> {
+    std::env::current_exe().map_err(|source| DrillError::environment("current executable", source))
 }
 
 fn ingest_child(
     url: &DbUrl,
     mutant: Option<StoreMutant>,
     stderr: Stdio,
-) -> Result<Child, InputError> {
+) -> Result<Child, DrillError> {
     let mut command = Command::new(exe()?);
     command
         .args(["store", "ingest", "--db", &url.connection_text()])
@@ -274,10 +301,9 @@ fn ingest_child(
     if let Some(mutant) = mutant {
         command.args(["--mutant", mutant.name()]);
     }
-    command.spawn().map_err(|source| InputError::Io {
-        file: PathBuf::from("store ingest child"),
-        source,
-    })
+    command
+        .spawn()
+        .map_err(|source| DrillError::environment("store ingest child", source))
 }
 
 /// Kills `child` with SIGKILL after `delay` unless `done` is set first.
@@ -335,7 +361,7 @@ fn round(
     mutant: Option<StoreMutant>,
     lines: Vec<String>,
     kill: Option<Kill>,
-) -> Result<(Vec<Acknowledgement>, bool, Duration), InputError> {
+) -> Result<(Vec<Acknowledgement>, bool, Duration), DrillError> {
     let started = Instant::now();
     let mut child = ingest_child(url, mutant, Stdio::null())?;
     let mut stdin = child.stdin.take().expect("piped");
@@ -377,15 +403,11 @@ fn round(
         .lock()
         .expect("child lock")
         .wait()
-        .map_err(|source| InputError::Io {
-            file: PathBuf::from("store ingest child"),
-            source,
-        })?;
+        .map_err(|source| DrillError::environment("store ingest child", source))?;
     let _ = writer.join();
     if !killed && !status.success() {
-        return Err(InputError::invalid(
-            std::path::Path::new(&url.to_string()),
-            "drill",
+        return Err(DrillError::environment(
+            format!("drill on {url}"),
             format!(
                 "the ingest child failed ({status}) after {} acknowledgement(s)",
                 acks.len()
@@ -396,7 +418,7 @@ fn round(
 }
 
 /// The crash drill.
-pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
+pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
     let started = Instant::now();
     let scratch = Scratch::new(options.db.as_ref(), options.seed)?;
     let url = &scratch.url;
@@ -508,10 +530,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let child = Arc::new(Mutex::new(command.spawn().map_err(|source| {
-                InputError::Io {
-                    file: PathBuf::from("store reconcile child"),
-                    source,
-                }
+                DrillError::environment("store reconcile child", source)
             })?));
             report.processes += 1;
             let done = Arc::new(AtomicBool::new(false));
@@ -532,9 +551,8 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
             if status.success() {
                 break;
             }
-            return Err(InputError::invalid(
-                std::path::Path::new(&url.to_string()),
-                "drill",
+            return Err(DrillError::environment(
+                format!("drill on {url}"),
                 format!("the reconcile child failed ({status})"),
             ));
         }
@@ -561,7 +579,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, InputError> {
 }
 
 /// The concurrency drill.
-pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError> {
+pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, DrillError> {
     let started = Instant::now();
     let scratch = Scratch::new(options.db.as_ref(), options.seed)?;
     let url = &scratch.url;
@@ -632,10 +650,9 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, InputError
                 .filter_map(|text| serde_json::from_str(&text).ok())
                 .collect();
             let _ = writer.join();
-            let status = child.wait().map_err(|source| InputError::Io {
-                file: PathBuf::from("store ingest child"),
-                source,
-            })?;
+            let status = child
+                .wait()
+                .map_err(|source| DrillError::environment("store ingest child", source))?;
             if !status.success() || acks.len() != share.len() {
                 let mut said = String::new();
                 if let Some(mut stderr) = child.stderr.take() {
@@ -701,7 +718,7 @@ fn reconcile_beside(
     fixture: &std::path::Path,
     ingesting: Arc<AtomicBool>,
     seed: u64,
-) -> Result<std::thread::JoinHandle<(usize, Option<String>)>, InputError> {
+) -> Result<std::thread::JoinHandle<(usize, Option<String>)>, DrillError> {
     let exe = exe()?;
     let url = url.connection_text();
     let fixture = fixture.to_owned();
@@ -779,7 +796,7 @@ fn check_store(
     deliveries: &[Incoming],
     acked: &[(usize, Acknowledgement)],
     serial_audit: bool,
-) -> Result<Vec<String>, InputError> {
+) -> Result<Vec<String>, DrillError> {
     let fail = |error| store_error(url, error);
     let mut failures = Vec::new();
     let integrity = store
@@ -980,7 +997,7 @@ fn replay_audit(
     store: &mut Store,
     url: &DbUrl,
     loaded: &crate::store::Loaded,
-) -> Result<Vec<String>, InputError> {
+) -> Result<Vec<String>, DrillError> {
     let fail = |error: crate::store::DbError| store_error(url, error.into());
     let mut contents: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
     for row in store
@@ -1103,7 +1120,7 @@ fn compare_with_spec(
     url: &DbUrl,
     scenario: &Scenario,
     counts: bool,
-) -> Result<Vec<String>, InputError> {
+) -> Result<Vec<String>, DrillError> {
     let spec = replay(scenario, Spec, "spec");
     let ours = store.report().map_err(|error| store_error(url, error))?;
     let mut failures = Vec::new();

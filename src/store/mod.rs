@@ -11,9 +11,9 @@
 //! (names, state JSON, envelope JSON); interned ids live only inside one transaction.
 //! `docs/store.md` is the contract in prose.
 
-pub mod cli;
 pub mod db;
 pub mod drill;
+pub mod input;
 pub mod mutants;
 
 pub use mutants::StoreMutant;

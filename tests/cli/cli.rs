@@ -410,11 +410,12 @@ fn an_unknown_policy_exits_2() {
 }
 
 #[test]
-fn explore_on_a_taken_address_exits_2_naming_it() {
+fn explore_on_a_taken_address_exits_3_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let address = taken.local_addr().expect("its address").to_string();
     let output = arrival(&["check", "models/b62-15.toml", "--explore", &address]);
-    assert_status(&output, 2, "Explorer on a taken address");
+    // A port another process holds is the environment's failure.
+    assert_status(&output, 3, "Explorer on a taken address");
     let said = stderr(&output);
     assert!(said.contains("--explore"), "{said}");
     assert!(
@@ -1073,4 +1074,66 @@ fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
     );
     let text = stdout(&arrival(&["check", model, "--quiet", "--strategy", "dfs"]));
     assert!(!text.contains("not known to be shortest"), "{text}");
+}
+
+/// A loopback port nobody listens on: bound, then let go.
+fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("an address").port()
+}
+
+#[test]
+fn a_database_that_does_not_answer_exits_3_naming_it() {
+    let url = format!("postgres://postgres@127.0.0.1:{}/x", dead_port());
+    let output = arrival(&["store", "show", "--db", &url]);
+    assert_status(&output, 3, "store show on a dead PostgreSQL");
+    let err = stderr(&output);
+    assert!(err.contains("database") && err.contains(&url), "{err}");
+    let output = arrival(&[
+        "store", "drill", "crash", B62_15, "--kills", "1", "--db", &url,
+    ]);
+    assert_status(&output, 3, "store drill crash on a dead PostgreSQL");
+    let err = stderr(&output);
+    assert!(err.contains("database") && err.contains(&url), "{err}");
+}
+
+#[test]
+fn a_redis_that_does_not_answer_exits_3_naming_it() {
+    let redis = format!("redis://127.0.0.1:{}", dead_port());
+    let output = Command::new(env!("CARGO_BIN_EXE_arrival"))
+        .args([
+            "pipeline",
+            "run",
+            "fixtures/acmeflow-wf14.json",
+            "--redis-url",
+            &redis,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("arrival runs");
+    assert_status(&output, 3, "pipeline run on a dead Redis");
+    let err = stderr(&output);
+    assert!(err.to_lowercase().contains("redis"), "{err}");
+}
+
+#[test]
+fn a_malformed_fixture_still_exits_2_and_help_lists_every_exit_status() {
+    let output = arrival(&[
+        "store",
+        "init",
+        "--db",
+        "sqlite:/nonexistent/never.db",
+        "--fixture",
+        "tests/malformed/not-json.json",
+    ]);
+    assert_status(&output, 2, "store init with a malformed fixture");
+    let help = stdout(&arrival(&["--help"]));
+    for line in [
+        "0  everything as expected",
+        "1  something is not as expected",
+        "2  bad input",
+        "3  the environment failed",
+    ] {
+        assert!(help.contains(line), "{line}: {help}");
+    }
 }

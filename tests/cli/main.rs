@@ -7,5 +7,6 @@
 #[path = "../util/mod.rs"]
 mod util;
 
+mod ci_workflows;
 mod cli;
 mod explorer;

@@ -61,7 +61,7 @@ fn summary(report: &ModelReport) -> (usize, String, Vec<String>, Vec<(String, us
         .collect();
     (
         report.unique_states,
-        report.verdict.clone(),
+        report.verdict.to_string(),
         report.violated.clone(),
         traces,
     )

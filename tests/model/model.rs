@@ -49,9 +49,10 @@ fn status<'a>(report: &'a ModelReport, name: &str) -> &'a str {
         .properties
         .iter()
         .find(|property| property.name == name);
-    &property
+    property
         .unwrap_or_else(|| panic!("no property {name}"))
         .status
+        .as_str()
 }
 
 #[test]

@@ -734,7 +734,8 @@ fn the_connect_error_names_only_what_the_command_line_reads() {
         "--db",
         "postgres://postgres@127.0.0.1:1/none",
     ]);
-    assert_eq!(output.status.code(), Some(2));
+    // A server that does not answer is the environment's failure: exit 3.
+    assert_eq!(output.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("cannot connect") && stderr.contains("--db"),
@@ -887,7 +888,8 @@ fn connect_errors_give_the_servers_reason_and_never_the_password() {
     );
     let output = arrival(&["store", "show", "--db", &missing]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // What the database says is the environment's failure (exit 3), not bad input.
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains("arrival_no_such_database") && stderr.contains("does not exist"),
         "the server's reason: {stderr}"

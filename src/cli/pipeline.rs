@@ -1,0 +1,733 @@
+//! `arrival pipeline ...`: the command line of the real facts pipeline.
+//!
+//! Its commands: init, serve, status, upgrade, run, the hidden consumer step, drill, load.
+//! Bad input is an [`InputError`] (exit 2); Redis, the inbox database, a port, the tokio
+//! runtime or a child process failing is an [`EnvironmentError`] (exit 3); a run whose
+//! expectation or drill fails is `Ok(false)` (exit 1).
+
+use super::{print, EnvironmentError, Error, Outcome};
+use crate::facts::mutants::Mutant;
+use crate::harness::InputError;
+use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, Point, StepMode};
+use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
+use crate::pipeline::ingress::{self, ServeOptions};
+use crate::pipeline::load::{LoadOptions, LoadResult};
+use crate::pipeline::store as pstore;
+use crate::pipeline::stream::Names;
+use clap::{Args, Subcommand};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where Redis is and which stream and group to use.
+#[derive(Args, Clone, Debug)]
+pub struct RedisArgs {
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "ARRIVAL_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+    /// The stream ingress appends to (the dead-letter stream is `<stream>:dead`).
+    #[arg(long, env = "ARRIVAL_STREAM", default_value = "arrival:facts")]
+    pub stream: String,
+    /// The consumer group.
+    #[arg(long, env = "ARRIVAL_GROUP", default_value = "arrival-inbox")]
+    pub group: String,
+}
+
+impl RedisArgs {
+    fn names(&self) -> Names {
+        Names {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+        }
+    }
+}
+
+/// `arrival pipeline ...`.
+#[derive(Subcommand, Debug)]
+pub enum PipelineCommand {
+    /// Create the inbox database, register a facts fixture's applications and write its
+    /// keys to a keys file.
+    Init {
+        /// The inbox database (created).
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// A facts fixture whose `applications` and `secrets` to use.
+        #[arg(long)]
+        fixture: PathBuf,
+        /// Where to write the keys file (`{"finance": [...], "contracts": [...]}`).
+        #[arg(long)]
+        keys_out: PathBuf,
+    },
+    /// Run ingress and consumers until SIGTERM (then finish in-flight entries, exit 0).
+    Serve {
+        /// Where to listen (loopback by default).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// The keys file.
+        #[arg(long, env = "ARRIVAL_KEYS")]
+        keys: PathBuf,
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// How many consumers.
+        #[arg(long, default_value_t = 2)]
+        consumers: usize,
+        /// Entries per batch (one transaction per batch).
+        #[arg(long, default_value_t = 16)]
+        count: usize,
+        /// Take over entries pending longer than this (ms).
+        #[arg(long, default_value_t = 30_000)]
+        min_idle_ms: u64,
+        /// Deliveries before an unprocessable entry is dead-lettered.
+        #[arg(long, default_value_t = 3)]
+        max_deliveries: u32,
+        /// SQLite busy timeout (ms).
+        #[arg(long, default_value_t = pstore::DEFAULT_BUSY_TIMEOUT_MS)]
+        busy_timeout_ms: u64,
+        /// Body limit (bytes).
+        #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_MAX_BODY_BYTES)]
+        max_body_bytes: usize,
+        /// Freshness window (seconds).
+        #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS)]
+        freshness_seconds: i64,
+        /// How long to wait for a request's whole body before answering 408 (ms, at least 1).
+        #[arg(
+            long,
+            default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS,
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
+        body_timeout_ms: u64,
+        /// Run a wrong pipeline (a facts mutant's name), for drills.
+        #[arg(long)]
+        mutant: Option<String>,
+    },
+    /// Print the inbox: facts, counters, READY per application.
+    Status {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move an application to a newer material version (READY recomputed).
+    Upgrade {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The application id.
+        #[arg(long)]
+        application: String,
+        /// The new material version.
+        #[arg(long)]
+        material_version: u64,
+    },
+    /// Play a facts fixture against real HTTP, Redis and SQLite; report like `replay`.
+    Run {
+        /// The facts fixture.
+        fixture: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Redis URL.
+        #[arg(
+            long,
+            env = "ARRIVAL_REDIS_URL",
+            default_value = "redis://127.0.0.1:6379"
+        )]
+        redis_url: String,
+        /// Run a wrong pipeline (a facts mutant's name).
+        #[arg(long)]
+        mutant: Option<String>,
+    },
+    /// One consumer step of a fixture's schedule (used by `run`; prints JSON lines).
+    #[command(hide = true)]
+    Step {
+        /// The inbox database.
+        #[arg(long)]
+        db: PathBuf,
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// The consumer's name.
+        #[arg(long)]
+        consumer: String,
+        /// What the step does.
+        #[arg(long, value_enum)]
+        mode: StepModeArg,
+        /// SIGKILL this process at this point.
+        #[arg(long, value_enum)]
+        crash: Option<CrashAt>,
+        /// Deliveries before dead-lettering.
+        #[arg(long, default_value_t = 3)]
+        max_deliveries: u32,
+        /// A mutant's name.
+        #[arg(long)]
+        mutant: Option<String>,
+    },
+    /// A drill against real Redis and SQLite: `kill`, `redis-down`, `db-locked`, `poison`.
+    Drill(DrillArgs),
+    /// Throughput: a load generator (this process) against `serve` (a child process).
+    Load(LoadArgs),
+}
+
+/// Where a `step` kills itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CrashAt {
+    /// After deciding, before the commit.
+    BeforeCommit,
+    /// After the commit, before `XACK`.
+    AfterCommit,
+}
+
+/// The three consumer steps of a fixture's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StepModeArg {
+    /// Own pending first, else one new entry.
+    Consume,
+    /// Own pending only (after a restart).
+    Recover,
+    /// The oldest entry pending in another consumer.
+    Claim,
+}
+
+impl From<StepModeArg> for StepMode {
+    fn from(mode: StepModeArg) -> StepMode {
+        match mode {
+            StepModeArg::Consume => StepMode::Consume,
+            StepModeArg::Recover => StepMode::Recover,
+            StepModeArg::Claim => StepMode::Claim,
+        }
+    }
+}
+
+/// The drills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DrillNameArg {
+    /// Consumers killed at random points.
+    Kill,
+    /// Redis stopped while requests arrive.
+    RedisDown,
+    /// The inbox database locked by another writer.
+    DbLocked,
+    /// An unparseable entry in the stream.
+    Poison,
+}
+
+impl From<DrillNameArg> for DrillName {
+    fn from(name: DrillNameArg) -> DrillName {
+        match name {
+            DrillNameArg::Kill => DrillName::Kill,
+            DrillNameArg::RedisDown => DrillName::RedisDown,
+            DrillNameArg::DbLocked => DrillName::DbLocked,
+            DrillNameArg::Poison => DrillName::Poison,
+        }
+    }
+}
+
+/// `arrival pipeline drill NAME ...`.
+#[derive(Args, Debug, Clone)]
+pub struct DrillArgs {
+    /// Which drill.
+    #[arg(value_enum)]
+    pub name: DrillNameArg,
+    /// Requests to send.
+    #[arg(long, default_value_t = 300)]
+    pub requests: usize,
+    /// Consumer kills (kill drill).
+    #[arg(long, default_value_t = 200)]
+    pub kills: usize,
+    /// Consumers.
+    #[arg(long, default_value_t = 2)]
+    pub consumers: usize,
+    /// Entries per batch.
+    #[arg(long, default_value_t = 4)]
+    pub count: usize,
+    /// The random schedule's seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run a wrong pipeline (e.g. `ack-before-commit`): the drill must fail.
+    #[arg(long)]
+    pub mutant: Option<String>,
+    /// Redis URL (the redis-down drill starts its own server).
+    #[arg(
+        long,
+        env = "ARRIVAL_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the result as JUnit XML to this file (one suite, one case per check).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<std::path::PathBuf>,
+}
+
+/// `arrival pipeline load`.
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Requests per run.
+    #[arg(long, default_value_t = 2_000)]
+    pub requests: usize,
+    /// Consumer counts to measure, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub consumers: Vec<usize>,
+    /// Entries per batch (one transaction per batch).
+    #[arg(long, default_value_t = 16)]
+    pub count: usize,
+    /// Concurrent client connections.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "ARRIVAL_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Kills this very process with SIGKILL at the chosen point.
+struct SelfKill(Point);
+
+impl Faults for SelfKill {
+    fn kill_at(&self, _: &str, point: Point, _: usize) -> bool {
+        if point == self.0 {
+            let _ = std::io::stdout().flush();
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+        false
+    }
+}
+
+fn mutant(name: Option<&str>) -> Result<Option<Mutant>, InputError> {
+    name.map(|name| {
+        name.parse::<Mutant>()
+            .map_err(|message| InputError::invalid(Path::new("--mutant"), "command line", message))
+    })
+    .transpose()
+}
+
+/// The environment failed while working on `what` (the inbox, Redis, a fixture's run).
+fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
+    EnvironmentError::new(format!("pipeline {}", what.display()), error).into()
+}
+
+/// Refuses a `--db` that is not an inbox yet: only `pipeline init` creates one, so a
+/// mistyped path, or another file (empty, or a database of something else), is bad input
+/// (exit 2) rather than becoming a new, empty inbox with no applications registered. An
+/// inbox is a SQLite database with the `applications` table; the check opens the file
+/// without the right to create it and only reads.
+fn existing_inbox(db: &Path) -> Result<(), InputError> {
+    use rusqlite::OpenFlags;
+    let refuse = |what: String| {
+        InputError::invalid(
+            Path::new("--db"),
+            "command line",
+            format!(
+                "{what}: run `arrival pipeline init --db {} --fixture FIXTURE --keys-out KEYS` first",
+                db.display()
+            ),
+        )
+    };
+    if !db.exists() {
+        return Err(refuse(format!("no inbox at {}", db.display())));
+    }
+    let tables = rusqlite::Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .and_then(|conn| {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'applications'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+    })
+    .map_err(|error| {
+        refuse(format!(
+            "{} is not an arrival inbox ({error})",
+            db.display()
+        ))
+    })?;
+    if tables == 0 {
+        return Err(refuse(format!(
+            "{} is not an arrival inbox (it has no applications table)",
+            db.display()
+        )));
+    }
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| env_error(Path::new("tokio"), error))
+}
+
+/// Runs a `pipeline` subcommand: `Ok(true)` exit 0, `Ok(false)` exit 1.
+pub fn run(command: PipelineCommand) -> Outcome {
+    match command {
+        PipelineCommand::Init {
+            db,
+            fixture,
+            keys_out,
+        } => init(&db, &fixture, &keys_out),
+        PipelineCommand::Serve { .. } => serve(command),
+        PipelineCommand::Status { db, json } => status(&db, json),
+        PipelineCommand::Upgrade {
+            db,
+            tenant,
+            application,
+            material_version,
+        } => upgrade(&db, tenant, application, material_version),
+        PipelineCommand::Run {
+            fixture,
+            json,
+            redis_url,
+            mutant: name,
+        } => run_fixture(&fixture, json, redis_url, name.as_deref()),
+        PipelineCommand::Step { .. } => step(command),
+        PipelineCommand::Drill(args) => drill(&args),
+        PipelineCommand::Load(args) => load(&args),
+    }
+}
+
+/// `pipeline init`: the inbox, the fixture's applications, the keys file.
+fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
+    let text = std::fs::read_to_string(fixture).map_err(|source| InputError::Io {
+        file: fixture.to_owned(),
+        source,
+    })?;
+    let raw: crate::facts::fixture::RawFixture = serde_json::from_str(&text)
+        .map_err(|error| InputError::invalid(fixture, "pipeline", error.to_string()))?;
+    let scenario = crate::facts::fixture::Scenario::from_raw(fixture, &raw)?;
+    let mut conn =
+        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
+    pstore::put_applications(&mut conn, &scenario.applications)
+        .map_err(|error| env_error(db, error))?;
+    let keys = serde_json::to_string_pretty(&raw.secrets).expect("keys serialise");
+    std::fs::write(keys_out, keys + "\n").map_err(|source| InputError::Write {
+        file: keys_out.to_owned(),
+        source,
+    })?;
+    eprintln!(
+        "arrival pipeline: {} application(s) in {}, keys in {}",
+        scenario.applications.len(),
+        db.display(),
+        keys_out.display()
+    );
+    Ok(true)
+}
+
+/// `pipeline serve`: ingress and consumers until SIGTERM.
+fn serve(command: PipelineCommand) -> Outcome {
+    let PipelineCommand::Serve {
+        listen,
+        db,
+        keys,
+        redis,
+        consumers,
+        count,
+        min_idle_ms,
+        max_deliveries,
+        busy_timeout_ms,
+        max_body_bytes,
+        freshness_seconds,
+        body_timeout_ms,
+        mutant: name,
+    } = command
+    else {
+        unreachable!("serve is called with `pipeline serve`");
+    };
+    let keys = ingress::load_keys(&keys)?;
+    existing_inbox(&db)?;
+    let options = ServeOptions {
+        listen,
+        db: db.clone(),
+        keys,
+        redis_url: redis.redis_url.clone(),
+        names: redis.names(),
+        consumers,
+        count: count.max(1),
+        min_idle_ms,
+        max_deliveries: max_deliveries.max(1),
+        busy_timeout_ms,
+        max_body_bytes,
+        freshness_seconds,
+        body_timeout_ms,
+        mutant: mutant(name.as_deref())?,
+        shifted_clock: false,
+    };
+    runtime()?
+        .block_on(ingress::serve(&options))
+        .map_err(|error| env_error(&db, error))?;
+    Ok(true)
+}
+
+/// `pipeline status`: facts, counters, READY per application.
+fn status(db: &Path, json: bool) -> Outcome {
+    existing_inbox(db)?;
+    let mut conn =
+        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
+    let snapshot = pstore::snapshot(&mut conn).map_err(|error| env_error(db, error))?;
+    let apps = pstore::applications(&conn).map_err(|error| env_error(db, error))?;
+    let facts: Vec<String> = snapshot
+        .facts
+        .iter()
+        .map(|(source, id, _)| format!("{source}/{id}"))
+        .collect();
+    if json {
+        let ready: Vec<serde_json::Value> = apps
+            .iter()
+            .map(|(key, app)| {
+                serde_json::json!({
+                    "tenant_id": key.tenant_id,
+                    "application_id": key.application_id,
+                    "material_version": app.material_version,
+                    "ready": snapshot.ready.contains(key),
+                    "open_conflict": snapshot.open_conflicts.contains(key),
+                })
+            })
+            .collect();
+        let document = serde_json::json!({
+            "facts": facts,
+            "counters": snapshot.counters,
+            "applications": ready,
+            "verdicts": snapshot.verdicts.len(),
+        });
+        print(&(serde_json::to_string_pretty(&document).expect("json") + "\n"));
+    } else {
+        let mut out = format!("facts:      {}\n", facts.join(", "));
+        let c = snapshot.counters;
+        out += &format!(
+            "deliveries: {} accepted, {} duplicate, {} conflict, {} late mismatch\n",
+            c.accepted, c.duplicates, c.conflicts, c.late_mismatches
+        );
+        for (key, app) in apps.iter() {
+            let state = if snapshot.ready.contains(key) {
+                "READY"
+            } else {
+                "not ready"
+            };
+            out += &format!("{key} v{}: {state}\n", app.material_version);
+        }
+        print(&out);
+    }
+    Ok(true)
+}
+
+/// `pipeline upgrade`: an application to a newer material version.
+fn upgrade(db: &Path, tenant: String, application: String, material_version: u64) -> Outcome {
+    existing_inbox(db)?;
+    let mut conn =
+        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
+    let key = crate::facts::application::AppKey {
+        tenant_id: tenant,
+        application_id: application,
+    };
+    match pstore::upgrade(&mut conn, &key, material_version, None)
+        .map_err(|error| env_error(db, error))?
+    {
+        Ok(from) => {
+            eprintln!("arrival pipeline: {key} v{from} -> v{material_version}");
+            Ok(true)
+        }
+        Err(why) => {
+            Err(InputError::invalid(Path::new("--material-version"), "command line", why).into())
+        }
+    }
+}
+
+/// `pipeline run`: a facts fixture against real HTTP, Redis and SQLite.
+fn run_fixture(fixture: &Path, json: bool, redis_url: String, name: Option<&str>) -> Outcome {
+    let scenario = crate::pipeline::run::load(fixture)?;
+    let options = crate::pipeline::run::RunOptions {
+        redis_url,
+        exe: std::env::current_exe().map_err(|error| env_error(fixture, error))?,
+        mutant: mutant(name)?,
+    };
+    let report = runtime()?
+        .block_on(crate::pipeline::run::run(&scenario, &options))
+        .map_err(|error| env_error(fixture, error))?;
+    if json {
+        print(&(serde_json::to_string_pretty(&report).expect("json") + "\n"));
+    } else {
+        print(&format!(
+            "pipeline run: real HTTP ingress, Redis stream {}, SQLite inbox; consumer steps are child processes\n",
+            options.redis_url
+        ));
+        print(&crate::facts::table::render_table(&report));
+    }
+    Ok(report.passed())
+}
+
+/// `pipeline step`: one consumer step (a child process of `run`), as JSON lines.
+fn step(command: PipelineCommand) -> Outcome {
+    let PipelineCommand::Step {
+        db,
+        redis,
+        consumer,
+        mode,
+        crash,
+        max_deliveries,
+        mutant: name,
+    } = command
+    else {
+        unreachable!("step is called with `pipeline step`");
+    };
+    let options = ConsumerOptions {
+        redis_url: redis.redis_url.clone(),
+        names: redis.names(),
+        name: consumer,
+        db: db.clone(),
+        count: 1,
+        block_ms: 0,
+        min_idle_ms: 0,
+        claim_every_ms: 0,
+        max_deliveries,
+        busy_timeout_ms: pstore::DEFAULT_BUSY_TIMEOUT_MS,
+        mutant: mutant(name.as_deref())?,
+    };
+    let faults: Arc<dyn Faults> = match crash {
+        None => Arc::new(crate::pipeline::consumer::NoFaults),
+        Some(CrashAt::BeforeCommit) => Arc::new(SelfKill(Point::BeforeCommit)),
+        Some(CrashAt::AfterCommit) => Arc::new(SelfKill(Point::AfterCommit)),
+    };
+    let mut consumer = Consumer::connect(options, faults).map_err(|error| env_error(&db, error))?;
+    let read = consumer
+        .read_one(mode.into())
+        .map_err(|error| env_error(&db, error))?;
+    let Some(read) = read else {
+        print("{\"idle\":true}\n");
+        return Ok(true);
+    };
+    print(
+        &(serde_json::json!({
+            "read": read.kind,
+            "entry": read.entry.id,
+            "deliveries": read.deliveries,
+            "from": read.from,
+        })
+        .to_string()
+            + "\n"),
+    );
+    let result = consumer
+        .handle(std::slice::from_ref(&read.entry))
+        .map_err(|error| env_error(&db, error))?;
+    print(&(serde_json::to_string(&result).expect("json") + "\n"));
+    Ok(true)
+}
+
+/// `pipeline drill`: exit 0 when every check holds, 1 when one does not.
+fn drill(args: &DrillArgs) -> Outcome {
+    if let Some(file) = &args.junit {
+        crate::harness::input::writable_file("--junit", file)?;
+    }
+    let options = DrillOptions {
+        redis_url: args.redis_url.clone(),
+        requests: args.requests.max(1),
+        kills: args.kills,
+        consumers: args.consumers.max(1),
+        count: args.count.max(1),
+        seed: args.seed,
+        mutant: mutant(args.mutant.as_deref())?,
+    };
+    let report = runtime()?
+        .block_on(crate::pipeline::drill::drill(args.name.into(), &options))
+        .map_err(|error| env_error(Path::new("drill"), error))?;
+    if let Some(file) = &args.junit {
+        crate::harness::junit::write_suite(file, &report.junit_suite())?;
+    }
+    if args.json {
+        print(&(serde_json::to_string_pretty(&report).expect("json") + "\n"));
+    } else {
+        print(&render_drill(&report));
+    }
+    Ok(report.passed)
+}
+
+/// A drill's report for people.
+fn render_drill(report: &DrillReport) -> String {
+    let mut out = format!(
+        "drill {}{}: {} requests, answers {:?}, kills {:?}, {} consumer starts, {:.1} s\n",
+        report.drill,
+        report
+            .mutant
+            .as_ref()
+            .map(|m| format!(" (mutant {m})"))
+            .unwrap_or_default(),
+        report.requests,
+        report.answers,
+        report.kills,
+        report.consumer_starts,
+        report.seconds
+    );
+    for check in &report.checks {
+        out += &format!(
+            "  {:<5} {:<34} {}\n",
+            if check.holds { "ok" } else { "FAIL" },
+            check.name,
+            check.detail
+        );
+    }
+    out += if report.passed {
+        "PASSED\n"
+    } else {
+        "FAILED\n"
+    };
+    out
+}
+
+/// `pipeline load`: every consumer count measured, the figures printed.
+fn load(args: &LoadArgs) -> Outcome {
+    let options = LoadOptions {
+        requests: args.requests,
+        count: args.count,
+        concurrency: args.concurrency,
+        redis_url: args.redis_url.clone(),
+    };
+    let mut results: Vec<LoadResult> = Vec::new();
+    for &consumers in &args.consumers {
+        let result = crate::pipeline::load::measure(&options, consumers.max(1))
+            .map_err(|error| env_error(Path::new("load"), error))?;
+        if !args.json {
+            print(&format!(
+                "{} consumer(s), COUNT {}: {} requests ({} accepted), {:.0} req/s to commit, ingress {:.0} req/s, p50 {} ms, p99 {} ms\n",
+                result.consumers,
+                result.count,
+                result.requests,
+                result.accepted,
+                result.per_second,
+                result.ingress_per_second,
+                result.p50_ms,
+                result.p99_ms
+            ));
+        }
+        results.push(result);
+    }
+    if args.json {
+        print(&(serde_json::to_string_pretty(&results).expect("results serialise") + "\n"));
+    }
+    Ok(true)
+}

@@ -1,0 +1,346 @@
+//! What the store reads: fixtures, `ingest` lines and snapshot lines, as store inputs.
+//!
+//! A fixture's cards, deliveries and authority as the store takes them, `ingest`'s JSON
+//! lines and `reconcile`'s snapshot lines; each bad line is an [`InputError`] naming the
+//! source and the line.
+
+use crate::card::fixture::Scenario;
+use crate::harness::timestamp::parse_rfc3339;
+use crate::harness::InputError;
+use crate::store::{unkeepable_name, AuthoritySnapshot, DbUrl, Incoming};
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::Path;
+
+/// The default database.
+pub const DEFAULT_DB: &str = "sqlite:arrival.db";
+
+/// Reads `--db`.
+pub fn db_url(text: &str) -> Result<DbUrl, InputError> {
+    DbUrl::parse(text)
+        .map_err(|message| InputError::invalid(Path::new("--db"), "command line", message))
+}
+
+/// A fixture's initial cards, as the store seeds them.
+pub fn initial_cards(scenario: &Scenario) -> Vec<(String, u64, Value)> {
+    scenario
+        .raw
+        .initial
+        .iter()
+        .map(|(name, card)| {
+            (
+                name.clone(),
+                card.version,
+                Value::Object(card.state.clone()),
+            )
+        })
+        .collect()
+}
+
+/// A fixture's deliveries, in array order.
+pub fn fixture_deliveries(scenario: &Scenario) -> Vec<Incoming> {
+    scenario
+        .raw
+        .deliveries
+        .iter()
+        .map(|delivery| Incoming {
+            delivery: delivery.delivery,
+            received_at: delivery.received_at.as_deref().and_then(parse_rfc3339),
+            event: delivery.event.clone(),
+        })
+        .collect()
+}
+
+/// A fixture's authority snapshots, in file order.
+pub fn authority(scenario: &Scenario) -> Vec<AuthoritySnapshot> {
+    scenario
+        .raw
+        .authority
+        .iter()
+        .map(|snapshot| AuthoritySnapshot {
+            object_id: snapshot.object_id.clone(),
+            version: snapshot.version,
+            state: Value::Object(snapshot.state.clone()),
+        })
+        .collect()
+}
+
+/// The keys of a delivery wrapper. `ack_lost` is accepted (and ignored) so a fixture's
+/// delivery entry can be pasted as a line.
+pub const WRAPPER_KEYS: [&str; 4] = ["delivery", "event", "received_at", "ack_lost"];
+
+/// One JSON line of `ingest`; blank lines are skipped (`None`). A line is one of two
+/// things, told apart by its keys alone:
+///
+/// - a **wrapper**, any object with at least one key of [`WRAPPER_KEYS`]: then it has
+///   `delivery` (an integer, 0 to 2^32-1) and `event`, optionally `received_at` (RFC 3339
+///   or Unix seconds) and `ack_lost`, and no other key;
+/// - a **raw event**, any other object: it must carry a string `event_id`, which is its
+///   identity; the line number stands in as its delivery number, which then only labels
+///   the acknowledgement.
+///
+/// An input without a string `event_id` has no identity but its delivery number, so it
+/// must come in a wrapper that gives one: a line number would repeat in the next file.
+/// Anything else (not JSON, not an object, a wrapper with a missing or unknown key) is bad
+/// input naming the source and the line.
+pub fn parse_delivery(
+    source: &Path,
+    line_number: usize,
+    line: &str,
+) -> Result<Option<Incoming>, InputError> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let bad = |message: String| InputError::invalid(source, format!("line {line_number}"), message);
+    let value = parse_line(line).map_err(bad)?;
+    let Some(object) = value.as_object() else {
+        return Err(bad(
+            "not a JSON object: a line is {\"delivery\": N, \"event\": {...}} or an event \
+             object with a string `event_id`"
+                .into(),
+        ));
+    };
+    let wrapped = object
+        .keys()
+        .any(|key| WRAPPER_KEYS.contains(&key.as_str()));
+    if !wrapped {
+        if !object.get("event_id").is_some_and(Value::is_string) {
+            return Err(bad(
+                "an event without a string `event_id` needs a wrapper with its delivery \
+                 number: {\"delivery\": N, \"event\": {...}}"
+                    .into(),
+            ));
+        }
+        let delivery = u32::try_from(line_number)
+            .map_err(|_| bad("too many lines for a delivery number".into()))?;
+        return Ok(Some(Incoming {
+            delivery,
+            received_at: None,
+            event: value,
+        }));
+    }
+    if let Some(unknown) = object
+        .keys()
+        .find(|key| !WRAPPER_KEYS.contains(&key.as_str()))
+    {
+        return Err(bad(format!(
+            "unknown key `{unknown}` in a delivery wrapper (its keys are delivery, event, \
+             received_at, ack_lost)"
+        )));
+    }
+    let Some(event) = object.get("event") else {
+        return Err(bad("a delivery wrapper without `event`".into()));
+    };
+    let delivery = match object.get("delivery") {
+        None => return Err(bad("a delivery wrapper without `delivery`".into())),
+        Some(number) => number
+            .as_u64()
+            .and_then(|number| u32::try_from(number).ok())
+            .ok_or_else(|| bad("`delivery` must be an integer from 0 to 4294967295".into()))?,
+    };
+    if !matches!(object.get("ack_lost"), None | Some(Value::Bool(_))) {
+        return Err(bad("`ack_lost` must be true or false".into()));
+    }
+    let received_at = match object.get("received_at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(
+            parse_rfc3339(text)
+                .ok_or_else(|| bad(format!("`received_at` is not RFC 3339: {text}")))?,
+        ),
+        Some(Value::Number(number)) if number.is_i64() => number.as_i64(),
+        Some(_) => {
+            return Err(bad(
+                "`received_at` must be an RFC 3339 string or Unix seconds".into(),
+            ))
+        }
+    };
+    Ok(Some(Incoming {
+        delivery,
+        received_at,
+        event: event.clone(),
+    }))
+}
+
+/// A card id as an error message shows it: quoted, cut after 40 characters.
+pub fn shown_id(name: &str) -> String {
+    let mut shown: String = name.chars().take(40).collect();
+    let cut = shown.len() < name.len();
+    shown = format!("{shown:?}");
+    if cut {
+        shown += "...";
+    }
+    shown
+}
+
+/// Reads JSON lines one at a time, as bytes: a line that is not UTF-8 is bad input naming
+/// that line (the lines before it are already handed out), and a UTF-8 byte order mark at
+/// the start of the input is skipped.
+pub struct JsonLines<'a> {
+    source: &'a Path,
+    reader: Box<dyn BufRead + 'a>,
+    number: usize,
+    buffer: Vec<u8>,
+}
+
+impl<'a> JsonLines<'a> {
+    /// Lines of `reader`, named `source` in errors.
+    pub fn new(source: &'a Path, reader: Box<dyn BufRead + 'a>) -> JsonLines<'a> {
+        JsonLines {
+            source,
+            reader,
+            number: 0,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next line and its number (from 1), without its line ending; `None` at the end.
+    pub fn next_line(&mut self) -> Result<Option<(usize, String)>, InputError> {
+        self.buffer.clear();
+        let read = self
+            .reader
+            .read_until(b'\n', &mut self.buffer)
+            .map_err(|source| InputError::Io {
+                file: self.source.to_owned(),
+                source,
+            })?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        let mut bytes = self.buffer.as_slice();
+        if self.number == 1 {
+            bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+        }
+        bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        let line = std::str::from_utf8(bytes).map_err(|error| {
+            InputError::invalid(
+                self.source,
+                format!("line {}", self.number),
+                format!(
+                    "not UTF-8 (an invalid byte at byte {} of the line)",
+                    error.valid_up_to() + 1
+                ),
+            )
+        })?;
+        Ok(Some((self.number, line.to_owned())))
+    }
+
+    /// The next delivery ([`parse_delivery`]), skipping blank lines; `None` at the end.
+    pub fn next_delivery(&mut self) -> Result<Option<Incoming>, InputError> {
+        while let Some((number, line)) = self.next_line()? {
+            if let Some(incoming) = parse_delivery(self.source, number, &line)? {
+                return Ok(Some(incoming));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// One line's JSON value. An object with the same key twice (at any depth) is refused:
+/// `serde_json` would keep the last one silently, and which one the sender meant is
+/// anyone's guess.
+pub fn parse_line(line: &str) -> Result<Value, String> {
+    serde_json::from_str::<UniqueKeys>(line)
+        .map(|value| value.0)
+        .map_err(|error| format!("not valid JSON: {error}"))
+}
+
+/// A JSON value read like `serde_json`'s own, but refusing an object with a repeated key.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, value: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Bool(value)))
+    }
+    fn visit_i64<E>(self, value: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::from(value)))
+    }
+    fn visit_u64<E>(self, value: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::from(value)))
+    }
+    fn visit_f64<E>(self, value: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(
+            serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, value: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::String(value.to_owned())))
+    }
+    fn visit_string<E>(self, value: String) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::String(value)))
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys(Value::Null))
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<UniqueKeys, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(UniqueKeys(Value::Array(items)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{key}` appears twice in one object"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(UniqueKeys(Value::Object(object)))
+    }
+}
+
+/// Authority snapshots as JSON lines.
+pub fn read_snapshots(path: &Path) -> Result<Vec<AuthoritySnapshot>, InputError> {
+    let file = std::fs::File::open(path).map_err(|source| InputError::Io {
+        file: path.to_owned(),
+        source,
+    })?;
+    let mut lines = JsonLines::new(path, Box::new(std::io::BufReader::new(file)));
+    let mut snapshots = Vec::new();
+    // Every line is read and checked before the caller writes anything.
+    while let Some((number, line)) = lines.next_line()? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| InputError::invalid(path, format!("line {number}"), message);
+        let value = parse_line(&line).map_err(bad)?;
+        let snapshot: AuthoritySnapshot = serde_json::from_value(value)
+            .map_err(|error| bad(crate::harness::input::plain_types(&error.to_string())))?;
+        if !snapshot.state.is_object() {
+            return Err(bad("`state` must be a JSON object".into()));
+        }
+        if let Some(why) = unkeepable_name(&snapshot.object_id) {
+            return Err(bad(format!(
+                "`object_id`: card id {} {why}; nothing was reconciled",
+                shown_id(&snapshot.object_id)
+            )));
+        }
+        snapshots.push(snapshot);
+    }
+    Ok(snapshots)
+}

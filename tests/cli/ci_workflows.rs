@@ -1,0 +1,221 @@
+//! The CI workflows `docs/ci.md` offers users (`docs/ci/github-actions.yml`,
+//! `docs/ci/gitlab-ci.yml`), parsed as YAML and run as their runners would run them: every
+//! job in order, a matrix or `parallel` job once per index with the runner's variables set,
+//! every `run:` / `script:` line through bash from a scratch checkout with `arrival` on PATH.
+//!
+//! Two things differ from a real runner, both on purpose. The install line is not executed
+//! (it would build arrival a second time); the test asserts its text instead, and puts the
+//! binary cargo built for the tests on PATH. The scratch checkout holds every fixture but
+//! only a few model files, so `models/*.toml` means three models here, not every model
+//! (`.ci/test` checks all of them already).
+
+use crate::util::{root, TempDir, ARRIVAL};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The install line both workflows must use: from a clone of this repository.
+const INSTALL: &str = "cargo install --path . --locked";
+
+/// The model files the scratch checkout gets: a card model, a card mutant and a facts model.
+const MODELS: [&str; 3] = [
+    "b62-15.toml",
+    "mutant-last-arrival-wins.toml",
+    "acmeflow-wf14.toml",
+];
+
+fn load(path: &str) -> Yaml {
+    let text = std::fs::read_to_string(root().join(path)).expect("the workflow file exists");
+    let mut docs = YamlLoader::load_from_str(&text)
+        .unwrap_or_else(|error| panic!("{path} is not YAML: {error}"));
+    assert_eq!(docs.len(), 1, "{path} holds one document");
+    docs.remove(0)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("a folder");
+    for entry in std::fs::read_dir(from).expect("readable") {
+        let entry = entry.expect("readable");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copied");
+        }
+    }
+}
+
+/// A scratch checkout: every fixture, a few model files.
+fn checkout() -> TempDir {
+    let dir = TempDir::new().expect("a temporary folder");
+    copy_dir(&root().join("fixtures"), &dir.path().join("fixtures"));
+    std::fs::create_dir(dir.path().join("models")).expect("a folder");
+    for model in MODELS {
+        std::fs::copy(
+            root().join("models").join(model),
+            dir.path().join("models").join(model),
+        )
+        .expect("copied");
+    }
+    dir
+}
+
+/// Runs one script line as a runner would (bash, stop at the first failing command).
+fn run(line: &str, dir: &Path, env: &[(String, String)], what: &str) {
+    if line.trim_start().starts_with("cargo install") {
+        assert_eq!(line.trim(), INSTALL, "{what}: the install line");
+        return;
+    }
+    let bin_dir = PathBuf::from(ARRIVAL)
+        .parent()
+        .expect("a folder")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("bash")
+        .args(["-eo", "pipefail", "-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "{what}: `{line}` exited {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn text(yaml: &Yaml) -> Option<&str> {
+    yaml.as_str()
+}
+
+/// What the run left behind that the workflows upload: every job's JUnit and the shards.
+fn assert_reports(dir: &Path) {
+    for file in [
+        "arrival-models.xml",
+        "arrival-sweep.xml",
+        "arrival-merged.xml",
+    ] {
+        let xml = std::fs::read_to_string(dir.join(file))
+            .unwrap_or_else(|_| panic!("{file} was written"));
+        assert!(xml.contains("<testsuites"), "{file} is JUnit XML");
+        assert!(!xml.contains("<failure"), "{file} reports no failure");
+    }
+    for shard in ["shard-1.json", "shard-2.json"] {
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(shard)).expect("a shard report"))
+                .expect("JSON");
+        assert_eq!(report["models"][0]["verdict"], "partial", "{shard}");
+    }
+}
+
+#[test]
+fn the_github_actions_workflow_runs_job_by_job_as_written() {
+    let workflow = load("docs/ci/github-actions.yml");
+    let dir = checkout();
+    let jobs = workflow["jobs"].as_hash().expect("jobs");
+    let names: Vec<&str> = jobs.keys().filter_map(text).collect();
+    assert_eq!(names, ["models", "shard", "merge"]);
+    for (name, job) in jobs {
+        let name = text(name).expect("a job name");
+        let indices: Vec<String> = match job["strategy"]["matrix"]["shard"].as_vec() {
+            Some(values) => values
+                .iter()
+                .map(|value| value.as_i64().expect("a shard number").to_string())
+                .collect(),
+            None => vec![String::new()],
+        };
+        for index in &indices {
+            let mut env = Vec::new();
+            if let Some(vars) = job["env"].as_hash() {
+                for (key, value) in vars {
+                    let value = text(value)
+                        .expect("a string")
+                        .replace("${{ matrix.shard }}", index);
+                    env.push((text(key).expect("a name").to_string(), value));
+                }
+            }
+            let steps = job["steps"].as_vec().expect("steps");
+            for step in steps {
+                if let Some(line) = text(&step["run"]) {
+                    run(
+                        line,
+                        dir.path(),
+                        &env,
+                        &format!("github job {name} {index}"),
+                    );
+                } else {
+                    let uses = text(&step["uses"]).expect("a step runs or uses an action");
+                    assert!(
+                        uses.starts_with("actions/") || uses.starts_with("Swatinem/"),
+                        "{uses}"
+                    );
+                }
+            }
+        }
+    }
+    assert_reports(dir.path());
+}
+
+#[test]
+fn the_gitlab_ci_jobs_run_stage_by_stage_as_written() {
+    let pipeline = load("docs/ci/gitlab-ci.yml");
+    let dir = checkout();
+    let before: Vec<&str> = pipeline["default"]["before_script"]
+        .as_vec()
+        .expect("a before_script")
+        .iter()
+        .filter_map(text)
+        .collect();
+    let stages: Vec<&str> = pipeline["stages"]
+        .as_vec()
+        .expect("stages")
+        .iter()
+        .filter_map(text)
+        .collect();
+    assert_eq!(stages, ["check", "merge"]);
+    let jobs = pipeline.as_hash().expect("a mapping");
+    let mut ran = Vec::new();
+    for stage in stages {
+        for (name, job) in jobs {
+            let name = text(name).expect("a key");
+            if text(&job["stage"]) != Some(stage) {
+                continue;
+            }
+            let total = job["parallel"].as_i64().unwrap_or(0);
+            let indices: Vec<i64> = if total > 0 {
+                (1..=total).collect()
+            } else {
+                vec![0]
+            };
+            for index in indices {
+                let env = if total > 0 {
+                    vec![
+                        ("CI_NODE_INDEX".to_string(), index.to_string()),
+                        ("CI_NODE_TOTAL".to_string(), total.to_string()),
+                    ]
+                } else {
+                    Vec::new()
+                };
+                let script = job["script"].as_vec().expect("a script");
+                for line in before.iter().copied().chain(script.iter().filter_map(text)) {
+                    run(
+                        line,
+                        dir.path(),
+                        &env,
+                        &format!("gitlab job {name} {index}"),
+                    );
+                }
+            }
+            ran.push(name);
+        }
+    }
+    assert_eq!(ran, ["models", "shard", "merge"]);
+    assert_reports(dir.path());
+}
