@@ -14,6 +14,7 @@ use crate::card::trace;
 use crate::card::world::World;
 pub use crate::harness::check::Mode;
 pub use crate::harness::explore::{Engine, Strategy};
+use crate::harness::report::Status;
 pub use crate::harness::report::{render, ModelReport, PropertyReport, TraceReport};
 use crate::harness::InputError;
 use crate::harness::{self, check::Subject, explore::Settings};
@@ -198,7 +199,7 @@ pub fn run_with(
     if loaded.checked.contains(Property::AuthorityCurrent) {
         for property in &mut report.properties {
             if property.name == Property::AuthorityCurrent.name() {
-                property.status = "holds".into();
+                property.status = Status::Holds;
             }
         }
     }

@@ -14,25 +14,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// `arrival gen` options.
-#[derive(Clone, Debug, clap::Args)]
+#[derive(Clone, Debug)]
 pub struct GenOptions {
     /// Number of cards.
-    #[arg(long, default_value_t = 2)]
     pub cards: usize,
     /// Number of deliveries.
-    #[arg(long, default_value_t = 10)]
     pub deliveries: usize,
     /// Share of deliveries that are exact redeliveries of an earlier one.
-    #[arg(long, default_value_t = 0.1)]
     pub dup_rate: f64,
     /// Share of deliveries that reuse an earlier event id with a changed payload.
-    #[arg(long, default_value_t = 0.05)]
     pub conflict_rate: f64,
     /// Seed of the generator.
-    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write here instead of standard output.
-    #[arg(long)]
     pub out: Option<PathBuf>,
 }
 

@@ -20,6 +20,7 @@ use crate::card::model_file::{Expectation, LoadedModel, ModelFile};
 use crate::card::policy::PolicyName;
 use crate::card::property::Properties;
 use crate::card::step::Reconciliation;
+use crate::harness::report::Expected;
 use crate::harness::rng::SplitMix;
 use crate::harness::InputError;
 use serde::{Deserialize, Serialize};
@@ -60,7 +61,7 @@ pub struct PolicySweep {
     /// The policy.
     pub policy: String,
     /// `pass` for SPEC, the catalogue's property for a mutant.
-    pub expected: String,
+    pub expected: Expected,
     /// Fixtures checked.
     pub fixtures: usize,
     /// For each violated property, on how many fixtures.
@@ -147,8 +148,8 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
         let mut result = PolicySweep {
             policy: policy.to_string(),
             expected: match expectation {
-                Expectation::Pass => "pass".into(),
-                Expectation::Violates(property) => property.name().into(),
+                Expectation::Pass => Expected::Pass,
+                Expectation::Violates(property) => Expected::Violates(property.name().into()),
             },
             fixtures: scenarios.len(),
             violations: BTreeMap::new(),
@@ -236,14 +237,16 @@ pub fn render(report: &SweepReport) -> String {
             .iter()
             .map(|(name, count)| format!("{name} on {count}"))
             .collect();
-        let verdict = match (policy.as_expected, policy.expected.as_str()) {
-            (true, "pass") if policy.policy != "spec" => {
+        let verdict = match (policy.as_expected, &policy.expected) {
+            (true, Expected::Pass) if policy.policy != "spec" => {
                 "pass, as expected: harmless while authority-current holds".to_owned()
             }
-            (true, "pass") => "pass".to_owned(),
-            (true, property) => format!("caught by {property}"),
-            (false, "pass") => "VIOLATED  <-- NOT AS EXPECTED".to_owned(),
-            (false, property) => format!("NOT caught by {property}  <-- NOT AS EXPECTED"),
+            (true, Expected::Pass) => "pass".to_owned(),
+            (true, Expected::Violates(property)) => format!("caught by {property}"),
+            (false, Expected::Pass) => "VIOLATED  <-- NOT AS EXPECTED".to_owned(),
+            (false, Expected::Violates(property)) => {
+                format!("NOT caught by {property}  <-- NOT AS EXPECTED")
+            }
         };
         let _ = writeln!(
             out,
@@ -297,12 +300,14 @@ pub fn junit_suite(report: &SweepReport) -> crate::harness::junit::ExtraSuite {
             .policies
             .iter()
             .map(|policy| {
-                let failure = (!policy.as_expected).then(|| match policy.expected.as_str() {
-                    "pass" => format!(
+                let failure = (!policy.as_expected).then(|| match &policy.expected {
+                    Expected::Pass => format!(
                         "{} broke {:?}; first: {:?}",
                         policy.policy, policy.violations, policy.first
                     ),
-                    property => format!("{} was not caught by {property}", policy.policy),
+                    Expected::Violates(property) => {
+                        format!("{} was not caught by {property}", policy.policy)
+                    }
                 });
                 (policy.policy.clone(), failure)
             })

@@ -105,7 +105,13 @@ fn assert_reports(dir: &Path) {
         let xml = std::fs::read_to_string(dir.join(file))
             .unwrap_or_else(|_| panic!("{file} was written"));
         assert!(xml.contains("<testsuites"), "{file} is JUnit XML");
-        assert!(!xml.contains("<failure"), "{file} reports no failure");
+        // A property a mutant's model expects to break is a failed case; every model's
+        // verdict case (and every sweep policy's) must pass.
+        for case in xml.split("<testcase ").skip(1) {
+            let case = case.split("</testcase>").next().unwrap_or(case);
+            let judged = case.starts_with("name=\"verdict\"") || file == "arrival-sweep.xml";
+            assert!(!(judged && case.contains("<failure")), "{file}: {case}");
+        }
     }
     for shard in ["shard-1.json", "shard-2.json"] {
         let report: serde_json::Value =
