@@ -3,11 +3,12 @@
 //! passing, through the real decision function.
 //!
 //! State: [`World`] (receiver state, what the sender still owes, fault budgets, violation
-//! marker). Actions: [`Step`]s. `next_state` is [`transition`], the same function replay
-//! uses. A step that changes neither the receiver nor the sender (a redelivery of recorded
-//! content, a crash before record under the SPEC policy) has been checked inside
-//! `transition` and is then dropped (`None`): it would only lead back to a state already
-//! covered with more budget, so budgets cost transitions rather than states.
+//! marker). Actions: [`Step`]s. `next_state` is
+//! [`crate::card::properties::checked_transition`], the same function replay uses. A step
+//! that changes neither the receiver nor the sender (a redelivery of recorded content, a
+//! crash before record under the SPEC policy) has been checked there and is then dropped
+//! (`None`): it would only lead back to a state already covered with more budget, so
+//! budgets cost transitions rather than states.
 
 use crate::card::commute::Commuting;
 use crate::card::fingerprint::{covered_cards, View};
