@@ -22,11 +22,13 @@ done
 # The point estimate of criterion's `time: [low mid high]` line, in nanoseconds.
 estimate() {
   "$1" --bench "$filter" --warm-up-time 1 --measurement-time "$seconds" --noplot 2>/dev/null |
-    awk '/time:/ {
+    awk '/time:/ && !done {
       gsub(/\[|\]/, "");
       for (i = 1; i <= NF; i++) if ($i == "time:") { v = $(i + 3); u = $(i + 4) }
       f = (u == "ps") ? 0.001 : (u == "ns") ? 1 : (u == "µs" || u == "us") ? 1000 : (u == "ms") ? 1e6 : 1e9;
-      printf "%.3f\n", v * f; exit }'
+      done = 1 }
+      END { printf "%.3f\n", v * f }'
+  # (awk reads to the end: a bench whose stdout closes early panics on the broken pipe.)
 }
 ta=()
 tb=()
