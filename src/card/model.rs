@@ -3,7 +3,7 @@
 //! passing, through the real decision function.
 //!
 //! State: [`World`] (receiver state, what the sender still owes, fault budgets, violation
-//! marker). Actions: [`Step`]s. `next_state` is [`transition`], the same function replay
+//! marker). Actions: [`Step`]s. `next_state` is [`transition`](crate::card::world::transition), the same function replay
 //! uses. A step that changes neither the receiver nor the sender (a redelivery of recorded
 //! content, a crash before record under the SPEC policy) has been checked inside
 //! `transition` and is then dropped (`None`): it would only lead back to a state already

@@ -31,7 +31,7 @@ pub enum Step {
     /// The card's authority snapshot is applied.
     Reconcile(Sym),
     /// The retention window passes over everything recorded so far: every event id that
-    /// may be forgotten is ([`Receiver::expire_all`]).
+    /// may be forgotten is ([`Receiver::expire_all`](crate::card::receiver::Receiver::expire_all)).
     Expire,
 }
 
