@@ -1,14 +1,14 @@
 //! The db-locked drill: another writer holds the inbox; entries stay pending, none acknowledged.
 
 use super::checks::common_checks;
-use super::rig::{answer_word, drained, finish, model, plain_consumers, requests, rig};
+use super::rig::{drain_then_stop, finish, model, plain_consumers, post, requests, rig};
 use super::{DrillOptions, DrillReport};
 use crate::pipeline::client::Client;
 use crate::pipeline::ingress::PipelineError;
 use crate::pipeline::store;
 use crate::pipeline::stream;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,17 +37,7 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
     let mut client = Client::new(rig.running.addr);
     let mut accepted = BTreeMap::new();
     for request in &requests {
-        let reply = client
-            .post(
-                request.source.as_deref(),
-                request.signature.as_deref(),
-                &request.body,
-            )
-            .await?;
-        *report
-            .answers
-            .entry(answer_word(reply.status, &reply.reason()))
-            .or_default() += 1;
+        let reply = post(&mut client, &mut report, request).await?;
         if let Some(id) = reply.entry {
             accepted.insert(id, request.number);
         }
@@ -68,14 +58,7 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
     );
     blocker.execute_batch("ROLLBACK")?;
     drop(blocker);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !drained(&mut rig.redis, &rig.options.names)? && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for handle in consumers {
-        let _ = handle.await;
-    }
+    drain_then_stop(&mut rig, &stop, consumers).await?;
     common_checks(&mut report, &mut rig, &accepted, Some(&oracle))?;
     Ok(finish(rig, report, started).await)
 }

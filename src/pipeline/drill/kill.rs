@@ -1,7 +1,7 @@
 //! The kill drill: consumers killed at random points, restarted under the same name or a new one.
 
 use super::checks::common_checks;
-use super::rig::{answer_word, drained, finish, model, requests, rig};
+use super::rig::{answer_word, drained, finish, model, post, requests, rig};
 use super::{DrillOptions, DrillReport};
 use crate::harness::rng::SplitMix;
 use crate::pipeline::client::Client;
@@ -94,17 +94,7 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
         // Send a few requests, then look after the consumers.
         for _ in 0..3 {
             if let Some(request) = requests.get(sent) {
-                let reply = client
-                    .post(
-                        request.source.as_deref(),
-                        request.signature.as_deref(),
-                        &request.body,
-                    )
-                    .await?;
-                *report
-                    .answers
-                    .entry(answer_word(reply.status, &reply.reason()))
-                    .or_default() += 1;
+                let reply = post(&mut client, &mut report, request).await?;
                 if let Some(id) = reply.entry {
                     accepted.insert(id, request.number);
                 }

@@ -1,16 +1,16 @@
 //! The poison drill: an unparseable entry in the stream is dead-lettered while the rest flows.
 
 use super::checks::common_checks;
-use super::rig::{answer_word, drained, finish, model, plain_consumers, requests, rig};
+use super::rig::{drain_then_stop, finish, model, plain_consumers, post, requests, rig};
 use super::{DrillOptions, DrillReport};
 use crate::pipeline::client::Client;
 use crate::pipeline::ingress::PipelineError;
 use crate::pipeline::store;
 use crate::pipeline::stream;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The poison drill.
 pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError> {
@@ -43,29 +43,12 @@ pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError
                 .arg(crate::facts::world::POISON_BODY)
                 .query(&mut rig.redis)?;
         }
-        let reply = client
-            .post(
-                request.source.as_deref(),
-                request.signature.as_deref(),
-                &request.body,
-            )
-            .await?;
-        *report
-            .answers
-            .entry(answer_word(reply.status, &reply.reason()))
-            .or_default() += 1;
+        let reply = post(&mut client, &mut report, request).await?;
         if let Some(id) = reply.entry {
             accepted.insert(id, request.number);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !drained(&mut rig.redis, &rig.options.names)? && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for handle in consumers {
-        let _ = handle.await;
-    }
+    drain_then_stop(&mut rig, &stop, consumers).await?;
     let dead = stream::range_all(&mut rig.redis, &rig.options.names.dead_letter())?;
     let dead_ids: Vec<String> = dead
         .iter()

@@ -2,7 +2,7 @@
 
 use super::checks::common_checks;
 use super::rig::requests;
-use super::rig::{answer_word, drained, finish, plain_consumers, rig};
+use super::rig::{drain_then_stop, finish, plain_consumers, post, rig};
 use super::{DrillOptions, DrillReport};
 use crate::pipeline::client::Client;
 use crate::pipeline::ingress::PipelineError;
@@ -10,7 +10,7 @@ use crate::pipeline::run::TempDir;
 use crate::pipeline::store;
 use crate::pipeline::stream;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,17 +129,7 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         let down = (third..2 * third).contains(&index);
-        let reply = client
-            .post(
-                request.source.as_deref(),
-                request.signature.as_deref(),
-                &request.body,
-            )
-            .await?;
-        *report
-            .answers
-            .entry(answer_word(reply.status, &reply.reason()))
-            .or_default() += 1;
+        let reply = post(&mut client, &mut report, request).await?;
         if reply.status == 503 {
             unavailable += 1;
         }
@@ -157,14 +147,7 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
     );
     // The other end of the check: reconnect the checker's own connection.
     rig.redis = stream::connect(&server.url(), Duration::from_secs(5))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !drained(&mut rig.redis, &rig.options.names)? && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for handle in consumers {
-        let _ = handle.await;
-    }
+    drain_then_stop(&mut rig, &stop, consumers).await?;
     let entries: BTreeSet<String> = stream::range_all(&mut rig.redis, &rig.options.names.stream)?
         .into_iter()
         .map(|entry| entry.id)

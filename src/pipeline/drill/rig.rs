@@ -9,13 +9,14 @@ use crate::facts::mutants::Mutant;
 use crate::facts::step::{Consumer, Step};
 use crate::facts::world::{transition, PostedRequest, Setup, World};
 use crate::harness::rng::SplitMix;
+use crate::pipeline::client::{Client, Reply};
 use crate::pipeline::consumer::Point;
 use crate::pipeline::ingress::{spawn_consumer, start, PipelineError, Running, ServeOptions};
 use crate::pipeline::run::{unique, TempDir};
 use crate::pipeline::store;
 use crate::pipeline::stream::{self, Names};
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -230,6 +231,44 @@ pub async fn rig(
 
 pub(super) fn answer_word(status: u16, reason: &str) -> String {
     format!("{status} {reason}")
+}
+
+/// Posts one request of the schedule and counts its answer in the report.
+pub(super) async fn post(
+    client: &mut Client,
+    report: &mut DrillReport,
+    request: &PostedRequest,
+) -> Result<Reply, PipelineError> {
+    let reply = client
+        .post(
+            request.source.as_deref(),
+            request.signature.as_deref(),
+            &request.body,
+        )
+        .await?;
+    *report
+        .answers
+        .entry(answer_word(reply.status, &reply.reason()))
+        .or_default() += 1;
+    Ok(reply)
+}
+
+/// Waits (a minute at the most) for the group to drain, then stops the consumers and waits
+/// for them to end.
+pub(super) async fn drain_then_stop(
+    rig: &mut Rig,
+    stop: &AtomicBool,
+    consumers: Vec<tokio::task::JoinHandle<Option<Point>>>,
+) -> Result<(), PipelineError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !drained(&mut rig.redis, &rig.options.names)? && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for handle in consumers {
+        let _ = handle.await;
+    }
+    Ok(())
 }
 
 /// Whether the group has delivered every entry and holds none pending.
