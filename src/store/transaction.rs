@@ -196,6 +196,14 @@ fn write_records(
     mut audit: Vec<AuditRow>,
 ) -> Result<(), DbError> {
     let catalog = &partial.catalog;
+    audit_cards(catalog, before, after, &mut audit);
+    write_changed_records(db, catalog, before, after)?;
+    write_holds(db, catalog, before, after)?;
+    write_audit(db, audit)
+}
+
+/// An audit row for each card row that changed.
+fn audit_cards(catalog: &Catalog, before: &Receiver, after: &Receiver, audit: &mut Vec<AuditRow>) {
     for (&id, card) in after.cards().iter() {
         if before.cards().get(&id) == Some(card) {
             continue;
@@ -211,6 +219,15 @@ fn write_records(
             ..AuditRow::default()
         });
     }
+}
+
+/// The new records, and the records whose decision or standing changed.
+fn write_changed_records(
+    db: &mut dyn Database,
+    catalog: &Catalog,
+    before: &Receiver,
+    after: &Receiver,
+) -> Result<(), DbError> {
     for (&id, identity) in after.identities().iter() {
         let old = before.identities().get(&id);
         for (index, record) in identity.records().enumerate() {
@@ -229,6 +246,16 @@ fn write_records(
         let previous = before.anonymous().get(&number);
         write_record(db, catalog, None, Some(number), record, previous)?;
     }
+    Ok(())
+}
+
+/// The holds removed, then the holds added.
+fn write_holds(
+    db: &mut dyn Database,
+    catalog: &Catalog,
+    before: &Receiver,
+    after: &Receiver,
+) -> Result<(), DbError> {
     let old_keys: BTreeSet<HoldKey> = before.holds().values().flatten().copied().collect();
     let new_keys: BTreeSet<HoldKey> = after.holds().values().flatten().copied().collect();
     for key in old_keys.difference(&new_keys) {
@@ -265,6 +292,11 @@ fn write_records(
             )?;
         }
     }
+    Ok(())
+}
+
+/// The audit rows, in order.
+fn write_audit(db: &mut dyn Database, audit: Vec<AuditRow>) -> Result<(), DbError> {
     for row in audit {
         db.execute(
             "INSERT INTO audit (entry, subject, delivery, event_id, content_hash, card_id, \
@@ -367,12 +399,7 @@ pub(super) fn reconcile_in(
     let mut partial = Partial::default();
     let card = partial.catalog.sym(&snapshot.object_id);
     partial.ensure_card(db, card)?;
-    let due = match partial.cards.get(&card) {
-        None => first,
-        Some(known) if first => known.paused,
-        Some(known) => known.paused && snapshot.version >= known.version,
-    };
-    if !due {
+    if !due(&partial, card, snapshot, first) {
         return Ok(None);
     }
     if !snapshot.state.is_object() {
@@ -384,16 +411,7 @@ pub(super) fn reconcile_in(
             retry: false,
         });
     }
-    partial.ensure_bucket(db, card)?;
-    let conflicted = db.query(
-        "SELECT DISTINCT r.event_id FROM records r JOIN holds h ON h.event_id = r.event_id \
-         WHERE r.idx = 0 AND r.object_id = $1",
-        &[text(&snapshot.object_id)],
-    )?;
-    for row in conflicted {
-        let id = partial.catalog.sym(text_of(&row[0])?);
-        partial.ensure_identity(db, id)?;
-    }
+    load_waiting(db, &mut partial, card, &snapshot.object_id)?;
     // The waiting records just loaded may name other cards; their holds are loaded with
     // them, and their cards are needed for nothing but a consistent receiver.
     let state = partial.catalog.state(&snapshot.state);
@@ -408,10 +426,6 @@ pub(super) fn reconcile_in(
         },
     );
     let catalog = &partial.catalog;
-    let key_name = |key: HoldKey| match key {
-        HoldKey::Record { event, .. } => catalog.name(event).to_owned(),
-        HoldKey::Delivery(number) => format!("delivery-{number}"),
-    };
     let mut report = ReconcileReport {
         object_id: snapshot.object_id.clone(),
         outcome: reconciled.outcome.name().to_owned(),
@@ -430,55 +444,16 @@ pub(super) fn reconcile_in(
     }];
     let mut event_delta = 0;
     for &(key, settlement) in &reconciled.settled {
-        let name = key_name(key);
-        let (entry, decision, previous) = match settlement {
-            Settlement::ReEvaluated { from, to } => {
-                if to == Decision::Applied {
-                    event_delta += 1;
-                }
-                report
-                    .re_evaluated
-                    .push((name.clone(), to.name().to_owned()));
-                (
-                    "re_evaluated",
-                    Some(to.name().to_owned()),
-                    Some(from.name().to_owned()),
-                )
-            }
-            Settlement::Resolved => {
-                report.resolved.push(name.clone());
-                ("resolved", None, None)
-            }
-            Settlement::Superseded => {
-                report.superseded.push(name.clone());
-                ("superseded", None, None)
-            }
-        };
-        let (event_id, index, delivery) = match key {
-            HoldKey::Record { event, index } => {
-                (Some(catalog.name(event).to_owned()), Some(index), None)
-            }
-            HoldKey::Delivery(number) => (None, None, Some(number)),
-        };
-        let hash = match (key, index) {
-            (HoldKey::Record { event, .. }, Some(index)) => {
-                after.identities().get(&event).map(|identity| {
-                    content_hash(catalog.content_text(identity.record(index).event.content))
-                })
-            }
-            _ => None,
-        };
-        audit.push(AuditRow {
-            entry,
-            subject: name,
-            delivery,
-            event_id,
-            content_hash: hash,
-            card_id: Some(snapshot.object_id.clone()),
-            decision,
-            previous,
-            ..AuditRow::default()
-        });
+        let (row, applied) = settle(
+            catalog,
+            &after,
+            &snapshot.object_id,
+            key,
+            settlement,
+            &mut report,
+        );
+        event_delta += applied;
+        audit.push(row);
     }
     let authority_delta = i64::from(reconciled.outcome.replaces());
     let mut deltas = BTreeMap::new();
@@ -487,4 +462,101 @@ pub(super) fn reconcile_in(
     }
     write_back(db, &partial, &before, &after, &deltas, audit)?;
     Ok(Some(report))
+}
+
+/// Whether the default order reconciles this card now: on the `first` pass when it is
+/// paused or unknown; on a later pass when it is paused and the snapshot is not behind it.
+fn due(partial: &Partial, card: Sym, snapshot: &AuthoritySnapshot, first: bool) -> bool {
+    match partial.cards.get(&card) {
+        None => first,
+        Some(known) if first => known.paused,
+        Some(known) => known.paused && snapshot.version >= known.version,
+    }
+}
+
+/// Loads every hold filed under the card, and the records of the inputs whose first record
+/// names it and that wait (the conflicts a reconciliation resolves).
+fn load_waiting(
+    db: &mut dyn Database,
+    partial: &mut Partial,
+    card: Sym,
+    object_id: &str,
+) -> Result<(), DbError> {
+    partial.ensure_bucket(db, card)?;
+    let conflicted = db.query(
+        "SELECT DISTINCT r.event_id FROM records r JOIN holds h ON h.event_id = r.event_id \
+         WHERE r.idx = 0 AND r.object_id = $1",
+        &[text(object_id)],
+    )?;
+    for row in conflicted {
+        let id = partial.catalog.sym(text_of(&row[0])?);
+        partial.ensure_identity(db, id)?;
+    }
+    Ok(())
+}
+
+/// One input a reconciliation settled: its place in the report, its audit row, and 1 when
+/// it was re-evaluated to `applied` (an event replacement), else 0.
+fn settle(
+    catalog: &Catalog,
+    after: &Receiver,
+    object_id: &str,
+    key: HoldKey,
+    settlement: Settlement,
+    report: &mut ReconcileReport,
+) -> (AuditRow, i64) {
+    let name = match key {
+        HoldKey::Record { event, .. } => catalog.name(event).to_owned(),
+        HoldKey::Delivery(number) => format!("delivery-{number}"),
+    };
+    let mut applied = 0;
+    let (entry, decision, previous) = match settlement {
+        Settlement::ReEvaluated { from, to } => {
+            if to == Decision::Applied {
+                applied = 1;
+            }
+            report
+                .re_evaluated
+                .push((name.clone(), to.name().to_owned()));
+            (
+                "re_evaluated",
+                Some(to.name().to_owned()),
+                Some(from.name().to_owned()),
+            )
+        }
+        Settlement::Resolved => {
+            report.resolved.push(name.clone());
+            ("resolved", None, None)
+        }
+        Settlement::Superseded => {
+            report.superseded.push(name.clone());
+            ("superseded", None, None)
+        }
+    };
+    let (event_id, index, delivery) = match key {
+        HoldKey::Record { event, index } => {
+            (Some(catalog.name(event).to_owned()), Some(index), None)
+        }
+        HoldKey::Delivery(number) => (None, None, Some(number)),
+    };
+    let hash = match (key, index) {
+        (HoldKey::Record { event, .. }, Some(index)) => {
+            after.identities().get(&event).map(|identity| {
+                content_hash(catalog.content_text(identity.record(index).event.content))
+            })
+        }
+        _ => None,
+    };
+    let row = AuditRow {
+        entry,
+        subject: name,
+        delivery,
+        event_id,
+        content_hash: hash,
+        card_id: Some(object_id.to_owned()),
+        decision,
+        previous,
+        ..AuditRow::default()
+    };
+    (row, applied)
 }

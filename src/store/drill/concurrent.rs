@@ -7,9 +7,9 @@ use super::{
 };
 use crate::harness::rng::SplitMix;
 use crate::store::input::{authority, fixture_deliveries};
-use crate::store::{Acknowledgement, DbUrl};
+use crate::store::{Acknowledgement, DbUrl, Incoming, StoreMutant};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,30 +25,8 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, DrillError
     for run in 1..=options.runs {
         report.trials += 1;
         let mut store = fresh(url, &options.scenario)?;
-        // Each delivery goes to one receiver, and to a second one now and then.
-        let mut shares: Vec<Vec<usize>> = vec![Vec::new(); options.receivers];
-        for index in 0..deliveries.len() {
-            let first = rng.below(options.receivers as u64) as usize;
-            shares[first].push(index);
-            if options.receivers > 1 && rng.chance(0.3) {
-                let second = (first + 1 + rng.below(options.receivers as u64 - 1) as usize)
-                    % options.receivers;
-                shares[second].push(index);
-            }
-        }
-        let mut children = Vec::new();
-        for share in &shares {
-            let mut child = ingest_child(url, options.mutant, Stdio::piped())?;
-            report.processes += 1;
-            report.sent += share.len();
-            let stdin = child.stdin.take().expect("piped");
-            let lines: Vec<String> = share
-                .iter()
-                .map(|&index| line(&deliveries[index]))
-                .collect();
-            let writer = feed(stdin, lines);
-            children.push((child, writer));
-        }
+        let shares = shares(&mut rng, options.receivers, deliveries.len());
+        let children = spawn_receivers(url, options.mutant, &deliveries, &shares, &mut report)?;
         // Reconciliation runs beside the receivers, one `store reconcile` process after
         // another until they are done.
         let ingesting = Arc::new(AtomicBool::new(true));
@@ -58,35 +36,7 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, DrillError
             Arc::clone(&ingesting),
             rng.next_u64(),
         )?;
-        let mut acked = Vec::new();
-        for ((mut child, writer), share) in children.into_iter().zip(&shares) {
-            let stdout = child.stdout.take().expect("piped");
-            let acks: Vec<Acknowledgement> = BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|text| serde_json::from_str(&text).ok())
-                .collect();
-            let _ = writer.join();
-            let status = child
-                .wait()
-                .map_err(|source| DrillError::environment("store ingest child", source))?;
-            if !status.success() || acks.len() != share.len() {
-                let mut said = String::new();
-                if let Some(mut stderr) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
-                }
-                report.passed = false;
-                report.failures = vec![format!(
-                    "run {run}: a receiver ended with {status} after {} of {} acknowledgements: {}",
-                    acks.len(),
-                    share.len(),
-                    said.trim()
-                )];
-                break;
-            }
-            report.acknowledged += acks.len();
-            acked.extend(share.iter().copied().zip(acks));
-        }
+        let acked = collect_acks(children, &shares, run, &mut report)?;
         ingesting.store(false, Ordering::SeqCst);
         let (reconcilers, failed) = reconciler
             .join()
@@ -169,4 +119,82 @@ fn reconcile_beside(
             }
         }
     }))
+}
+
+/// Each delivery goes to one receiver, and to a second one now and then.
+fn shares(rng: &mut SplitMix, receivers: usize, count: usize) -> Vec<Vec<usize>> {
+    let mut shares: Vec<Vec<usize>> = vec![Vec::new(); receivers];
+    for index in 0..count {
+        let first = rng.below(receivers as u64) as usize;
+        shares[first].push(index);
+        if receivers > 1 && rng.chance(0.3) {
+            let second = (first + 1 + rng.below(receivers as u64 - 1) as usize) % receivers;
+            shares[second].push(index);
+        }
+    }
+    shares
+}
+
+/// Starts one ingesting receiver per share, each fed its share's lines.
+fn spawn_receivers(
+    url: &DbUrl,
+    mutant: Option<StoreMutant>,
+    deliveries: &[Incoming],
+    shares: &[Vec<usize>],
+    report: &mut DrillReport,
+) -> Result<Vec<(Child, std::thread::JoinHandle<()>)>, DrillError> {
+    let mut children = Vec::new();
+    for share in shares {
+        let mut child = ingest_child(url, mutant, Stdio::piped())?;
+        report.processes += 1;
+        report.sent += share.len();
+        let stdin = child.stdin.take().expect("piped");
+        let lines: Vec<String> = share
+            .iter()
+            .map(|&index| line(&deliveries[index]))
+            .collect();
+        let writer = feed(stdin, lines);
+        children.push((child, writer));
+    }
+    Ok(children)
+}
+
+/// Reads every receiver's acknowledgements and waits for it to end; a receiver that fails
+/// or answers fewer than its share fails the run, and the rest are not read.
+fn collect_acks(
+    children: Vec<(Child, std::thread::JoinHandle<()>)>,
+    shares: &[Vec<usize>],
+    run: usize,
+    report: &mut DrillReport,
+) -> Result<Vec<(usize, Acknowledgement)>, DrillError> {
+    let mut acked = Vec::new();
+    for ((mut child, writer), share) in children.into_iter().zip(shares) {
+        let stdout = child.stdout.take().expect("piped");
+        let acks: Vec<Acknowledgement> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|text| serde_json::from_str(&text).ok())
+            .collect();
+        let _ = writer.join();
+        let status = child
+            .wait()
+            .map_err(|source| DrillError::environment("store ingest child", source))?;
+        if !status.success() || acks.len() != share.len() {
+            let mut said = String::new();
+            if let Some(mut stderr) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+            }
+            report.passed = false;
+            report.failures = vec![format!(
+                "run {run}: a receiver ended with {status} after {} of {} acknowledgements: {}",
+                acks.len(),
+                share.len(),
+                said.trim()
+            )];
+            break;
+        }
+        report.acknowledged += acks.len();
+        acked.extend(share.iter().copied().zip(acks));
+    }
+    Ok(acked)
 }

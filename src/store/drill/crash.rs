@@ -123,47 +123,12 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
     while report.kills < options.kills || report.trials == 0 {
         report.trials += 1;
         let mut store = fresh(url, &options.scenario)?;
-        // The schedule: every delivery in order, lost acknowledgements (a retry follows),
-        // network copies at random later places.
-        let mut schedule: Vec<(usize, Send)> = Vec::new();
-        for index in 0..deliveries.len() {
-            if rng.chance(0.15) {
-                schedule.push((index, Send::AckLost));
-            }
-            schedule.push((index, Send::Wait));
-        }
-        for index in 0..deliveries.len() {
-            if rng.chance(0.15) {
-                let after = schedule
-                    .iter()
-                    .position(|&(at, _)| at == index)
-                    .expect("scheduled");
-                let place = after + 1 + rng.below((schedule.len() - after) as u64) as usize;
-                schedule.insert(place, (index, Send::Copy));
-            }
-        }
+        let schedule = schedule(&mut rng, deliveries.len());
         let mut pending = schedule;
         let mut acked: Vec<(usize, Acknowledgement)> = Vec::new();
         let mut kills_left = per_trial.min(options.kills.saturating_sub(report.kills));
         while !pending.is_empty() {
-            // Half the kills land at a random time; the other half right after the
-            // sender read the acknowledgement of a delivery it waits for (not of one whose
-            // acknowledgement is lost: that one is sent again anyway).
-            let waited: Vec<usize> = pending
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, send))| *send == Send::Wait)
-                .map(|(at, _)| at + 1)
-                .collect();
-            let kill = (kills_left > 0).then(|| {
-                if !waited.is_empty() && rng.chance(0.5) {
-                    Kill::AtAck(waited[rng.below(waited.len() as u64) as usize])
-                } else {
-                    let estimate = startup + per_line * pending.len() as u32;
-                    let span = (estimate.as_micros() as u64 / kills_left as u64).max(1);
-                    Kill::After(Duration::from_micros(rng.below(span)))
-                }
-            });
+            let kill = next_kill(&mut rng, &pending, kills_left, startup, per_line);
             let lines = pending
                 .iter()
                 .map(|&(index, _)| line(&deliveries[index]))
@@ -191,49 +156,15 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
             }
         }
         // Reconciliation, killed at random too.
-        loop {
-            let kill_after = (kills_left > 0).then(|| {
-                Duration::from_micros(rng.below((startup + per_line * 4).as_micros() as u64))
-            });
-            let mut command = Command::new(exe()?);
-            command
-                .args([
-                    "store",
-                    "reconcile",
-                    "--db",
-                    &url.connection_text(),
-                    "--fixture",
-                ])
-                .arg(&options.fixture)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = Arc::new(Mutex::new(command.spawn().map_err(|source| {
-                DrillError::environment("store reconcile child", source)
-            })?));
-            report.processes += 1;
-            let done = Arc::new(AtomicBool::new(false));
-            let kill = kill_after.map(|delay| killer(Arc::clone(&child), delay, Arc::clone(&done)));
-            let status = loop {
-                if let Some(status) = child.lock().expect("child lock").try_wait().ok().flatten() {
-                    break status;
-                }
-                std::thread::sleep(Duration::from_micros(500));
-            };
-            done.store(true, Ordering::SeqCst);
-            let killed = kill.is_some_and(|handle| handle.join().unwrap_or(false));
-            if killed {
-                report.kills += 1;
-                kills_left = kills_left.saturating_sub(1);
-                continue;
-            }
-            if status.success() {
-                break;
-            }
-            return Err(DrillError::environment(
-                format!("drill on {url}"),
-                format!("the reconcile child failed ({status})"),
-            ));
-        }
+        reconcile_killed(
+            options,
+            url,
+            &mut rng,
+            &mut kills_left,
+            &mut report,
+            startup,
+            per_line,
+        )?;
         let failures = verify(
             &mut store,
             url,
@@ -253,4 +184,111 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The sender's schedule: every delivery in order, lost acknowledgements (a retry
+/// follows), network copies at random later places.
+fn schedule(rng: &mut SplitMix, count: usize) -> Vec<(usize, Send)> {
+    let mut schedule: Vec<(usize, Send)> = Vec::new();
+    for index in 0..count {
+        if rng.chance(0.15) {
+            schedule.push((index, Send::AckLost));
+        }
+        schedule.push((index, Send::Wait));
+    }
+    for index in 0..count {
+        if rng.chance(0.15) {
+            let after = schedule
+                .iter()
+                .position(|&(at, _)| at == index)
+                .expect("scheduled");
+            let place = after + 1 + rng.below((schedule.len() - after) as u64) as usize;
+            schedule.insert(place, (index, Send::Copy));
+        }
+    }
+    schedule
+}
+
+/// When to kill the next round's child, while kills are left.
+fn next_kill(
+    rng: &mut SplitMix,
+    pending: &[(usize, Send)],
+    kills_left: usize,
+    startup: Duration,
+    per_line: Duration,
+) -> Option<Kill> {
+    // Half the kills land at a random time; the other half right after the
+    // sender read the acknowledgement of a delivery it waits for (not of one whose
+    // acknowledgement is lost: that one is sent again anyway).
+    let waited: Vec<usize> = pending
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, send))| *send == Send::Wait)
+        .map(|(at, _)| at + 1)
+        .collect();
+    (kills_left > 0).then(|| {
+        if !waited.is_empty() && rng.chance(0.5) {
+            Kill::AtAck(waited[rng.below(waited.len() as u64) as usize])
+        } else {
+            let estimate = startup + per_line * pending.len() as u32;
+            let span = (estimate.as_micros() as u64 / kills_left as u64).max(1);
+            Kill::After(Duration::from_micros(rng.below(span)))
+        }
+    })
+}
+
+/// Runs `store reconcile` children until one ends by itself, killing them at random while
+/// kills are left; a child that fails on its own fails the drill.
+fn reconcile_killed(
+    options: &CrashOptions,
+    url: &DbUrl,
+    rng: &mut SplitMix,
+    kills_left: &mut usize,
+    report: &mut DrillReport,
+    startup: Duration,
+    per_line: Duration,
+) -> Result<(), DrillError> {
+    loop {
+        let kill_after = (*kills_left > 0)
+            .then(|| Duration::from_micros(rng.below((startup + per_line * 4).as_micros() as u64)));
+        let mut command = Command::new(exe()?);
+        command
+            .args([
+                "store",
+                "reconcile",
+                "--db",
+                &url.connection_text(),
+                "--fixture",
+            ])
+            .arg(&options.fixture)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = Arc::new(Mutex::new(command.spawn().map_err(|source| {
+            DrillError::environment("store reconcile child", source)
+        })?));
+        report.processes += 1;
+        let done = Arc::new(AtomicBool::new(false));
+        let kill = kill_after.map(|delay| killer(Arc::clone(&child), delay, Arc::clone(&done)));
+        let status = loop {
+            if let Some(status) = child.lock().expect("child lock").try_wait().ok().flatten() {
+                break status;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        };
+        done.store(true, Ordering::SeqCst);
+        let killed = kill.is_some_and(|handle| handle.join().unwrap_or(false));
+        if killed {
+            report.kills += 1;
+            *kills_left = kills_left.saturating_sub(1);
+            continue;
+        }
+        if status.success() {
+            break;
+        }
+        return Err(DrillError::environment(
+            format!("drill on {url}"),
+            format!("the reconcile child failed ({status})"),
+        ));
+    }
+    Ok(())
 }
