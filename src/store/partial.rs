@@ -263,6 +263,19 @@ pub(super) fn load_all_in(db: &mut dyn Database) -> Result<Loaded, DbError> {
         let number = row[4].int().ok_or_else(|| corrupt("anonymous delivery"))? as u32;
         partial.anonymous.insert(number, record);
     }
+    let held = load_holds(db, &mut partial)?;
+    let receiver = partial.receiver();
+    receiver.invariants().map_err(corrupt)?;
+    Ok(Loaded {
+        catalog: partial.catalog,
+        receiver,
+        counters,
+        held,
+    })
+}
+
+/// Files every hold under its bucket; the holds in global arrival order.
+fn load_holds(db: &mut dyn Database, partial: &mut Partial) -> Result<Vec<HoldKey>, DbError> {
     let mut held = Vec::new();
     for row in db.query(
         "SELECT seq, card_id, event_id, idx, delivery FROM holds ORDER BY seq",
@@ -281,12 +294,5 @@ pub(super) fn load_all_in(db: &mut dyn Database) -> Result<Loaded, DbError> {
         partial.file_hold(bucket.as_deref(), seq, key);
         held.push(key);
     }
-    let receiver = partial.receiver();
-    receiver.invariants().map_err(corrupt)?;
-    Ok(Loaded {
-        catalog: partial.catalog,
-        receiver,
-        counters,
-        held,
-    })
+    Ok(held)
 }

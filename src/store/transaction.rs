@@ -327,33 +327,11 @@ fn write_record(
     record: &Record,
     previous: Option<&Record>,
 ) -> Result<(), DbError> {
+    if let Some(previous) = previous {
+        return update_record(db, catalog, identity, delivery, record, previous);
+    }
     let decision = record.decision.name();
     let standing = standing_name(record.standing);
-    if let Some(previous) = previous {
-        if previous.event.content != record.event.content {
-            return Err(corrupt("a record's content changed"));
-        }
-        if previous.decision == record.decision && previous.standing == record.standing {
-            return Ok(());
-        }
-        return match (identity, delivery) {
-            (Some((id, index)), _) => db.execute(
-                "UPDATE records SET decision = $1, standing = $2 WHERE event_id = $3 AND idx = $4",
-                &[
-                    text(decision),
-                    text(standing),
-                    text(catalog.name(id)),
-                    int(index.into()),
-                ],
-            ),
-            (None, Some(number)) => db.execute(
-                "UPDATE anonymous SET decision = $1, standing = $2 WHERE delivery = $3",
-                &[text(decision), text(standing), int(number.into())],
-            ),
-            (None, None) => unreachable!("a record has an identity or a delivery"),
-        }
-        .map(|_| ());
-    }
     let content = catalog.content_text(record.event.content);
     let object = record
         .event
@@ -391,6 +369,43 @@ fn write_record(
     Ok(())
 }
 
+/// A record that was there before: its content must not have changed; its decision and
+/// standing are written when they did.
+fn update_record(
+    db: &mut dyn Database,
+    catalog: &Catalog,
+    identity: Option<(Sym, u32)>,
+    delivery: Option<u32>,
+    record: &Record,
+    previous: &Record,
+) -> Result<(), DbError> {
+    let decision = record.decision.name();
+    let standing = standing_name(record.standing);
+    if previous.event.content != record.event.content {
+        return Err(corrupt("a record's content changed"));
+    }
+    if previous.decision == record.decision && previous.standing == record.standing {
+        return Ok(());
+    }
+    match (identity, delivery) {
+        (Some((id, index)), _) => db.execute(
+            "UPDATE records SET decision = $1, standing = $2 WHERE event_id = $3 AND idx = $4",
+            &[
+                text(decision),
+                text(standing),
+                text(catalog.name(id)),
+                int(index.into()),
+            ],
+        ),
+        (None, Some(number)) => db.execute(
+            "UPDATE anonymous SET decision = $1, standing = $2 WHERE delivery = $3",
+            &[text(decision), text(standing), int(number.into())],
+        ),
+        (None, None) => unreachable!("a record has an identity or a delivery"),
+    }
+    .map(|_| ())
+}
+
 pub(super) fn reconcile_in(
     db: &mut dyn Database,
     snapshot: &AuthoritySnapshot,
@@ -403,13 +418,7 @@ pub(super) fn reconcile_in(
         return Ok(None);
     }
     if !snapshot.state.is_object() {
-        return Err(DbError {
-            message: format!(
-                "authority snapshot of {}: state is not an object",
-                snapshot.object_id
-            ),
-            retry: false,
-        });
+        return Err(not_an_object(snapshot));
     }
     load_waiting(db, &mut partial, card, &snapshot.object_id)?;
     // The waiting records just loaded may name other cards; their holds are loaded with
@@ -559,4 +568,15 @@ fn settle(
         ..AuditRow::default()
     };
     (row, applied)
+}
+
+/// The error of an authority snapshot whose state is not a JSON object.
+fn not_an_object(snapshot: &AuthoritySnapshot) -> DbError {
+    DbError {
+        message: format!(
+            "authority snapshot of {}: state is not an object",
+            snapshot.object_id
+        ),
+        retry: false,
+    }
 }

@@ -9,6 +9,11 @@
 //! - `db-locked`: another writer holds the inbox: entries stay pending, none acknowledged;
 //! - `poison`: an unparseable entry written straight into the stream is dead-lettered after
 //!   `max_deliveries` while the rest flows.
+//!
+//! One file per drill (`kill`, `redis_down`, `db_locked`, `poison`); `rig` is what they
+//! share to set up and run (the signed requests and their model, the rig, posting, draining,
+//! the end), `checks` the end checks they share. This file holds the options, the report
+//! and the dispatch.
 
 mod checks;
 mod db_locked;

@@ -60,10 +60,7 @@ pub fn concurrent(options: &ConcurrentOptions) -> Result<DrillReport, DrillError
             &acked,
             false,
         )?;
-        if !failures.is_empty() {
-            report.passed = false;
-            report.failures = failures;
-            report.failures.insert(0, format!("run {run}:"));
+        if report.failed(format!("run {run}:"), failures) {
             break;
         }
     }

@@ -123,8 +123,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
     while report.kills < options.kills || report.trials == 0 {
         report.trials += 1;
         let mut store = fresh(url, &options.scenario)?;
-        let schedule = schedule(&mut rng, deliveries.len());
-        let mut pending = schedule;
+        let mut pending = schedule(&mut rng, deliveries.len());
         let mut acked: Vec<(usize, Acknowledgement)> = Vec::new();
         let mut kills_left = per_trial.min(options.kills.saturating_sub(report.kills));
         while !pending.is_empty() {
@@ -173,12 +172,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
             &acked,
             true,
         )?;
-        if !failures.is_empty() {
-            report.passed = false;
-            report.failures = failures;
-            report
-                .failures
-                .insert(0, format!("trial {}:", report.trials));
+        if report.failed(format!("trial {}:", report.trials), failures) {
             break;
         }
     }

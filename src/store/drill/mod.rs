@@ -1,6 +1,11 @@
 //! The store's drills: receivers killed with SIGKILL while a sender retries, and several
 //! receiver processes on one database; after each, the store is checked against the
 //! promises of the contract and against the SPEC receiver's end state for the fixture.
+//!
+//! This file holds what both drills share (options, the report and its JUnit suite, the
+//! scratch database, the ingest child and its feeder); `crash` is the crash drill,
+//! `concurrent` the concurrency drill, and `verify` compares a drilled database with the
+//! store's promises and the contract's replay.
 
 mod concurrent;
 mod crash;
@@ -257,6 +262,20 @@ impl DrillReport {
             failures: Vec::new(),
             seconds: 0.0,
         }
+    }
+}
+
+impl DrillReport {
+    /// Records the failures of a trial or run under their head (`trial N:`, `run N:`), if
+    /// there are any; whether there were.
+    fn failed(&mut self, head: String, failures: Vec<String>) -> bool {
+        if failures.is_empty() {
+            return false;
+        }
+        self.passed = false;
+        self.failures = failures;
+        self.failures.insert(0, head);
+        true
     }
 }
 

@@ -6,7 +6,9 @@ use crate::card::policy::Spec;
 use crate::card::receiver::{Card, Receiver, Verdict};
 use crate::card::replay::replay;
 use crate::card::wire::{Catalog, Snapshot};
-use crate::store::{content_hash, decision_of, Acknowledgement, DbUrl, Incoming, Store, Val};
+use crate::store::{
+    content_hash, decision_of, Acknowledgement, DbUrl, Incoming, Loaded, Store, Val,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -72,46 +74,15 @@ fn check_store(
             return Ok(failures);
         }
     };
-    let query = |store: &mut Store, sql: &str| {
-        store
-            .database()
-            .query(sql, &[])
-            .map_err(|error| fail(error.into()))
-    };
-    // Recorded decisions by content key.
-    let mut recorded: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
-    for row in query(
-        store,
-        "SELECT event_id, content_hash, decision FROM records",
-    )? {
-        let id = row[0].text().map(str::to_owned);
-        let hash = row[1].text().unwrap_or_default().to_owned();
-        recorded.insert((id, hash), row[2].text().unwrap_or_default().to_owned());
-    }
-    for row in query(store, "SELECT delivery, decision FROM anonymous")? {
-        let number = row[0].int().unwrap_or(-1).to_string();
-        recorded.insert((None, number), row[1].text().unwrap_or_default().to_owned());
-    }
+    let recorded = recorded_decisions(store, url)?;
     // Decided audit entries by content key.
     let audit = query(
         store,
+        url,
         "SELECT seq, entry, delivery, event_id, content_hash, card_id, decision, previous, \
          version, state FROM audit ORDER BY seq",
     )?;
-    let mut decided: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
-    for row in audit.iter().filter(|row| row[1].text() == Some("decided")) {
-        let key = match row[3].text() {
-            Some(id) => (
-                Some(id.to_owned()),
-                row[4].text().unwrap_or_default().to_owned(),
-            ),
-            None => (None, row[2].int().unwrap_or(-1).to_string()),
-        };
-        decided
-            .entry(key)
-            .or_default()
-            .push(row[6].text().unwrap_or_default().to_owned());
-    }
+    let decided = decisions_by_key(&audit, &["decided"]);
     for (key, decisions) in &decided {
         if decisions.len() > 1 {
             failures.push(format!(
@@ -125,23 +96,7 @@ fn check_store(
     }
     // Every decision each content has had, in commit order: the first decision, then
     // what reconciliations re-evaluated it to.
-    let mut history: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
-    for row in audit
-        .iter()
-        .filter(|row| matches!(row[1].text(), Some("decided" | "re_evaluated")))
-    {
-        let key = match row[3].text() {
-            Some(id) => (
-                Some(id.to_owned()),
-                row[4].text().unwrap_or_default().to_owned(),
-            ),
-            None => (None, row[2].int().unwrap_or(-1).to_string()),
-        };
-        history
-            .entry(key)
-            .or_default()
-            .push(row[6].text().unwrap_or_default().to_owned());
-    }
+    let history = decisions_by_key(&audit, &["decided", "re_evaluated"]);
     let mut catalog = Catalog::new();
     for (index, ack) in acked {
         let key = content_key(&mut catalog, &deliveries[*index]);
@@ -153,7 +108,72 @@ fn check_store(
             failures.push(format!("delivery {} ({name}) {problem}", ack.delivery));
         }
     }
-    // Cards never move back.
+    moved_back(&audit, &mut failures);
+    counters_disagree(store, url, &loaded, &mut failures)?;
+    if serial_audit {
+        failures.extend(replay_audit(scenario, &audit, store, url, &loaded)?);
+    }
+    Ok(failures)
+}
+
+/// A query of the drilled database, its failure the database's.
+fn query(store: &mut Store, url: &DbUrl, sql: &str) -> Result<Vec<Vec<Val>>, DrillError> {
+    store
+        .database()
+        .query(sql, &[])
+        .map_err(|error| store_error(url, error.into()))
+}
+
+/// Recorded decisions by content key.
+fn recorded_decisions(
+    store: &mut Store,
+    url: &DbUrl,
+) -> Result<BTreeMap<(Option<String>, String), String>, DrillError> {
+    let mut recorded: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
+    for row in query(
+        store,
+        url,
+        "SELECT event_id, content_hash, decision FROM records",
+    )? {
+        let id = row[0].text().map(str::to_owned);
+        let hash = row[1].text().unwrap_or_default().to_owned();
+        recorded.insert((id, hash), row[2].text().unwrap_or_default().to_owned());
+    }
+    for row in query(store, url, "SELECT delivery, decision FROM anonymous")? {
+        let number = row[0].int().unwrap_or(-1).to_string();
+        recorded.insert((None, number), row[1].text().unwrap_or_default().to_owned());
+    }
+    Ok(recorded)
+}
+
+/// The decisions of the audit rows with one of these entries, by content key, in commit
+/// order.
+fn decisions_by_key(
+    audit: &[Vec<Val>],
+    entries: &[&str],
+) -> BTreeMap<(Option<String>, String), Vec<String>> {
+    let mut decisions: BTreeMap<(Option<String>, String), Vec<String>> = BTreeMap::new();
+    for row in audit
+        .iter()
+        .filter(|row| row[1].text().is_some_and(|entry| entries.contains(&entry)))
+    {
+        let key = match row[3].text() {
+            Some(id) => (
+                Some(id.to_owned()),
+                row[4].text().unwrap_or_default().to_owned(),
+            ),
+            None => (None, row[2].int().unwrap_or(-1).to_string()),
+        };
+        decisions
+            .entry(key)
+            .or_default()
+            .push(row[6].text().unwrap_or_default().to_owned());
+    }
+    decisions
+}
+
+/// Cards never move back.
+fn moved_back(audit: &[Vec<Val>], failures: &mut Vec<String>) {
     let mut versions: BTreeMap<String, u64> = BTreeMap::new();
     for row in audit.iter().filter(|row| row[1].text() == Some("card")) {
         let card = row[5].text().unwrap_or_default().to_owned();
@@ -168,10 +188,19 @@ fn check_store(
         }
         versions.insert(card, version);
     }
-    // Counters agree with the applied records.
+}
+
+/// Counters agree with the applied records.
+fn counters_disagree(
+    store: &mut Store,
+    url: &DbUrl,
+    loaded: &Loaded,
+    failures: &mut Vec<String>,
+) -> Result<(), DrillError> {
     let mut applied: BTreeMap<String, i64> = BTreeMap::new();
     for row in query(
         store,
+        url,
         "SELECT object_id, COUNT(*) FROM records WHERE decision = 'applied' GROUP BY object_id",
     )? {
         applied.insert(
@@ -187,10 +216,7 @@ fn check_store(
             ));
         }
     }
-    if serial_audit {
-        failures.extend(replay_audit(scenario, &audit, store, url, &loaded)?);
-    }
-    Ok(failures)
+    Ok(())
 }
 
 /// What is wrong with one acknowledgement the sender got, if anything. Exact: a new
@@ -257,31 +283,7 @@ fn replay_audit(
     url: &DbUrl,
     loaded: &crate::store::Loaded,
 ) -> Result<Vec<String>, DrillError> {
-    let fail = |error: crate::store::DbError| store_error(url, error.into());
-    let mut contents: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
-    for row in store
-        .database()
-        .query("SELECT event_id, content_hash, content FROM records", &[])
-        .map_err(fail)?
-    {
-        contents.insert(
-            (
-                row[0].text().map(str::to_owned),
-                row[1].text().unwrap_or_default().to_owned(),
-            ),
-            row[2].text().unwrap_or_default().to_owned(),
-        );
-    }
-    for row in store
-        .database()
-        .query("SELECT delivery, content FROM anonymous", &[])
-        .map_err(fail)?
-    {
-        contents.insert(
-            (None, row[0].int().unwrap_or(-1).to_string()),
-            row[1].text().unwrap_or_default().to_owned(),
-        );
-    }
+    let contents = stored_contents(store, url)?;
     let mut catalog = Catalog::new();
     let initial: Vec<_> = scenario
         .raw
@@ -298,69 +300,21 @@ fn replay_audit(
         let seq = row[0].int().unwrap_or(0);
         match row[1].text() {
             Some(entry @ ("decided" | "duplicate")) => {
-                let delivery = row[2].int().unwrap_or(0) as u32;
-                let key = match row[3].text() {
-                    Some(id) => (
-                        Some(id.to_owned()),
-                        row[4].text().unwrap_or_default().to_owned(),
-                    ),
-                    None => (None, delivery.to_string()),
-                };
-                let Some(text) = contents.get(&key) else {
-                    failures.push(format!("audit #{seq}: {entry} of {key:?} has no record"));
-                    continue;
-                };
-                let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-                let event = catalog.event(&value);
-                let answer = receiver.deliver(Spec, delivery, None, &event);
-                let expected = match answer.verdict {
-                    Verdict::Decided(decision) => (decision.name(), None),
-                    Verdict::Duplicate(of) => ("duplicate", Some(of.name())),
-                };
-                let actual = (row[6].text().unwrap_or_default(), row[7].text());
-                if expected.0 != actual.0 || (entry == "duplicate" && expected.1 != actual.1) {
-                    failures.push(format!(
-                        "audit #{seq}: delivery {delivery} recorded {actual:?} where the SPEC receiver, in commit order, decides {expected:?}"
-                    ));
-                }
+                failures.extend(replay_delivery(
+                    row,
+                    entry,
+                    seq,
+                    &contents,
+                    &mut catalog,
+                    &mut receiver,
+                ));
             }
             Some("reconciled") => {
-                let card = catalog.sym(row[5].text().unwrap_or_default());
-                let state: Value =
-                    serde_json::from_str(row[9].text().unwrap_or("{}")).unwrap_or(json!({}));
-                let snapshot = Snapshot {
-                    object_id: card,
-                    version: row[8].int().unwrap_or(0) as u64,
-                    state: catalog.state(&state),
-                };
-                let outcome = receiver.reconcile(Spec, &snapshot).outcome;
-                if Some(outcome.name()) != row[6].text() {
-                    failures.push(format!(
-                        "audit #{seq}: reconciliation recorded {:?} where the SPEC receiver gives {}",
-                        row[6].text(),
-                        outcome.name()
-                    ));
-                }
+                failures.extend(replay_reconciliation(row, seq, &mut catalog, &mut receiver));
             }
             _ => {}
         }
     }
-    let cards = |catalog: &Catalog, receiver: &Receiver| -> BTreeMap<String, (u64, Value, bool)> {
-        receiver
-            .cards()
-            .iter()
-            .map(|(&id, card)| {
-                (
-                    catalog.name(id).to_owned(),
-                    (
-                        card.version,
-                        catalog.state_value(card.state).clone(),
-                        card.paused,
-                    ),
-                )
-            })
-            .collect()
-    };
     let replayed = cards(&catalog, &receiver);
     let stored = cards(&loaded.catalog, &loaded.receiver);
     if replayed != stored {
@@ -369,6 +323,113 @@ fn replay_audit(
         ));
     }
     Ok(failures)
+}
+
+/// A decision or duplicate of the audit trail, delivered to the SPEC receiver: what is
+/// wrong with it, if anything.
+fn replay_delivery(
+    row: &[Val],
+    entry: &str,
+    seq: i64,
+    contents: &BTreeMap<(Option<String>, String), String>,
+    catalog: &mut Catalog,
+    receiver: &mut Receiver,
+) -> Option<String> {
+    let delivery = row[2].int().unwrap_or(0) as u32;
+    let key = match row[3].text() {
+        Some(id) => (
+            Some(id.to_owned()),
+            row[4].text().unwrap_or_default().to_owned(),
+        ),
+        None => (None, delivery.to_string()),
+    };
+    let Some(text) = contents.get(&key) else {
+        return Some(format!("audit #{seq}: {entry} of {key:?} has no record"));
+    };
+    let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let event = catalog.event(&value);
+    let answer = receiver.deliver(Spec, delivery, None, &event);
+    let expected = match answer.verdict {
+        Verdict::Decided(decision) => (decision.name(), None),
+        Verdict::Duplicate(of) => ("duplicate", Some(of.name())),
+    };
+    let actual = (row[6].text().unwrap_or_default(), row[7].text());
+    (expected.0 != actual.0 || (entry == "duplicate" && expected.1 != actual.1)).then(|| {
+        format!(
+            "audit #{seq}: delivery {delivery} recorded {actual:?} where the SPEC receiver, in commit order, decides {expected:?}"
+        )
+    })
+}
+
+/// A reconciliation of the audit trail, run by the SPEC receiver: what is wrong with it, if
+/// anything.
+fn replay_reconciliation(
+    row: &[Val],
+    seq: i64,
+    catalog: &mut Catalog,
+    receiver: &mut Receiver,
+) -> Option<String> {
+    let card = catalog.sym(row[5].text().unwrap_or_default());
+    let state: Value = serde_json::from_str(row[9].text().unwrap_or("{}")).unwrap_or(json!({}));
+    let snapshot = Snapshot {
+        object_id: card,
+        version: row[8].int().unwrap_or(0) as u64,
+        state: catalog.state(&state),
+    };
+    let outcome = receiver.reconcile(Spec, &snapshot).outcome;
+    (Some(outcome.name()) != row[6].text()).then(|| {
+        format!(
+            "audit #{seq}: reconciliation recorded {:?} where the SPEC receiver gives {}",
+            row[6].text(),
+            outcome.name()
+        )
+    })
+}
+
+/// The stored envelope of each content key, as text.
+fn stored_contents(
+    store: &mut Store,
+    url: &DbUrl,
+) -> Result<BTreeMap<(Option<String>, String), String>, DrillError> {
+    let mut contents: BTreeMap<(Option<String>, String), String> = BTreeMap::new();
+    for row in query(
+        store,
+        url,
+        "SELECT event_id, content_hash, content FROM records",
+    )? {
+        contents.insert(
+            (
+                row[0].text().map(str::to_owned),
+                row[1].text().unwrap_or_default().to_owned(),
+            ),
+            row[2].text().unwrap_or_default().to_owned(),
+        );
+    }
+    for row in query(store, url, "SELECT delivery, content FROM anonymous")? {
+        contents.insert(
+            (None, row[0].int().unwrap_or(-1).to_string()),
+            row[1].text().unwrap_or_default().to_owned(),
+        );
+    }
+    Ok(contents)
+}
+
+/// The cards of a receiver by name: version, state, paused.
+fn cards(catalog: &Catalog, receiver: &Receiver) -> BTreeMap<String, (u64, Value, bool)> {
+    receiver
+        .cards()
+        .iter()
+        .map(|(&id, card)| {
+            (
+                catalog.name(id).to_owned(),
+                (
+                    card.version,
+                    catalog.state_value(card.state).clone(),
+                    card.paused,
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The store's end against the SPEC receiver's end state for the fixture (replay's default
