@@ -11,7 +11,7 @@
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
 //! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
-//! | [`drill`] | the drills: consumer kills, Redis down, inbox locked, poison |
+//! | [`drill`] | the drills, one file each (`kill`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end) and the end checks they share (`checks`) |
 //! | [`load`] | the load generator: requests/s and request-to-commit latency |
 
 pub mod client;

@@ -1,0 +1,298 @@
+//! The partial-receiver loading: what one decision reads (and, for `show`, everything).
+
+use crate::card::receiver::{Card, HoldKey, Identity, Receiver, Record, Standing};
+use crate::card::wire::{Catalog, Sym};
+use crate::store::rows::{
+    corrupt, decision_of, int, parse_json, standing_of, text, text_of, version_of,
+};
+use crate::store::{Database, DbError, Incoming, Loaded, Val};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What one transaction loaded: the parts of the receiver state its decision reads.
+#[derive(Default)]
+pub(crate) struct Partial {
+    pub(super) catalog: Catalog,
+    pub(super) cards: BTreeMap<Sym, Card>,
+    pub(super) missing_cards: BTreeSet<Sym>,
+    pub(super) counters: BTreeMap<Sym, (i64, i64)>,
+    pub(super) identities: BTreeMap<Sym, Identity>,
+    pub(super) anonymous: BTreeMap<u32, Record>,
+    /// Hold rows by bucket, each by sequence number (arrival order).
+    pub(super) holds: BTreeMap<Option<Sym>, BTreeMap<i64, HoldKey>>,
+    pub(super) loaded_buckets: BTreeSet<Option<Sym>>,
+}
+
+impl Partial {
+    pub(super) fn receiver(&self) -> Receiver {
+        Receiver::from_parts(
+            self.cards.iter().map(|(&id, &card)| (id, card)).collect(),
+            self.identities
+                .iter()
+                .map(|(&id, identity)| (id, identity.clone()))
+                .collect(),
+            self.anonymous.clone(),
+            self.holds
+                .iter()
+                .filter(|(_, keys)| !keys.is_empty())
+                .map(|(&bucket, keys)| (bucket, keys.values().copied().collect()))
+                .collect(),
+        )
+    }
+
+    pub(super) fn ensure_card(&mut self, db: &mut dyn Database, card: Sym) -> Result<(), DbError> {
+        if self.cards.contains_key(&card) || self.missing_cards.contains(&card) {
+            return Ok(());
+        }
+        let name = self.catalog.name(card).to_owned();
+        let rows = db.query(
+            "SELECT c.version, c.state, c.paused, n.event_replacements, n.authority_replacements \
+             FROM cards c LEFT JOIN counters n ON n.card_id = c.card_id WHERE c.card_id = $1",
+            &[text(&name)],
+        )?;
+        let Some(row) = rows.first() else {
+            self.missing_cards.insert(card);
+            return Ok(());
+        };
+        let state = self.catalog.state(&parse_json(text_of(&row[1])?)?);
+        let mut known = Card::new(version_of(&row[0])?, state);
+        known.paused = row[2].int() == Some(1);
+        self.cards.insert(card, known);
+        self.counters
+            .insert(card, (row[3].int().unwrap_or(0), row[4].int().unwrap_or(0)));
+        Ok(())
+    }
+
+    pub(super) fn record_of(&mut self, row: &[Val]) -> Result<Record, DbError> {
+        // row: content, decision, standing, recorded_at
+        let event = self.catalog.event(&parse_json(text_of(&row[0])?)?);
+        let decision = text_of(&row[1])?;
+        Ok(Record {
+            event,
+            decision: decision_of(decision)
+                .ok_or_else(|| corrupt(format!("unknown decision `{decision}`")))?,
+            standing: standing_of(text_of(&row[2])?)?,
+            recorded_at: row[3].int(),
+        })
+    }
+
+    pub(super) fn file_hold(&mut self, bucket: Option<&str>, seq: i64, key: HoldKey) {
+        let bucket = bucket.map(|name| self.catalog.sym(name));
+        self.holds.entry(bucket).or_default().insert(seq, key);
+    }
+
+    /// Loads an event id's records and the holds of its waiting ones.
+    pub(super) fn ensure_identity(
+        &mut self,
+        db: &mut dyn Database,
+        id: Sym,
+    ) -> Result<(), DbError> {
+        if self.identities.contains_key(&id) {
+            return Ok(());
+        }
+        let name = self.catalog.name(id).to_owned();
+        let rows = db.query(
+            "SELECT content, decision, standing, recorded_at, idx FROM records \
+             WHERE event_id = $1 ORDER BY idx",
+            &[text(&name)],
+        )?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut records = Vec::with_capacity(rows.len());
+        for (position, row) in rows.iter().enumerate() {
+            if row[4].int() != Some(position as i64) {
+                return Err(corrupt(format!("records of {name} are not numbered 0..")));
+            }
+            records.push(self.record_of(row)?);
+        }
+        let first = records.remove(0);
+        let waiting = std::iter::once(&first)
+            .chain(records.iter())
+            .any(|record| record.standing == Standing::Held);
+        self.identities.insert(
+            id,
+            Identity {
+                first,
+                variants: records,
+            },
+        );
+        if waiting {
+            let holds = db.query(
+                "SELECT seq, card_id, idx FROM holds WHERE event_id = $1",
+                &[text(&name)],
+            )?;
+            for hold in holds {
+                let seq = hold[0].int().ok_or_else(|| corrupt("hold seq"))?;
+                let index = hold[2].int().ok_or_else(|| corrupt("hold idx"))? as u32;
+                self.file_hold(hold[1].text(), seq, HoldKey::Record { event: id, index });
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the record of an input without an event id, and its hold.
+    pub(super) fn ensure_anonymous(
+        &mut self,
+        db: &mut dyn Database,
+        delivery: u32,
+    ) -> Result<(), DbError> {
+        if self.anonymous.contains_key(&delivery) {
+            return Ok(());
+        }
+        let rows = db.query(
+            "SELECT content, decision, standing, recorded_at FROM anonymous WHERE delivery = $1",
+            &[int(delivery.into())],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(());
+        };
+        let record = self.record_of(row)?;
+        let waiting = record.standing == Standing::Held;
+        self.anonymous.insert(delivery, record);
+        if waiting {
+            let holds = db.query(
+                "SELECT seq, card_id FROM holds WHERE delivery = $1",
+                &[int(delivery.into())],
+            )?;
+            for hold in holds {
+                let seq = hold[0].int().ok_or_else(|| corrupt("hold seq"))?;
+                self.file_hold(hold[1].text(), seq, HoldKey::Delivery(delivery));
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads every hold filed under a card, and the records they refer to.
+    pub(super) fn ensure_bucket(
+        &mut self,
+        db: &mut dyn Database,
+        card: Sym,
+    ) -> Result<(), DbError> {
+        if !self.loaded_buckets.insert(Some(card)) {
+            return Ok(());
+        }
+        let name = self.catalog.name(card).to_owned();
+        let rows = db.query(
+            "SELECT seq, event_id, idx, delivery FROM holds WHERE card_id = $1 ORDER BY seq",
+            &[text(&name)],
+        )?;
+        for row in rows {
+            match (row[1].text(), row[3].int()) {
+                (Some(event), _) => {
+                    let id = self.catalog.sym(event);
+                    self.ensure_identity(db, id)?;
+                }
+                (None, Some(delivery)) => self.ensure_anonymous(db, delivery as u32)?,
+                (None, None) => return Err(corrupt("a hold refers to nothing")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads what deciding this delivery reads.
+pub(crate) fn load_for_delivery(
+    db: &mut dyn Database,
+    incoming: &Incoming,
+) -> Result<Partial, DbError> {
+    let mut partial = Partial::default();
+    let event = partial.catalog.event(&incoming.event);
+    match event.event_id {
+        Some(id) => partial.ensure_identity(db, id)?,
+        None => partial.ensure_anonymous(db, incoming.delivery)?,
+    }
+    if let Some(card) = event.object_id {
+        partial.ensure_card(db, card)?;
+    }
+    let first_card = event
+        .event_id
+        .and_then(|id| partial.identities.get(&id))
+        .and_then(|identity| identity.first.event.object_id);
+    if let Some(card) = first_card {
+        partial.ensure_card(db, card)?;
+    }
+    Ok(partial)
+}
+
+pub(super) fn load_all_in(db: &mut dyn Database) -> Result<Loaded, DbError> {
+    let mut partial = Partial::default();
+    let mut counters = BTreeMap::new();
+    for row in db.query(
+        "SELECT c.card_id, c.version, c.state, c.paused, n.event_replacements, \
+         n.authority_replacements FROM cards c LEFT JOIN counters n ON n.card_id = c.card_id \
+         ORDER BY c.card_id",
+        &[],
+    )? {
+        let name = text_of(&row[0])?.to_owned();
+        let id = partial.catalog.sym(&name);
+        let state = partial.catalog.state(&parse_json(text_of(&row[2])?)?);
+        let mut card = Card::new(version_of(&row[1])?, state);
+        card.paused = row[3].int() == Some(1);
+        partial.cards.insert(id, card);
+        counters.insert(name, (row[4].int().unwrap_or(0), row[5].int().unwrap_or(0)));
+    }
+    let mut by_id: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    for row in db.query(
+        "SELECT content, decision, standing, recorded_at, event_id, idx FROM records \
+         ORDER BY event_id, idx",
+        &[],
+    )? {
+        let record = partial.record_of(&row)?;
+        let records = by_id.entry(text_of(&row[4])?.to_owned()).or_default();
+        if row[5].int() != Some(records.len() as i64) {
+            return Err(corrupt("records are not numbered 0.. under their id"));
+        }
+        records.push(record);
+    }
+    for (name, mut records) in by_id {
+        let id = partial.catalog.sym(&name);
+        let first = records.remove(0);
+        partial.identities.insert(
+            id,
+            Identity {
+                first,
+                variants: records,
+            },
+        );
+    }
+    for row in db.query(
+        "SELECT content, decision, standing, recorded_at, delivery FROM anonymous",
+        &[],
+    )? {
+        let record = partial.record_of(&row)?;
+        let number = row[4].int().ok_or_else(|| corrupt("anonymous delivery"))? as u32;
+        partial.anonymous.insert(number, record);
+    }
+    let held = load_holds(db, &mut partial)?;
+    let receiver = partial.receiver();
+    receiver.invariants().map_err(corrupt)?;
+    Ok(Loaded {
+        catalog: partial.catalog,
+        receiver,
+        counters,
+        held,
+    })
+}
+
+/// Files every hold under its bucket; the holds in global arrival order.
+fn load_holds(db: &mut dyn Database, partial: &mut Partial) -> Result<Vec<HoldKey>, DbError> {
+    let mut held = Vec::new();
+    for row in db.query(
+        "SELECT seq, card_id, event_id, idx, delivery FROM holds ORDER BY seq",
+        &[],
+    )? {
+        let seq = row[0].int().ok_or_else(|| corrupt("hold seq"))?;
+        let key = match (row[2].text(), row[3].int(), row[4].int()) {
+            (Some(event), Some(index), _) => HoldKey::Record {
+                event: partial.catalog.sym(event),
+                index: index as u32,
+            },
+            (None, _, Some(number)) => HoldKey::Delivery(number as u32),
+            _ => return Err(corrupt("a hold refers to nothing")),
+        };
+        let bucket = row[1].text().map(str::to_owned);
+        partial.file_hold(bucket.as_deref(), seq, key);
+        held.push(key);
+    }
+    Ok(held)
+}
