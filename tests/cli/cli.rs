@@ -1137,6 +1137,30 @@ fn pipeline_load_on_a_dead_redis_exits_3_naming_it() {
 }
 
 #[test]
+fn a_malformed_database_or_redis_url_exits_2_naming_the_flag() {
+    // A URL that does not parse is bad input, not a server that does not answer: it used
+    // to exit 3 with the hint to install and start PostgreSQL or Redis.
+    for url in ["postgres://", "postgres://postgres@[::1:5432/x"] {
+        let output = arrival(&["store", "show", "--db", url]);
+        assert_status(&output, 2, &format!("store show --db {url}"));
+        assert!(stderr(&output).contains("--db"), "{}", stderr(&output));
+    }
+    let output = arrival(&[
+        "pipeline",
+        "run",
+        "fixtures/acmeflow-wf14.json",
+        "--redis-url",
+        "notaurl",
+    ]);
+    assert_status(&output, 2, "pipeline run --redis-url notaurl");
+    assert!(
+        stderr(&output).contains("--redis-url"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn a_malformed_fixture_still_exits_2_and_help_lists_every_exit_status() {
     let output = arrival(&[
         "store",
