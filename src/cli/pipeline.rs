@@ -27,6 +27,7 @@ pub struct RedisArgs {
     #[arg(
         long,
         env = "ARRIVAL_REDIS_URL",
+        value_parser = redis_url,
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
@@ -144,6 +145,7 @@ pub enum PipelineCommand {
         #[arg(
             long,
             env = "ARRIVAL_REDIS_URL",
+            value_parser = redis_url,
             default_value = "redis://127.0.0.1:6379"
         )]
         redis_url: String,
@@ -264,6 +266,7 @@ pub struct DrillArgs {
     #[arg(
         long,
         env = "ARRIVAL_REDIS_URL",
+        value_parser = redis_url,
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
@@ -294,6 +297,7 @@ pub struct LoadArgs {
     #[arg(
         long,
         env = "ARRIVAL_REDIS_URL",
+        value_parser = redis_url,
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
@@ -327,6 +331,14 @@ fn mutant(name: Option<&str>) -> Result<Option<Mutant>, InputError> {
 }
 
 /// The environment failed while working on `what` (the inbox, Redis, a fixture's run).
+/// Reads `--redis-url`: a URL that does not parse is bad input (exit 2), not a Redis that
+/// does not answer.
+fn redis_url(text: &str) -> Result<String, String> {
+    redis::Client::open(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| format!("not a Redis URL: {error}"))
+}
+
 fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
     EnvironmentError::new(format!("pipeline {}", what.display()), error).into()
 }

@@ -55,6 +55,14 @@ fn bad(error: impl std::fmt::Display) -> PipelineError {
 
 /// One run with `consumers` consumers.
 pub fn measure(args: &LoadOptions, consumers: usize) -> Result<LoadResult, PipelineError> {
+    // Fail before measuring when Redis does not answer: `serve` would only retry, and the
+    // run would report a throughput of zero as if it were a figure.
+    stream::connect(&args.redis_url, Duration::from_secs(5)).map_err(|error| {
+        bad(format!(
+            "cannot reach Redis at {}: {error} (start redis-server, or set ARRIVAL_REDIS_URL)",
+            args.redis_url
+        ))
+    })?;
     let dir = TempDir::new("arrival-load").map_err(bad)?;
     let db = dir.0.join("inbox.db");
     let now = store::now_ms() / 1000;

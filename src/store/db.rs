@@ -112,6 +112,16 @@ impl DbUrl {
             return Ok(DbUrl::Sqlite(PathBuf::from(path)));
         }
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            // A URL that does not parse is bad input, not a server that does not answer.
+            let config: postgres::Config = text
+                .parse()
+                .map_err(|error| format!("`{}` is not a PostgreSQL URL: {error}", redact(text)))?;
+            if config.get_hosts().is_empty() {
+                return Err(format!(
+                    "`{}` names no host: use postgres://USER@HOST:PORT/DATABASE",
+                    redact(text)
+                ));
+            }
             return Ok(DbUrl::Postgres(text.to_owned()));
         }
         Err(format!(

@@ -1117,6 +1117,50 @@ fn a_redis_that_does_not_answer_exits_3_naming_it() {
 }
 
 #[test]
+fn pipeline_load_on_a_dead_redis_exits_3_naming_it() {
+    // `load` used to print "0 accepted, 0 req/s" and exit 0: a throughput figure of a
+    // pipeline that never reached Redis.
+    let redis = format!("redis://127.0.0.1:{}", dead_port());
+    let output = arrival(&[
+        "pipeline",
+        "load",
+        "--requests",
+        "5",
+        "--consumers",
+        "1",
+        "--redis-url",
+        &redis,
+    ]);
+    assert_status(&output, 3, "pipeline load on a dead Redis");
+    let err = stderr(&output);
+    assert!(err.contains("Redis") && err.contains(&redis), "{err}");
+}
+
+#[test]
+fn a_malformed_database_or_redis_url_exits_2_naming_the_flag() {
+    // A URL that does not parse is bad input, not a server that does not answer: it used
+    // to exit 3 with the hint to install and start PostgreSQL or Redis.
+    for url in ["postgres://", "postgres://postgres@[::1:5432/x"] {
+        let output = arrival(&["store", "show", "--db", url]);
+        assert_status(&output, 2, &format!("store show --db {url}"));
+        assert!(stderr(&output).contains("--db"), "{}", stderr(&output));
+    }
+    let output = arrival(&[
+        "pipeline",
+        "run",
+        "fixtures/acmeflow-wf14.json",
+        "--redis-url",
+        "notaurl",
+    ]);
+    assert_status(&output, 2, "pipeline run --redis-url notaurl");
+    assert!(
+        stderr(&output).contains("--redis-url"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn a_malformed_fixture_still_exits_2_and_help_lists_every_exit_status() {
     let output = arrival(&[
         "store",
