@@ -7,7 +7,7 @@
 //! `replay --policy` use; `None` is the contract.
 
 use crate::card::property::Property;
-use crate::card::receiver::{record_index, Card, Decision, Identity, Policy, Receiver, Record};
+use crate::card::receiver::{Card, Decision, Identity, Policy, Receiver, Record, Spec};
 use crate::card::wire::{ContentId, Event, StateId, Sym, Version};
 
 /// A deliberately wrong receiver, each one a bug seen in real webhook consumers.
@@ -132,7 +132,7 @@ impl Policy for Option<Mutant> {
         match self {
             // Any repeated id is a duplicate of its first record.
             Some(Mutant::IdOnlyDedupe) => Some(0),
-            _ => identity.position(content),
+            _ => Spec.recognised_record(identity, content),
         }
     }
 
@@ -143,10 +143,7 @@ impl Policy for Option<Mutant> {
                 identity.first = record;
                 0
             }
-            _ => {
-                identity.variants.push(record);
-                record_index(identity.variants.len())
-            }
+            _ => Spec.keep_variant(identity, record),
         }
     }
 

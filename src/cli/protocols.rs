@@ -6,7 +6,14 @@
 //!
 //! 1. its folder, with a fixture reader, a replay and a [`crate::harness::Protocol`] model;
 //! 2. `src/lib.rs`: `pub mod` and a line in the crate's module table;
-//! 3. this file: an implementation of [`CliProtocol`] and one line in [`PROTOCOLS`].
+//! 3. this file: an implementation of [`CliProtocol`] and one line in [`PROTOCOLS`];
+//! 4. the help texts that name the two protocols today: the top-level `about` in
+//!    `src/cli/mod.rs`, `replay`'s fixture and `--policy` help in `src/cli/replay.rs`, and
+//!    the `--budgets` formats in `src/cli/check.rs`;
+//! 5. `harness::model_file`, whose model files without a `protocol` key are card models;
+//! 6. a malformed-input corpus beside `tests/malformed/` and `tests/facts-malformed/`,
+//!    and its loop in `tests/cli/cli.rs`;
+//! 7. its contract in `docs/` and its section in `docs/guide.md`.
 //!
 //! `replay`, `check`, `check --explore` and the `--help` catalogue of policies and
 //! properties then know it. What stays protocol-specific on purpose: `check --sweep`

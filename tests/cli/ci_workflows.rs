@@ -1,7 +1,11 @@
 //! The CI workflows `docs/ci.md` offers users (`docs/ci/github-actions.yml`,
 //! `docs/ci/gitlab-ci.yml`), parsed as YAML and run as their runners would run them: every
 //! job in order, a matrix or `parallel` job once per index with the runner's variables set,
-//! every `run:` / `script:` line through bash from a scratch checkout with `arrival` on PATH.
+//! each job in a fresh scratch checkout of its own, every `run:` / `script:` line through
+//! bash with `arrival` on PATH. Files pass between jobs only as the workflow declares them:
+//! what an upload step (`path`) or a job's `artifacts` (`paths`, `reports`) names is kept
+//! under the artifact's name, and a download step (`pattern`) or a `needs: artifacts: true`
+//! brings it into the next job's checkout.
 //!
 //! Two things differ from a real runner, both on purpose. The install line is not executed
 //! (it would build arrival a second time); the test asserts its text instead, and puts the
@@ -95,27 +99,89 @@ fn text(yaml: &Yaml) -> Option<&str> {
     yaml.as_str()
 }
 
-/// What the run left behind that the workflows upload: every job's JUnit and the shards.
-fn assert_reports(dir: &Path) {
-    for file in [
-        "arrival-models.xml",
-        "arrival-sweep.xml",
-        "arrival-merged.xml",
-    ] {
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (index, part) in parts.iter().enumerate() {
+        if index == parts.len() - 1 {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// Copies the files of `from` whose names match `pattern` into `to`; returns how many.
+fn copy_matching(from: &Path, pattern: &str, to: &Path) -> usize {
+    std::fs::create_dir_all(to).expect("a folder");
+    let mut copied = 0;
+    for entry in std::fs::read_dir(from).expect("readable") {
+        let name = entry.expect("readable").file_name();
+        let name = name.to_string_lossy();
+        if matches(pattern, &name) {
+            std::fs::copy(from.join(&*name), to.join(&*name)).expect("copied");
+            copied += 1;
+        }
+    }
+    copied
+}
+
+/// The artifacts kept so far, one folder per artifact name.
+struct Artifacts(TempDir);
+
+impl Artifacts {
+    fn new() -> Artifacts {
+        Artifacts(TempDir::new().expect("a temporary folder"))
+    }
+
+    /// Keeps what `pattern` names in the job's checkout, under `name`.
+    fn upload(&self, name: &str, job: &Path, pattern: &str) {
+        copy_matching(job, pattern, &self.0.path().join(name));
+    }
+
+    /// Brings every artifact whose name matches `pattern` into the job's checkout.
+    fn download(&self, pattern: &str, job: &Path) {
+        for entry in std::fs::read_dir(self.0.path()).expect("readable") {
+            let entry = entry.expect("readable");
+            if matches(pattern, &entry.file_name().to_string_lossy()) {
+                copy_matching(&entry.path(), "*", job);
+            }
+        }
+    }
+
+    /// The folder of one artifact.
+    fn get(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+/// What the workflows uploaded: every job's JUnit (`junit`: the folder of each file) and
+/// both shards' reports (`shards`).
+fn assert_reports(junit: &[(&str, PathBuf)], shards: &[PathBuf]) {
+    for (file, dir) in junit {
         let xml = std::fs::read_to_string(dir.join(file))
-            .unwrap_or_else(|_| panic!("{file} was written"));
+            .unwrap_or_else(|_| panic!("{file} was uploaded"));
         assert!(xml.contains("<testsuites"), "{file} is JUnit XML");
         // A property a mutant's model expects to break is a failed case; every model's
         // verdict case (and every sweep policy's) must pass.
         for case in xml.split("<testcase ").skip(1) {
             let case = case.split("</testcase>").next().unwrap_or(case);
-            let judged = case.starts_with("name=\"verdict\"") || file == "arrival-sweep.xml";
+            let judged = case.starts_with("name=\"verdict\"") || *file == "arrival-sweep.xml";
             assert!(!(judged && case.contains("<failure")), "{file}: {case}");
         }
     }
-    for shard in ["shard-1.json", "shard-2.json"] {
+    for (index, dir) in shards.iter().enumerate() {
+        let shard = format!("shard-{}.json", index + 1);
         let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join(shard)).expect("a shard report"))
+            serde_json::from_slice(&std::fs::read(dir.join(&shard)).expect("a shard report"))
                 .expect("JSON");
         assert_eq!(report["models"][0]["verdict"], "partial", "{shard}");
     }
@@ -124,7 +190,7 @@ fn assert_reports(dir: &Path) {
 #[test]
 fn the_github_actions_workflow_runs_job_by_job_as_written() {
     let workflow = load("docs/ci/github-actions.yml");
-    let dir = checkout();
+    let artifacts = Artifacts::new();
     let jobs = workflow["jobs"].as_hash().expect("jobs");
     let names: Vec<&str> = jobs.keys().filter_map(text).collect();
     assert_eq!(names, ["models", "shard", "merge"]);
@@ -138,17 +204,16 @@ fn the_github_actions_workflow_runs_job_by_job_as_written() {
             None => vec![String::new()],
         };
         for index in &indices {
+            let matrix = |value: &str| value.replace("${{ matrix.shard }}", index);
+            let dir = checkout();
             let mut env = Vec::new();
             if let Some(vars) = job["env"].as_hash() {
                 for (key, value) in vars {
-                    let value = text(value)
-                        .expect("a string")
-                        .replace("${{ matrix.shard }}", index);
+                    let value = matrix(text(value).expect("a string"));
                     env.push((text(key).expect("a name").to_string(), value));
                 }
             }
-            let steps = job["steps"].as_vec().expect("steps");
-            for step in steps {
+            for step in job["steps"].as_vec().expect("steps") {
                 if let Some(line) = text(&step["run"]) {
                     run(
                         line,
@@ -156,23 +221,56 @@ fn the_github_actions_workflow_runs_job_by_job_as_written() {
                         &env,
                         &format!("github job {name} {index}"),
                     );
-                } else {
-                    let uses = text(&step["uses"]).expect("a step runs or uses an action");
-                    assert!(
-                        uses.starts_with("actions/") || uses.starts_with("Swatinem/"),
-                        "{uses}"
-                    );
+                    continue;
+                }
+                let uses = text(&step["uses"]).expect("a step runs or uses an action");
+                let with = &step["with"];
+                match uses {
+                    "actions/checkout@v4" | "Swatinem/rust-cache@v2" => {}
+                    "actions/upload-artifact@v4" => {
+                        let artifact = matrix(text(&with["name"]).expect("a name"));
+                        artifacts.upload(
+                            &artifact,
+                            dir.path(),
+                            text(&with["path"]).expect("a path"),
+                        );
+                    }
+                    "actions/download-artifact@v4" => {
+                        assert_eq!(with["merge-multiple"].as_bool(), Some(true));
+                        artifacts.download(text(&with["pattern"]).expect("a pattern"), dir.path());
+                    }
+                    other => {
+                        panic!("github job {name}: an action this test does not know: {other}")
+                    }
                 }
             }
         }
     }
-    assert_reports(dir.path());
+    assert_reports(
+        &[
+            ("arrival-models.xml", artifacts.get("junit-models")),
+            ("arrival-sweep.xml", artifacts.get("junit-models")),
+            ("arrival-merged.xml", artifacts.get("junit-merged")),
+        ],
+        &[artifacts.get("shard-1"), artifacts.get("shard-2")],
+    );
+}
+
+/// The files a GitLab job keeps: `artifacts.paths` and `artifacts.reports.junit`.
+fn gitlab_artifacts(job: &Yaml) -> Vec<&str> {
+    let artifacts = &job["artifacts"];
+    let mut patterns: Vec<&str> = artifacts["paths"]
+        .as_vec()
+        .map(|paths| paths.iter().filter_map(text).collect())
+        .unwrap_or_default();
+    patterns.extend(text(&artifacts["reports"]["junit"]));
+    patterns
 }
 
 #[test]
 fn the_gitlab_ci_jobs_run_stage_by_stage_as_written() {
     let pipeline = load("docs/ci/gitlab-ci.yml");
-    let dir = checkout();
+    let artifacts = Artifacts::new();
     let before: Vec<&str> = pipeline["default"]["before_script"]
         .as_vec()
         .expect("a before_script")
@@ -201,6 +299,14 @@ fn the_gitlab_ci_jobs_run_stage_by_stage_as_written() {
                 vec![0]
             };
             for index in indices {
+                let dir = checkout();
+                // A job's `needs` with `artifacts: true` brings those jobs' artifacts.
+                for need in job["needs"].as_vec().into_iter().flatten() {
+                    if need["artifacts"].as_bool() == Some(true) {
+                        let from = text(&need["job"]).expect("a job");
+                        artifacts.download(&format!("{from}-*"), dir.path());
+                    }
+                }
                 let env = if total > 0 {
                     vec![
                         ("CI_NODE_INDEX".to_string(), index.to_string()),
@@ -218,10 +324,20 @@ fn the_gitlab_ci_jobs_run_stage_by_stage_as_written() {
                         &format!("gitlab job {name} {index}"),
                     );
                 }
+                for pattern in gitlab_artifacts(job) {
+                    artifacts.upload(&format!("{name}-{index}"), dir.path(), pattern);
+                }
             }
             ran.push(name);
         }
     }
     assert_eq!(ran, ["models", "shard", "merge"]);
-    assert_reports(dir.path());
+    assert_reports(
+        &[
+            ("arrival-models.xml", artifacts.get("models-0")),
+            ("arrival-sweep.xml", artifacts.get("models-0")),
+            ("arrival-merged.xml", artifacts.get("merge-0")),
+        ],
+        &[artifacts.get("shard-1"), artifacts.get("shard-2")],
+    );
 }
