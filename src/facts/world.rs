@@ -13,7 +13,7 @@
 use super::application::{AppKey, Applications};
 use super::envelope::{parse_json_object, Envelope, Source};
 use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
-use super::ingress::{Admission, IngressConfig, Request, Response};
+use super::ingress::{Admission, IngressConfig, Request, Response, WebhookHeaders};
 use super::step::{Consumer, Crash, PostFault, Step};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +39,8 @@ pub struct PostedRequest {
     pub source: Option<String>,
     /// `X-Acme-Signature`.
     pub signature: Option<String>,
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature` (Standard Webhooks).
+    pub webhook: [Option<String>; 3],
     /// The raw body.
     pub body: Vec<u8>,
 }
@@ -46,9 +48,16 @@ pub struct PostedRequest {
 impl PostedRequest {
     /// The request as ingress sees it.
     pub fn request(&self) -> Request<'_> {
+        let [id, timestamp, signature] = &self.webhook;
+        let webhook = WebhookHeaders {
+            id: id.as_deref(),
+            timestamp: timestamp.as_deref(),
+            signature: signature.as_deref(),
+        };
         Request {
             source: self.source.as_deref(),
             signature: self.signature.as_deref(),
+            webhook: (webhook != WebhookHeaders::default()).then_some(webhook),
             body: &self.body,
         }
     }
