@@ -95,6 +95,12 @@ pub struct RawRequest {
     /// For people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// This request is the sender's retry of request N, re-signed (a later `sent_at` or
+    /// `webhook-timestamp`, received later: the model's clock moves for it). A model sends
+    /// it only in place of a resend of N that the sender owes; replay sends it where a
+    /// schedule (or the file order) says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resends: Option<u32>,
     /// Its headers.
     #[serde(default)]
     pub headers: RawHeaders,
@@ -361,6 +367,7 @@ impl Scenario {
                     request.headers.webhook_timestamp.clone(),
                     request.headers.webhook_signature.clone(),
                 ],
+                resends: request.resends,
                 body: request.body.as_bytes().to_vec(),
             };
             if requests.insert(request.request, posted).is_some() {
@@ -368,6 +375,26 @@ impl Scenario {
                     format!("requests[{index}].request"),
                     format!("request number {} is used twice", request.request),
                 ));
+            }
+        }
+        for (index, request) in raw.requests.iter().enumerate() {
+            let Some(original) = request.resends else {
+                continue;
+            };
+            let problem = match requests.get(&original) {
+                None => Some(format!(
+                    "names request {original}, which the fixture does not have"
+                )),
+                Some(_) if original == request.request => {
+                    Some("a request cannot resend itself".into())
+                }
+                Some(posted) if posted.resends.is_some() => Some(format!(
+                    "request {original} is itself a resend: name the original"
+                )),
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                return Err(bad(format!("requests[{index}].resends"), problem));
             }
         }
         let schedule = match &raw.schedule {

@@ -41,6 +41,8 @@ pub struct PostedRequest {
     pub signature: Option<String>,
     /// `webhook-id`, `webhook-timestamp`, `webhook-signature` (Standard Webhooks).
     pub webhook: [Option<String>; 3],
+    /// The request this one re-sends, re-signed later (none for an original).
+    pub resends: Option<u32>,
     /// The raw body.
     pub body: Vec<u8>,
 }
@@ -470,6 +472,10 @@ fn post<P: Policy>(
         world.owed.insert(number);
     } else {
         world.owed.remove(&number);
+    }
+    // A re-signed retry discharges the resend of its original that the sender owed.
+    if let Some(original) = posted.resends {
+        world.owed.remove(&original);
     }
     StepOutcome::Posted {
         request: number,

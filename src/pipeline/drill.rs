@@ -260,6 +260,7 @@ pub fn requests(seed: u64, count: usize, now: i64) -> (Applications, Vec<PostedR
             source: Some(source.as_str().into()),
             signature: Some(signature),
             webhook: [None, None, None],
+            resends: None,
             body,
         });
     }
