@@ -81,9 +81,13 @@ impl FactType {
     }
 }
 
-/// The identity of a fact: two sources may use the same event id.
+/// The identity of a fact (contract v2): `(tenant_id, source, event_id)`. Two sources may
+/// use the same event id, and so may two tenants: a source's ids are unique only within
+/// the tenant it reports for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct FactId {
+    /// The tenant it is reported for.
+    pub tenant_id: String,
     /// Who reported it.
     pub source: Source,
     /// The source's own id of the event.
@@ -91,8 +95,9 @@ pub struct FactId {
 }
 
 /// A valid envelope. Its fact type is always its source's one (the type is derived, not
-/// stored), its material version is at least 1, and [`Envelope::canonical`] is the whole
-/// parsed body written with sorted keys and no whitespace.
+/// stored), its material version is at least 1, [`Envelope::canonical`] is the whole
+/// parsed body written with sorted keys and no whitespace, and [`Envelope::content`] is the
+/// same without `sent_at` (contract v2: `sent_at` is delivery metadata, not content).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Envelope {
     source: Source,
@@ -104,6 +109,7 @@ pub struct Envelope {
     material_version: u64,
     data: Option<String>,
     canonical: String,
+    content: String,
 }
 
 /// Why a body is not a valid envelope, one variant per ingress check (3 to 7).
@@ -233,6 +239,7 @@ impl Envelope {
             material_version,
             data,
             canonical: canonical_text(&value),
+            content: content_text(object),
         })
     }
 
@@ -246,9 +253,10 @@ impl Envelope {
         &self.event_id
     }
 
-    /// The fact identity `(source, event_id)`.
+    /// The fact identity `(tenant_id, source, event_id)`.
     pub fn fact_id(&self) -> FactId {
         FactId {
+            tenant_id: self.tenant_id.clone(),
             source: self.source,
             event_id: self.event_id.clone(),
         }
@@ -294,9 +302,16 @@ impl Envelope {
         &self.canonical
     }
 
-    /// Whether two envelopes are semantically equal (same parsed JSON value).
+    /// The content in canonical form: the parsed body without `sent_at`. Equal for two
+    /// deliveries of one fact, however often it was re-signed and re-encoded.
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
+    /// Whether two envelopes have the same content (contract v2): their parsed JSON values
+    /// without `sent_at` are equal. Key order, whitespace and `sent_at` never matter.
     pub fn same_content(&self, other: &Envelope) -> bool {
-        self.canonical == other.canonical
+        self.content == other.content
     }
 }
 
@@ -452,6 +467,13 @@ impl<'de> Visitor<'de> for StrictValue {
     }
 }
 
+/// The canonical text of an envelope object without its `sent_at`.
+fn content_text(object: &Map<String, Value>) -> String {
+    let mut rest = object.clone();
+    rest.remove("sent_at");
+    canonical_text(&Value::Object(rest))
+}
+
 /// A JSON value written with object keys sorted and no whitespace: equal parsed values
 /// give equal text, whatever the key order and spacing of the original.
 pub fn canonical_text(value: &Value) -> String {
@@ -534,6 +556,18 @@ mod tests {
         assert!(parse_json_object(at(MAX_DEPTH - 1).as_bytes()).is_ok());
         let error = parse_json_object(at(MAX_DEPTH).as_bytes()).unwrap_err();
         assert!(error.contains("nesting deeper"), "{error}");
+    }
+
+    #[test]
+    fn sent_at_is_not_content() {
+        let first = Envelope::parse(body("1").as_bytes(), Source::Finance).unwrap();
+        let resigned = body("1").replace("09:00:00+08:00", "09:25:00+08:00");
+        let resigned = Envelope::parse(resigned.as_bytes(), Source::Finance).unwrap();
+        assert_ne!(first.canonical(), resigned.canonical());
+        assert!(first.same_content(&resigned));
+        assert!(!first.content().contains("sent_at"));
+        let other = Envelope::parse(body("2").as_bytes(), Source::Finance).unwrap();
+        assert!(!first.same_content(&other));
     }
 
     #[test]

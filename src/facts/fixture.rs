@@ -42,10 +42,32 @@ pub struct RawApplication {
     pub material_version: u64,
 }
 
-/// The two headers the contract reads.
+/// The headers the contract reads: `acme`'s two, or Standard Webhooks' three (with
+/// `X-Acme-Source` as the route's source, optional).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaders {
+    /// `webhook-id`.
+    #[serde(
+        rename = "webhook-id",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub webhook_id: Option<String>,
+    /// `webhook-timestamp`.
+    #[serde(
+        rename = "webhook-timestamp",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub webhook_timestamp: Option<String>,
+    /// `webhook-signature`.
+    #[serde(
+        rename = "webhook-signature",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub webhook_signature: Option<String>,
     /// `X-Acme-Source`.
     #[serde(
         rename = "X-Acme-Source",
@@ -73,6 +95,12 @@ pub struct RawRequest {
     /// For people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// This request is the sender's retry of request N, re-signed (a later `sent_at` or
+    /// `webhook-timestamp`, received later: the model's clock moves for it). A model sends
+    /// it only in place of a resend of N that the sender owes; replay sends it where a
+    /// schedule (or the file order) says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resends: Option<u32>,
     /// Its headers.
     #[serde(default)]
     pub headers: RawHeaders,
@@ -276,19 +304,13 @@ impl Scenario {
         let bad = |place: String, message: String| InputError::invalid(file, place, message);
         let mut keys = BTreeMap::new();
         for (source, secrets) in &raw.secrets {
-            if let Some(at) = secrets.iter().position(String::is_empty) {
-                return Err(bad(
-                    format!("secrets.{source}[{at}]"),
-                    "an empty key signs nothing".into(),
-                ));
+            let mut list = Vec::new();
+            for (at, key) in secrets.iter().enumerate() {
+                let secret = Secret::from_config(key)
+                    .map_err(|message| bad(format!("secrets.{source}[{at}]"), message))?;
+                list.push(secret);
             }
-            keys.insert(
-                *source,
-                secrets
-                    .iter()
-                    .map(|key| Secret::new(key.as_bytes()))
-                    .collect(),
-            );
+            keys.insert(*source, list);
         }
         let mut applications = Applications::new();
         for (index, app) in raw.applications.iter().enumerate() {
@@ -340,6 +362,12 @@ impl Scenario {
                 received_at,
                 source: request.headers.source.clone(),
                 signature: request.headers.signature.clone(),
+                webhook: [
+                    request.headers.webhook_id.clone(),
+                    request.headers.webhook_timestamp.clone(),
+                    request.headers.webhook_signature.clone(),
+                ],
+                resends: request.resends,
                 body: request.body.as_bytes().to_vec(),
             };
             if requests.insert(request.request, posted).is_some() {
@@ -347,6 +375,26 @@ impl Scenario {
                     format!("requests[{index}].request"),
                     format!("request number {} is used twice", request.request),
                 ));
+            }
+        }
+        for (index, request) in raw.requests.iter().enumerate() {
+            let Some(original) = request.resends else {
+                continue;
+            };
+            let problem = match requests.get(&original) {
+                None => Some(format!(
+                    "names request {original}, which the fixture does not have"
+                )),
+                Some(_) if original == request.request => {
+                    Some("a request cannot resend itself".into())
+                }
+                Some(posted) if posted.resends.is_some() => Some(format!(
+                    "request {original} is itself a resend: name the original"
+                )),
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                return Err(bad(format!("requests[{index}].resends"), problem));
             }
         }
         let schedule = match &raw.schedule {

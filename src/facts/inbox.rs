@@ -11,9 +11,10 @@
 //!   mismatch never occupies the fact identity, so a later, correctly correlated envelope
 //!   with the same identity is accepted as the first fact;
 //! - a conflict opens on the application the variant names and on the application of the
-//!   first fact (the same one unless the source reused an event id across applications);
-//!   each distinct variant is kept once as evidence; nothing here closes a conflict (that
-//!   is a reviewer's act).
+//!   first fact; the identity includes the tenant (contract v2), so both are the same
+//!   tenant's, and the same application unless the source reused an event id across two
+//!   applications of one tenant; each distinct variant is kept once as evidence; nothing
+//!   here closes a conflict (that is a reviewer's act).
 
 use super::application::{AppKey, Applications, Mismatch};
 use super::envelope::{Envelope, FactId, FactType};
@@ -86,6 +87,7 @@ pub struct Inbox {
     open_conflicts: BTreeSet<AppKey>,
     ready: BTreeSet<AppKey>,
     counters: Counters,
+    deliveries: BTreeSet<(FactId, i64)>,
 }
 
 impl Inbox {
@@ -114,7 +116,15 @@ impl Inbox {
             open_conflicts,
             ready,
             counters,
+            deliveries: BTreeSet::new(),
         }
+    }
+
+    /// Evidence of each delivery that reached the identity rule: the identity and the
+    /// `sent_at` it carried (never compared; a durable store would add the receive time
+    /// and the signature).
+    pub fn deliveries(&self) -> &BTreeSet<(FactId, i64)> {
+        &self.deliveries
     }
 
     /// The applications marked READY by the last transaction.
@@ -243,18 +253,43 @@ pub fn consume(inbox: &mut Inbox, apps: &Applications, entry: &Envelope) -> Verd
 }
 
 /// The identity rule for an envelope that correlates with application `key`: a new
-/// `(source, event_id)` is accepted, an equal content is a duplicate, another content is a
-/// conflict (the first fact stands, the variant is evidence, both applications get an open
-/// conflict). READY is not recomputed here.
+/// `(tenant_id, source, event_id)` is accepted, an equal content is a duplicate, another
+/// content is a conflict (the first fact stands, the variant is evidence, both
+/// applications, always of the envelope's tenant, get an open conflict). READY is not
+/// recomputed here.
 pub(super) fn identity(inbox: &mut Inbox, key: AppKey, entry: &Envelope) -> Verdict {
+    let first = inbox.facts.get(&entry.fact_id()).cloned();
+    identity_against(inbox, key, entry, first, Envelope::same_content)
+}
+
+/// The identity rule against `first`, the fact the caller found under the envelope's
+/// identity (the contract looks it up by [`FactId`]; a mutant may look elsewhere), with
+/// `same` as content equality (the contract's is [`Envelope::same_content`]). A content
+/// equal to the fact's or to a variant kept under the identity is a duplicate. Every
+/// delivery's `sent_at` is kept as evidence of that delivery.
+pub(super) fn identity_against(
+    inbox: &mut Inbox,
+    key: AppKey,
+    entry: &Envelope,
+    first: Option<Arc<Envelope>>,
+    same: fn(&Envelope, &Envelope) -> bool,
+) -> Verdict {
     let id = entry.fact_id();
-    match inbox.facts.get(&id).cloned() {
+    inbox.deliveries.insert((id.clone(), entry.sent_at()));
+    let recorded = |inbox: &Inbox, first: &Envelope| {
+        same(first, entry)
+            || inbox
+                .evidence
+                .iter()
+                .any(|variant| variant.fact_id() == id && same(variant, entry))
+    };
+    match first {
         None => {
             inbox.facts.insert(id, Arc::new(entry.clone()));
             inbox.counters.accepted += 1;
             Verdict::Accepted
         }
-        Some(first) if first.same_content(entry) => {
+        Some(first) if recorded(inbox, &first) => {
             inbox.counters.duplicates += 1;
             Verdict::Duplicate
         }
@@ -269,6 +304,15 @@ pub(super) fn identity(inbox: &mut Inbox, key: AppKey, entry: &Envelope) -> Verd
 }
 
 impl Inbox {
+    /// For the mutant catalogue only: the fact held under `(source, event_id)` in any
+    /// tenant (version 1's identity).
+    pub(super) fn fact_in_any_tenant(&self, entry: &Envelope) -> Option<Arc<Envelope>> {
+        self.facts
+            .values()
+            .find(|fact| fact.source() == entry.source() && fact.event_id() == entry.event_id())
+            .cloned()
+    }
+
     /// For the mutant catalogue only: keeps `entry` as the fact of its identity whatever
     /// was there (what a consumer that dedupes by something else does).
     pub(super) fn overwrite_fact(&mut self, entry: &Envelope) {
@@ -395,6 +439,47 @@ mod tests {
         assert_eq!(inbox.evidence().collect::<Vec<_>>(), [&variant]);
         assert!(!ready(&inbox, &apps, &key()) && !inbox.marked_ready(&key()));
         assert_eq!(consume(&mut inbox, &apps, &first), Verdict::Duplicate);
+    }
+
+    #[test]
+    fn another_tenants_event_id_is_another_fact() {
+        let mut apps = apps(1);
+        let other = AppKey {
+            tenant_id: "u".into(),
+            application_id: "a".into(),
+        };
+        apps.insert(
+            other.clone(),
+            Application {
+                business_key: "K".into(),
+                material_version: 1,
+            },
+        );
+        let mut inbox = Inbox::new();
+        consume(&mut inbox, &apps, &envelope(Source::Finance, "P", 1, 5));
+        consume(&mut inbox, &apps, &envelope(Source::Contracts, "S", 1, 0));
+        assert!(inbox.marked_ready(&key()));
+        let theirs = |source: Source, id: &str, amount: u32| {
+            let body = format!(
+                r#"{{"schema_version":"1","source":"{source}","event_id":"{id}","event_type":"{}","sent_at":"2024-06-03T09:00:00Z","tenant_id":"u","application_id":"a","business_key":"K","material_version":1,"data":{{"amount":{amount}}}}}"#,
+                source.fact_type().as_str()
+            );
+            Envelope::parse(body.as_bytes(), source).unwrap()
+        };
+        let payment = theirs(Source::Finance, "P", 6);
+        assert_eq!(consume(&mut inbox, &apps, &payment), Verdict::Accepted);
+        assert_eq!(
+            consume(&mut inbox, &apps, &theirs(Source::Contracts, "S", 0)),
+            Verdict::Accepted
+        );
+        assert_eq!(inbox.fact_count(), 4);
+        assert!(inbox.open_conflicts().is_empty());
+        assert!(inbox.marked_ready(&key()) && inbox.marked_ready(&other));
+        // A variant of the other tenant's own fact is a conflict on its application only.
+        let variant = theirs(Source::Finance, "P", 7);
+        assert_eq!(consume(&mut inbox, &apps, &variant), Verdict::Conflict);
+        assert_eq!(inbox.open_conflicts().iter().collect::<Vec<_>>(), [&other]);
+        assert!(inbox.marked_ready(&key()) && !inbox.marked_ready(&other));
     }
 
     #[test]

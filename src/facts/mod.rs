@@ -10,8 +10,8 @@
 //! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
 //! | [`step`] | the steps ([`step::Step`]), their faults and the fault budgets |
 //! | [`world`] | the pipeline as data, the one [`world::transition`] replay and the model share, [`world::World::is_terminal`], the [`world::Policy`] hook |
-//! | [`property`] | the six property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges) and sets of them |
-//! | [`properties`] | the six properties' checks on steps and states, computed from the world's data |
+//! | [`property`] | the property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges, tenant-isolated) and sets of them |
+//! | [`properties`] | the properties' checks on steps and states, computed from the world's data |
 //! | [`mutants`] | the wrong pipelines, each a wrapper around the real ingress or consumer step |
 //! | [`fixture`] | facts fixture files validated into a typed [`fixture::Scenario`] |
 //! | [`replay`] | walks a scenario's schedule, with the properties checked on every step, and builds the report |

@@ -128,7 +128,13 @@ impl Protocol for FactsModel {
     fn init(&self) -> State {
         State {
             world: World::initial(self.scenario.applications.clone()),
-            unsent: self.setup.requests.keys().copied().collect(),
+            unsent: self
+                .setup
+                .requests
+                .values()
+                .filter(|request| request.resends.is_none())
+                .map(|request| request.number)
+                .collect(),
             budgets: self.budgets,
             violation: None,
         }
@@ -136,7 +142,19 @@ impl Protocol for FactsModel {
 
     fn steps(&self, state: &State, steps: &mut Vec<Step>) {
         let budgets = state.budgets;
-        let sendable: BTreeSet<u32> = state.unsent.union(&state.world.owed).copied().collect();
+        let mut sendable: BTreeSet<u32> = state.unsent.union(&state.world.owed).copied().collect();
+        // In place of a resend it owes, the sender may send a re-signed retry.
+        sendable.extend(
+            self.setup
+                .requests
+                .values()
+                .filter(|request| {
+                    request
+                        .resends
+                        .is_some_and(|n| state.world.owed.contains(&n))
+                })
+                .map(|request| request.number),
+        );
         for request in sendable {
             steps.push(Step::Post {
                 request,

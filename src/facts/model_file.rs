@@ -70,7 +70,7 @@ pub struct ModelFile {
     /// Stop after about this many states (the verdict is then `incomplete`).
     #[serde(default)]
     pub state_limit: Option<usize>,
-    /// The properties to check (all six when absent).
+    /// The properties to check (all of them when absent).
     #[serde(default)]
     pub properties: Option<Vec<String>>,
     /// `pass`, or the property that must be violated.
@@ -148,7 +148,7 @@ pub fn load_model_with(
             return Err(InputError::invalid(
                 path,
                 "properties",
-                "lists no property; leave it out to check all six",
+                "lists no property; leave it out to check them all",
             ));
         }
         checked = Properties::NONE;

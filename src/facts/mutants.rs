@@ -12,6 +12,7 @@ use super::property::Property;
 use super::world::Policy;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// A deliberately wrong pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,11 +42,19 @@ pub enum Mutant {
     /// Skips the freshness check: a correctly signed request captured long ago is
     /// accepted when replayed. The model's clock does not move, so ingress tests show it.
     AcceptStaleSignature,
+    /// Contract version 1's fact identity, `(source, event_id)` across all tenants: one
+    /// tenant's event id that another tenant already used is a conflict on both tenants'
+    /// applications (the other tenant's READY is withdrawn).
+    GlobalFactIdentity,
+    /// Contract version 1's content, the whole body with `sent_at`: a retry re-signed with
+    /// a later `sent_at` (the only way past freshness after 300 s) is a conflict that
+    /// withdraws READY.
+    SentAtInContent,
 }
 
 impl Mutant {
     /// The catalogue.
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::AckBeforeCommit,
         Mutant::DedupeByStreamEntry,
         Mutant::BusinessKeyCorrelation,
@@ -55,6 +64,8 @@ impl Mutant {
         Mutant::ForgetOwnPending,
         Mutant::ReadyOnSignatureOnly,
         Mutant::AcceptStaleSignature,
+        Mutant::GlobalFactIdentity,
+        Mutant::SentAtInContent,
     ];
 
     /// The name in model files and on the command line.
@@ -69,6 +80,8 @@ impl Mutant {
             Mutant::ForgetOwnPending => "forget-own-pending",
             Mutant::ReadyOnSignatureOnly => "ready-on-signature-only",
             Mutant::AcceptStaleSignature => "accept-stale-signature",
+            Mutant::GlobalFactIdentity => "global-fact-identity",
+            Mutant::SentAtInContent => "sent-at-in-content",
         }
     }
 
@@ -84,6 +97,8 @@ impl Mutant {
             Mutant::ForgetOwnPending => Some(Property::NoLoss),
             Mutant::ReadyOnSignatureOnly => Some(Property::ReadyConverges),
             Mutant::AcceptStaleSignature => None,
+            Mutant::GlobalFactIdentity => Some(Property::TenantIsolated),
+            Mutant::SentAtInContent => Some(Property::RetryInvisible),
         }
     }
 }
@@ -190,6 +205,26 @@ pub fn consume_under(
                 verdict
             }
             None => inbox::consume(inbox, apps, envelope),
+        },
+        Some(Mutant::GlobalFactIdentity) => match apps.correlate(envelope) {
+            Ok(key) => {
+                let first = inbox.fact_in_any_tenant(envelope);
+                let verdict =
+                    inbox::identity_against(inbox, key, envelope, first, Envelope::same_content);
+                inbox.refresh_ready(apps);
+                verdict
+            }
+            Err(_) => inbox::consume(inbox, apps, envelope),
+        },
+        Some(Mutant::SentAtInContent) => match apps.correlate(envelope) {
+            Ok(key) => {
+                let first = inbox.fact(&envelope.fact_id()).cloned().map(Arc::new);
+                let whole_body = |a: &Envelope, b: &Envelope| a.canonical() == b.canonical();
+                let verdict = inbox::identity_against(inbox, key, envelope, first, whole_body);
+                inbox.refresh_ready(apps);
+                verdict
+            }
+            Err(_) => inbox::consume(inbox, apps, envelope),
         },
         Some(Mutant::IngressOnlyCorrelation) => {
             let verdict = inbox::identity(inbox, AppKey::of(envelope), envelope);

@@ -1,4 +1,4 @@
-//! The facts pipeline's six properties, as checks on steps and states.
+//! The facts pipeline's properties, as checks on steps and states.
 //!
 //! Step properties compare the world before and after a step; state properties read one
 //! world; the terminal ones read a world in which nothing can happen any more. Everything
@@ -12,7 +12,7 @@ use super::fixture::Expect;
 use super::inbox::Verdict;
 use super::ingress::Response;
 use super::property::{Properties, Property};
-use super::world::{Decision, Payload, StepOutcome, World};
+use super::world::{Decision, EntryId, Payload, StepOutcome, World};
 use std::collections::BTreeSet;
 
 /// Whether `envelope` belongs to an application as the applications stand: same tenant
@@ -23,6 +23,17 @@ fn correlates(apps: &Applications, envelope: &Envelope) -> bool {
         application.business_key == envelope.business_key()
             && application.material_version == envelope.material_version()
     })
+}
+
+/// An envelope's content as the contract defines it, computed here from its canonical body
+/// (not through [`Envelope::content`]): the parsed body without `sent_at`.
+fn envelope_content(envelope: &Envelope) -> serde_json::Value {
+    let mut value: serde_json::Value =
+        serde_json::from_str(envelope.canonical()).expect("a canonical body is JSON");
+    if let Some(object) = value.as_object_mut() {
+        object.remove("sent_at");
+    }
+    value
 }
 
 /// The READY rule, from the facts themselves.
@@ -95,7 +106,76 @@ pub fn check_step(
         };
         inbox_ok && ingress_ok
     };
-    broken(Property::FactOnce, &fact_once).or_else(|| broken(Property::Correlated, &correlated))
+    // tenant-isolated: a request or entry of tenant T changes nothing of another tenant
+    // (a rejected request or an entry that names no tenant changes nothing of anyone's).
+    let tenant_isolated = || {
+        let tenant_of = |id: EntryId| {
+            post.entry(id).and_then(|entry| match &entry.payload {
+                Payload::Envelope(envelope) => Some(Some(envelope.tenant_id().to_owned())),
+                Payload::Unparseable(_) => None,
+            })
+        };
+        let scope: Option<Option<String>> = match outcome {
+            StepOutcome::Posted {
+                entry: Some(id), ..
+            } => tenant_of(*id),
+            StepOutcome::Posted { entry: None, .. } => Some(None),
+            StepOutcome::Handled(handled) => tenant_of(handled.entry),
+            _ => None,
+        };
+        let Some(own) = scope else {
+            return true;
+        };
+        let foreign = |tenant: &str| own.as_deref() != Some(tenant);
+        let view = |world: &World| {
+            let facts: Vec<&Envelope> = world
+                .inbox
+                .facts()
+                .filter(|fact| foreign(fact.tenant_id()))
+                .collect();
+            let keys = |set: &BTreeSet<AppKey>| -> Vec<AppKey> {
+                set.iter()
+                    .filter(|key| foreign(&key.tenant_id))
+                    .cloned()
+                    .collect()
+            };
+            (
+                facts.into_iter().cloned().collect::<Vec<Envelope>>(),
+                keys(world.inbox.open_conflicts()),
+                keys(world.inbox.ready_marks()),
+            )
+        };
+        view(pre) == view(post)
+    };
+    // retry-invisible: a delivery whose content (the body without `sent_at`) is already
+    // recorded under its identity, as the fact or a kept variant, is no conflict and
+    // changes no fact, open conflict or READY mark.
+    let retry_invisible = || {
+        let Some((verdict, envelope)) = handled_envelope() else {
+            return true;
+        };
+        let id = envelope.fact_id();
+        let content = envelope_content(&envelope);
+        let recorded = pre
+            .inbox
+            .fact(&id)
+            .into_iter()
+            .chain(
+                pre.inbox
+                    .evidence()
+                    .filter(|variant| variant.fact_id() == id),
+            )
+            .any(|known| envelope_content(known) == content);
+        !recorded
+            || (verdict != Verdict::Conflict
+                && pre.inbox.facts().eq(post.inbox.facts())
+                && pre.inbox.open_conflicts() == post.inbox.open_conflicts()
+                && pre.inbox.ready_marks() == post.inbox.ready_marks())
+    };
+    broken(Property::FactOnce, &fact_once)
+        .or_else(|| broken(Property::Correlated, &correlated))
+        .or_else(|| broken(Property::TenantIsolated, &tenant_isolated))
+        .or_else(|| broken(Property::RetryInvisible, &retry_invisible))
 }
 
 /// Checks one world against `checked` state properties; `terminal`: nothing can happen any

@@ -1,4 +1,4 @@
-//! The names of the facts contract's six properties: the [`Property`] enum, its name table,
+//! The names of the facts contract's properties: the [`Property`] enum, its name table,
 //! parsing, and [`Properties`], a set of them. Nothing here checks anything: the checks are
 //! in [`super::properties`].
 
@@ -8,7 +8,7 @@ use std::str::FromStr;
 /// A named property of the facts contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
-    /// At most one fact per `(source, event_id)`; the first is never replaced.
+    /// At most one fact per `(tenant_id, source, event_id)`; the first is never replaced.
     FactOnce,
     /// Every fact accepted into the inbox, and every entry ingress writes to the stream,
     /// matches its application's tenant, id, business key and current material version; a
@@ -25,27 +25,38 @@ pub enum Property {
     /// At the end, READY is the rule applied to the inbox; and where no material upgrade
     /// can happen, the facts and READY are the fixture's expected ones in every order.
     ReadyConverges,
+    /// A step that handles a request or a stream entry of one tenant changes no fact,
+    /// open conflict or READY mark of another tenant (contract v2).
+    TenantIsolated,
+    /// A delivery whose content equals one already recorded under its identity (the fact
+    /// or a kept variant) is never a conflict and changes no fact, open conflict or READY
+    /// mark (contract v2).
+    RetryInvisible,
 }
 
 impl Property {
     /// Every property, in check order.
-    pub const ALL: [Property; 6] = [
+    pub const ALL: [Property; 8] = [
         Property::FactOnce,
         Property::Correlated,
         Property::ReadySound,
         Property::AckAfterCommit,
         Property::NoLoss,
         Property::ReadyConverges,
+        Property::TenantIsolated,
+        Property::RetryInvisible,
     ];
 
     /// Their names, in [`Property::ALL`] order.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 8] = [
         "fact-once",
         "correlated",
         "ready-sound",
         "ack-after-commit",
         "no-loss",
         "ready-converges",
+        "tenant-isolated",
+        "retry-invisible",
     ];
 
     /// The name in model files and reports.
@@ -78,10 +89,10 @@ impl FromStr for Property {
 
 /// A set of properties (the ones a run checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Properties(u8);
+pub struct Properties(u16);
 
 impl Properties {
-    /// All six.
+    /// All of them.
     pub const ALL: Properties = Properties((1 << Property::ALL.len()) - 1);
 
     /// None.
@@ -89,12 +100,12 @@ impl Properties {
 
     /// Just one.
     pub fn only(property: Property) -> Properties {
-        Properties(1 << property as u8)
+        Properties(1 << property as u16)
     }
 
     /// Whether `property` is in the set.
     pub fn contains(self, property: Property) -> bool {
-        self.0 & (1 << property as u8) != 0
+        self.0 & (1 << property as u16) != 0
     }
 
     /// The set with `property` added.

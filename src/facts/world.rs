@@ -13,7 +13,7 @@
 use super::application::{AppKey, Applications};
 use super::envelope::{parse_json_object, Envelope, Source};
 use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
-use super::ingress::{Admission, IngressConfig, Request, Response};
+use super::ingress::{Admission, IngressConfig, Request, Response, WebhookHeaders};
 use super::step::{Consumer, Crash, PostFault, Step};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +39,10 @@ pub struct PostedRequest {
     pub source: Option<String>,
     /// `X-Acme-Signature`.
     pub signature: Option<String>,
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature` (Standard Webhooks).
+    pub webhook: [Option<String>; 3],
+    /// The request this one re-sends, re-signed later (none for an original).
+    pub resends: Option<u32>,
     /// The raw body.
     pub body: Vec<u8>,
 }
@@ -46,9 +50,16 @@ pub struct PostedRequest {
 impl PostedRequest {
     /// The request as ingress sees it.
     pub fn request(&self) -> Request<'_> {
+        let [id, timestamp, signature] = &self.webhook;
+        let webhook = WebhookHeaders {
+            id: id.as_deref(),
+            timestamp: timestamp.as_deref(),
+            signature: signature.as_deref(),
+        };
         Request {
             source: self.source.as_deref(),
             signature: self.signature.as_deref(),
+            webhook: (webhook != WebhookHeaders::default()).then_some(webhook),
             body: &self.body,
         }
     }
@@ -461,6 +472,10 @@ fn post<P: Policy>(
         world.owed.insert(number);
     } else {
         world.owed.remove(&number);
+    }
+    // A re-signed retry discharges the resend of its original that the sender owed.
+    if let Some(original) = posted.resends {
+        world.owed.remove(&original);
     }
     StepOutcome::Posted {
         request: number,

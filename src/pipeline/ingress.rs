@@ -10,7 +10,9 @@ use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
 use crate::facts::envelope::Source;
-use crate::facts::ingress::{Admission, IngressConfig, Reason, Request, Response, Secret};
+use crate::facts::ingress::{
+    Admission, IngressConfig, Reason, Request, Response, Secret, WebhookHeaders,
+};
 use crate::facts::mutants::{admit_under, Mutant};
 use crate::harness::InputError;
 use axum::body::Body;
@@ -87,17 +89,12 @@ pub fn load_keys(path: &Path) -> Result<BTreeMap<Source, Vec<Secret>>, InputErro
     })?;
     let mut keys = BTreeMap::new();
     for (source, list) in raw {
-        if list.iter().any(String::is_empty) {
-            return Err(InputError::invalid(
-                path,
-                source.as_str(),
-                "an empty key signs nothing",
-            ));
-        }
-        keys.insert(
-            source,
-            list.iter().map(|key| Secret::new(key.as_bytes())).collect(),
-        );
+        let secrets = list
+            .iter()
+            .map(|key| Secret::from_config(key))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|message| InputError::invalid(path, source.as_str(), message))?;
+        keys.insert(source, secrets);
     }
     Ok(keys)
 }
@@ -188,9 +185,15 @@ async fn webhook(
         return answer(Response::unavailable(), None);
     };
     let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let webhook = WebhookHeaders {
+        id: text("webhook-id"),
+        timestamp: text("webhook-timestamp"),
+        signature: text("webhook-signature"),
+    };
     let request = Request {
         source: text("x-acme-source"),
         signature: text("x-acme-signature"),
+        webhook: (webhook != WebhookHeaders::default()).then_some(webhook),
         body: &bytes,
     };
     let admission = admit_under(

@@ -1,5 +1,5 @@
 //! The durable inbox in one SQLite file: the applications, the facts keyed by
-//! `(source, event_id)`, conflict evidence, late mismatches, open conflicts, READY marks,
+//! `(tenant_id, source, event_id)`, conflict evidence, late mismatches, open conflicts, READY marks,
 //! counters and one verdict row per stream entry. A batch of entries is decided by
 //! [`facts::inbox::consume`](crate::facts::inbox::consume) inside ONE `BEGIN IMMEDIATE`
 //! transaction: the part of the inbox each decision needs is loaded, decided on, and
@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS facts(
   source TEXT NOT NULL, event_id TEXT NOT NULL,
   tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
   canonical TEXT NOT NULL, entry TEXT NOT NULL,
-  PRIMARY KEY (source, event_id));
+  PRIMARY KEY (tenant_id, source, event_id));
 CREATE INDEX IF NOT EXISTS facts_by_application ON facts(tenant_id, application_id);
 CREATE TABLE IF NOT EXISTS evidence(
   canonical TEXT PRIMARY KEY, source TEXT NOT NULL, event_id TEXT NOT NULL);
@@ -204,11 +204,13 @@ fn load(
     if let Some(id) = identity {
         let first = conn
             .prepare_cached(
-                "SELECT source, canonical FROM facts WHERE source = ?1 AND event_id = ?2",
+                "SELECT source, canonical FROM facts
+                 WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
             )?
-            .query_row(params![id.source.as_str(), id.event_id], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })
+            .query_row(
+                params![id.tenant_id, id.source.as_str(), id.event_id],
+                |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+            )
             .optional()?;
         if let Some((source, canonical)) = first {
             let fact = envelope_of(&source, &canonical)?;
@@ -480,6 +482,7 @@ pub fn snapshot(conn: &mut Connection) -> rusqlite::Result<Snapshot> {
             let (source, event_id, tenant_id, application_id, version, mismatch) = row?;
             snapshot.late.insert(LateMismatch {
                 fact: FactId {
+                    tenant_id: tenant_id.clone(),
                     source: source_of(&source)?,
                     event_id,
                 },

@@ -123,6 +123,7 @@ fn decide(crafted: &Crafted) -> Admission {
     let request = Request {
         source: crafted.source.as_deref(),
         signature: crafted.signature.as_deref(),
+        webhook: None,
         body: &crafted.body,
     };
     admit(&request, NOW, &config(), &apps())
@@ -565,6 +566,7 @@ fn a_source_without_keys_accepts_nothing() {
     let request = Request {
         source: crafted.source.as_deref(),
         signature: crafted.signature.as_deref(),
+        webhook: None,
         body: &crafted.body,
     };
     let admission = admit(&request, NOW, &config, &apps());
@@ -604,6 +606,7 @@ fn a_receiver_without_the_freshness_check_accepts_a_replayed_request() {
     let request = Request {
         source: captured.source.as_deref(),
         signature: captured.signature.as_deref(),
+        webhook: None,
         body: &captured.body,
     };
     let spec = admit_under(None, &request, NOW, &config(), &apps());

@@ -10,6 +10,7 @@
 //! - `facts_ingress`: the facts ingress checks, their order and the signature edge cases.
 //! - `facts_properties`: facts inbox and envelope properties over generated inputs.
 //! - `facts_replay`: the facts acceptance run step by step and malformed facts fixtures.
+//! - `facts_webhooks`: Standard Webhooks requests, signed by the reference crate, at ingress.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../util/mod.rs"]
@@ -18,6 +19,7 @@ mod util;
 mod facts_ingress;
 mod facts_properties;
 mod facts_replay;
+mod facts_webhooks;
 mod properties;
 mod rules;
 mod walkthrough;

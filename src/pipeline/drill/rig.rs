@@ -103,6 +103,8 @@ pub fn requests(seed: u64, count: usize, now: i64) -> (Applications, Vec<PostedR
             received_at: now,
             source: Some(source.as_str().into()),
             signature: Some(signature),
+            webhook: [None, None, None],
+            resends: None,
             body,
         });
     }
