@@ -341,3 +341,12 @@ fn the_gitlab_ci_jobs_run_stage_by_stage_as_written() {
         &[artifacts.get("shard-1"), artifacts.get("shard-2")],
     );
 }
+
+#[test]
+fn docs_ci_md_shows_each_workflow_file_as_it_is() {
+    let page = std::fs::read_to_string(root().join("docs/ci.md")).expect("docs/ci.md");
+    for file in ["docs/ci/github-actions.yml", "docs/ci/gitlab-ci.yml"] {
+        let text = std::fs::read_to_string(root().join(file)).expect("the workflow file");
+        assert!(page.contains(&text), "docs/ci.md shows {file} as it is");
+    }
+}

@@ -1,5 +1,7 @@
 //! The command line and the browser: the `arrival` binary run as a user runs it.
 //!
+//! - `ci_workflows`: the CI workflows of docs/ci, parsed as YAML and run job by job, and
+//!   shown in docs/ci.md as they are.
 //! - `cli`: exit statuses, error messages, malformed inputs, JUnit and output files.
 //! - `explorer`: `check --explore` served to headless chromium through chromedriver.
 
