@@ -201,6 +201,7 @@ fn load(
 ) -> rusqlite::Result<(Applications, Inbox, BTreeSet<AppKey>)> {
     let mut keys = keys.clone();
     let mut facts = Vec::new();
+    let mut evidence = Vec::new();
     if let Some(id) = identity {
         let first = conn
             .prepare_cached(
@@ -216,6 +217,7 @@ fn load(
             let fact = envelope_of(&source, &canonical)?;
             keys.insert(AppKey::of(&fact));
         }
+        evidence = evidence_of(conn, id)?;
     }
     let mut apps = Applications::new();
     let mut open_conflicts = BTreeSet::new();
@@ -246,13 +248,34 @@ fn load(
     }
     let inbox = Inbox::restore(
         facts,
-        [],
+        evidence,
         BTreeSet::new(),
         open_conflicts,
         ready,
         counters(conn)?,
     );
     Ok((apps, inbox, loaded))
+}
+
+/// The variants kept as evidence under `id`: a redelivered or re-sent variant is a
+/// duplicate of one of them, not a new conflict. The table has no tenant column, so the
+/// tenant is read from each variant.
+fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT source, canonical FROM evidence WHERE source = ?1 AND event_id = ?2",
+    )?;
+    let rows = statement.query_map(params![id.source.as_str(), id.event_id], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    let mut variants = Vec::new();
+    for row in rows {
+        let (source, canonical) = row?;
+        let variant = envelope_of(&source, &canonical)?;
+        if variant.tenant_id() == id.tenant_id {
+            variants.push(variant);
+        }
+    }
+    Ok(variants)
 }
 
 /// Writes back what a decision changed: new facts, evidence, late mismatches, conflicts,

@@ -461,3 +461,24 @@ fn a_body_that_stalls_is_answered_408_and_nothing_enters_the_stream() {
     child.wait().unwrap();
     stream::delete_keys(&mut redis, &names).unwrap();
 }
+
+/// A variant of a payment kept as evidence, then re-sent re-signed a minute later: the
+/// pipeline's inbox must find the kept variant and call the re-send a duplicate, as the
+/// model does (it used to read only the first fact and open the conflict again).
+#[test]
+fn a_re_sent_variant_is_a_duplicate_in_the_pipeline_as_in_the_model() {
+    let output = Command::new(ARRIVAL)
+        .args(["pipeline", "run", "tests/inputs/facts-variant-resend.json"])
+        .env("ARRIVAL_REDIS_URL", redis_url())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!text.contains("the model has"), "pipeline and model differ:\n{text}");
+    assert!(text.contains("1 duplicate"), "the re-send is a duplicate:\n{text}");
+}
