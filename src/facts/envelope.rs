@@ -194,6 +194,17 @@ impl Envelope {
             field: "sent_at",
             problem: format!("`{sent_at_text}` is not an RFC 3339 time"),
         })?;
+        // Contract v2: when the source says the business event happened. Informational
+        // (never an ordering key), but a sender that writes it must not be refused.
+        if let Some(occurred_at) = object.get("occurred_at") {
+            let valid = occurred_at.as_str().and_then(parse_rfc3339).is_some();
+            if !valid {
+                return Err(EnvelopeError::Field {
+                    field: "occurred_at",
+                    problem: format!("{occurred_at} is not an RFC 3339 time"),
+                });
+            }
+        }
         let tenant_id = text(object, "tenant_id")?;
         let application_id = text(object, "application_id")?;
         let business_key = text(object, "business_key")?;
@@ -315,12 +326,13 @@ impl Envelope {
     }
 }
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "schema_version",
     "source",
     "event_id",
     "event_type",
     "sent_at",
+    "occurred_at",
     "tenant_id",
     "application_id",
     "business_key",
@@ -556,6 +568,31 @@ mod tests {
         assert!(parse_json_object(at(MAX_DEPTH - 1).as_bytes()).is_ok());
         let error = parse_json_object(at(MAX_DEPTH).as_bytes()).unwrap_err();
         assert!(error.contains("nesting deeper"), "{error}");
+    }
+
+    #[test]
+    fn an_optional_occurred_at_is_accepted_when_it_is_a_time() {
+        let with = |occurred: &str| {
+            body("1").replace(
+                r#""tenant_id""#,
+                &format!(r#""occurred_at":{occurred},"tenant_id""#),
+            )
+        };
+        let good = with(r#""2024-06-03T08:59:00+08:00""#);
+        assert!(Envelope::parse(good.as_bytes(), Source::Finance).is_ok());
+        for bad in [r#""yesterday""#, "17"] {
+            let refused = Envelope::parse(with(bad).as_bytes(), Source::Finance);
+            assert!(
+                matches!(
+                    refused,
+                    Err(EnvelopeError::Field {
+                        field: "occurred_at",
+                        ..
+                    })
+                ),
+                "{bad}: {refused:?}"
+            );
+        }
     }
 
     #[test]

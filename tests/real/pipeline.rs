@@ -479,6 +479,12 @@ fn a_re_sent_variant_is_a_duplicate_in_the_pipeline_as_in_the_model() {
         "{text}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(!text.contains("the model has"), "pipeline and model differ:\n{text}");
-    assert!(text.contains("1 duplicate"), "the re-send is a duplicate:\n{text}");
+    assert!(
+        !text.contains("the model has"),
+        "pipeline and model differ:\n{text}"
+    );
+    assert!(
+        text.contains("1 duplicate"),
+        "the re-send is a duplicate:\n{text}"
+    );
 }
