@@ -26,7 +26,7 @@ pub struct CheckArgs {
     pub models: Vec<PathBuf>,
     /// Also check N small generated fixtures under SPEC and every mutant (or `--policy`):
     /// SPEC must break nothing, each mutant must be caught by its catalogue property.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub sweep: Option<usize>,
     /// The seed of the sweep and of `--simulate`.
     #[arg(long, default_value_t = 1, requires = "sampling")]
@@ -262,5 +262,14 @@ pub fn print_summary(reports: &[ModelReport]) {
         print(&format!("all {} models as expected\n", reports.len()));
     } else {
         print(&format!("NOT as expected: {}\n", failed.join(", ")));
+    }
+}
+
+/// A count of at least 1 (a sweep of no fixtures would catch no mutant and say so).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(count) => Ok(count),
+        Err(error) => Err(error.to_string()),
     }
 }

@@ -1181,3 +1181,10 @@ fn a_malformed_fixture_still_exits_2_and_help_lists_every_exit_status() {
         assert!(help.contains(line), "{line}: {help}");
     }
 }
+
+#[test]
+fn a_sweep_of_no_fixtures_is_bad_input_naming_the_flag() {
+    let output = arrival(&["check", "--sweep", "0"]);
+    assert_status(&output, 2, "check --sweep 0");
+    assert!(stderr(&output).contains("--sweep"), "{}", stderr(&output));
+}
