@@ -269,9 +269,18 @@ impl Sqlite {
         connection
             .busy_timeout(Duration::from_secs(60))
             .map_err(sqlite_error)?;
-        let mode: String = connection
-            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-            .map_err(sqlite_error)?;
+        // A fresh file that other receivers are opening at the same moment may keep its old
+        // mode for an instant (SQLite answers with the mode it kept): ask again, briefly.
+        let mut mode = String::new();
+        for _ in 0..100 {
+            mode = connection
+                .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+                .map_err(sqlite_error)?;
+            if mode == "wal" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         if mode != "wal" {
             return Err(DbError {
                 message: format!("sqlite: journal_mode is {mode}, not wal"),
