@@ -472,7 +472,7 @@ fn serve(command: PipelineCommand) -> Outcome {
     else {
         unreachable!("serve is called with `pipeline serve`");
     };
-    let keys = ingress::load_keys(&keys)?;
+    let keys = crate::facts::ingress::IngressConfig::new(ingress::load_keys(&keys)?).keys;
     existing_inbox(&db)?;
     let options = ServeOptions {
         listen,

@@ -1,5 +1,6 @@
-//! The known applications and correlation: whether an envelope belongs to an application
-//! as it stands now (tenant, id, business key, current material version).
+//! The known applications, their lifecycle (register, upgrade, terminate: contract v2's
+//! operator steps on the registry) and correlation: whether an envelope belongs to an
+//! application as it stands now (tenant, id, business key, current material version).
 //!
 //! Applications are found by `(tenant_id, application_id)` only, so an id that exists under
 //! another tenant is, by construction, answered exactly like an id that exists nowhere.
@@ -41,6 +42,86 @@ pub struct Application {
     pub business_key: String,
     /// The version of the submitted material that facts must refer to (>= 1).
     pub material_version: u64,
+    /// Set once it is terminated (final): its facts are kept, never counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<Termination>,
+}
+
+impl Application {
+    /// An active application.
+    pub fn active(business_key: impl Into<String>, material_version: u64) -> Application {
+        Application {
+            business_key: business_key.into(),
+            material_version,
+            terminated: None,
+        }
+    }
+
+    /// Whether it is active (not terminated).
+    pub fn is_active(&self) -> bool {
+        self.terminated.is_none()
+    }
+}
+
+/// Why and when an application was terminated.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Termination {
+    /// The operator's reason.
+    pub reason: String,
+    /// When (Unix seconds).
+    pub at: i64,
+}
+
+/// What a registration did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Registered {
+    /// A new application.
+    New,
+    /// It existed with the same business key and material version: nothing changed.
+    Unchanged,
+    /// It existed with an older material version, which moved forward from this one.
+    Upgraded {
+        /// The version before.
+        from: u64,
+    },
+}
+
+/// Why an operator step on the registry was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum LifecycleError {
+    /// No such application.
+    #[error("no application {0}")]
+    Unknown(AppKey),
+    /// Material versions only move forward.
+    #[error("material version {to} is not newer than the current {current}")]
+    NotNewer {
+        /// The current version.
+        current: u64,
+        /// The version asked for.
+        to: u64,
+    },
+    /// A registration may never move a material version backwards.
+    #[error(
+        "material version {to} is older than the current {current}: versions never move backwards"
+    )]
+    Backwards {
+        /// The current version.
+        current: u64,
+        /// The version asked for.
+        to: u64,
+    },
+    /// A registration names another business key than the application has.
+    #[error("business key `{asked}` differs from the application's `{current}`")]
+    OtherBusinessKey {
+        /// The application's.
+        current: String,
+        /// The registration's.
+        asked: String,
+    },
+    /// Termination is final.
+    #[error("application {0} is terminated")]
+    Terminated(AppKey),
 }
 
 /// Why an envelope does not belong to an application as it stands (ingress check 9, and
@@ -67,21 +148,8 @@ impl Mismatch {
     }
 }
 
-/// Why a material upgrade was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum UpgradeError {
-    /// No such application.
-    #[error("no application {0}")]
-    Unknown(AppKey),
-    /// Material versions only move forward.
-    #[error("material version {to} is not newer than the current {current}")]
-    NotNewer {
-        /// The current version.
-        current: u64,
-        /// The version asked for.
-        to: u64,
-    },
-}
+/// The refusal of an upgrade (kept under its old name).
+pub type UpgradeError = LifecycleError;
 
 /// The registry of applications, keyed by `(tenant_id, application_id)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -121,15 +189,55 @@ impl Applications {
         self.by_key.is_empty()
     }
 
+    /// Registers an application (contract v2): new, or existing with the same business key
+    /// and the same or a newer material version. Never backwards, never another business
+    /// key, never a terminated application.
+    pub fn register(
+        &mut self,
+        key: &AppKey,
+        business_key: &str,
+        material_version: u64,
+    ) -> Result<Registered, LifecycleError> {
+        let Some(current) = self.by_key.get_mut(key) else {
+            self.by_key.insert(
+                key.clone(),
+                Application::active(business_key, material_version),
+            );
+            return Ok(Registered::New);
+        };
+        if !current.is_active() {
+            return Err(LifecycleError::Terminated(key.clone()));
+        }
+        if current.business_key != business_key {
+            return Err(LifecycleError::OtherBusinessKey {
+                current: current.business_key.clone(),
+                asked: business_key.to_owned(),
+            });
+        }
+        match material_version.cmp(&current.material_version) {
+            std::cmp::Ordering::Less => Err(LifecycleError::Backwards {
+                current: current.material_version,
+                to: material_version,
+            }),
+            std::cmp::Ordering::Equal => Ok(Registered::Unchanged),
+            std::cmp::Ordering::Greater => Ok(Registered::Upgraded {
+                from: std::mem::replace(&mut current.material_version, material_version),
+            }),
+        }
+    }
+
     /// A material upgrade: the application's current version moves to `to`, which must be
-    /// newer. Returns the previous version.
-    pub fn upgrade(&mut self, key: &AppKey, to: u64) -> Result<u64, UpgradeError> {
+    /// newer; refused for a terminated application. Returns the previous version.
+    pub fn upgrade(&mut self, key: &AppKey, to: u64) -> Result<u64, LifecycleError> {
         let application = self
             .by_key
             .get_mut(key)
-            .ok_or_else(|| UpgradeError::Unknown(key.clone()))?;
+            .ok_or_else(|| LifecycleError::Unknown(key.clone()))?;
+        if !application.is_active() {
+            return Err(LifecycleError::Terminated(key.clone()));
+        }
         if to <= application.material_version {
-            return Err(UpgradeError::NotNewer {
+            return Err(LifecycleError::NotNewer {
                 current: application.material_version,
                 to,
             });
@@ -137,8 +245,31 @@ impl Applications {
         Ok(std::mem::replace(&mut application.material_version, to))
     }
 
+    /// Terminates an application (final).
+    pub fn terminate(&mut self, key: &AppKey, reason: &str, at: i64) -> Result<(), LifecycleError> {
+        let application = self
+            .by_key
+            .get_mut(key)
+            .ok_or_else(|| LifecycleError::Unknown(key.clone()))?;
+        if !application.is_active() {
+            return Err(LifecycleError::Terminated(key.clone()));
+        }
+        application.terminated = Some(Termination {
+            reason: reason.to_owned(),
+            at,
+        });
+        Ok(())
+    }
+
+    /// For the mutant catalogue only: sets an application's material version, whatever it
+    /// was (version 1's `init` run again).
+    pub(super) fn overwrite(&mut self, key: &AppKey, application: Application) {
+        self.by_key.insert(key.clone(), application);
+    }
+
     /// Correlates an envelope with the application it names, as that application stands
-    /// now: first the key, then the business key, then the material version.
+    /// now: first the key, then the business key, then the material version. A terminated
+    /// application still correlates (its facts are kept as `after_termination`).
     pub fn correlate(&self, envelope: &Envelope) -> Result<AppKey, Mismatch> {
         let key = AppKey::of(envelope);
         let application = self.by_key.get(&key).ok_or(Mismatch::UnknownApplication)?;

@@ -13,6 +13,11 @@ use std::fmt;
 
 /// How deep objects and arrays may nest; the envelope object itself is level 1.
 pub const MAX_DEPTH: usize = 32;
+/// The longest id (`event_id`, `tenant_id`, `application_id`, `business_key`,
+/// `data.withdraws`), in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// The largest `data` object, in bytes of its canonical text.
+pub const MAX_DATA_BYTES: usize = 16 * 1024;
 
 /// A system that reports facts, each with the one fact type it may report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -28,11 +33,27 @@ impl Source {
     /// Every source.
     pub const ALL: [Source; 2] = [Source::Finance, Source::Contracts];
 
-    /// The only fact type this source may report.
+    /// The kind of fact this source reports (and may withdraw).
+    pub fn kind(self) -> FactKind {
+        match self {
+            Source::Finance => FactKind::Payment,
+            Source::Contracts => FactKind::Signature,
+        }
+    }
+
+    /// The event type that makes a fact of this source's kind.
     pub fn fact_type(self) -> FactType {
         match self {
             Source::Finance => FactType::PaymentConfirmed,
             Source::Contracts => FactType::ContractSigned,
+        }
+    }
+
+    /// The event type that withdraws one of this source's facts.
+    pub fn withdrawal_type(self) -> FactType {
+        match self {
+            Source::Finance => FactType::PaymentReversed,
+            Source::Contracts => FactType::ContractRevoked,
         }
     }
 
@@ -58,26 +79,79 @@ impl fmt::Display for Source {
     }
 }
 
-/// A kind of business fact.
+/// What READY needs one of: a payment and a signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactKind {
+    /// Reported by finance.
+    Payment,
+    /// Reported by contracts.
+    Signature,
+}
+
+impl FactKind {
+    /// Both kinds.
+    pub const ALL: [FactKind; 2] = [FactKind::Payment, FactKind::Signature];
+
+    /// The word in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FactKind::Payment => "payment",
+            FactKind::Signature => "signature",
+        }
+    }
+}
+
+/// An event type a source may report (contract v2): each source confirms a fact of its
+/// kind and may withdraw one, naming it in `data.withdraws`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum FactType {
-    /// The payment arrived (reported by finance).
+    /// The payment arrived (finance).
     PaymentConfirmed,
-    /// The contract was signed (reported by contracts).
+    /// A payment was reversed (finance): withdraws a `PAYMENT_CONFIRMED`.
+    PaymentReversed,
+    /// The contract was signed (contracts).
     ContractSigned,
+    /// A signature was revoked (contracts): withdraws a `CONTRACT_SIGNED`.
+    ContractRevoked,
 }
 
 impl FactType {
-    /// Every fact type.
-    pub const ALL: [FactType; 2] = [FactType::PaymentConfirmed, FactType::ContractSigned];
+    /// Every event type.
+    pub const ALL: [FactType; 4] = [
+        FactType::PaymentConfirmed,
+        FactType::PaymentReversed,
+        FactType::ContractSigned,
+        FactType::ContractRevoked,
+    ];
 
-    /// The name on the wire (`PAYMENT_CONFIRMED`, `CONTRACT_SIGNED`).
+    /// The name on the wire (`PAYMENT_CONFIRMED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             FactType::PaymentConfirmed => "PAYMENT_CONFIRMED",
+            FactType::PaymentReversed => "PAYMENT_REVERSED",
             FactType::ContractSigned => "CONTRACT_SIGNED",
+            FactType::ContractRevoked => "CONTRACT_REVOKED",
         }
+    }
+
+    /// The only source that may report it.
+    pub fn source(self) -> Source {
+        match self {
+            FactType::PaymentConfirmed | FactType::PaymentReversed => Source::Finance,
+            FactType::ContractSigned | FactType::ContractRevoked => Source::Contracts,
+        }
+    }
+
+    /// Whether it withdraws a fact rather than making one.
+    pub fn is_withdrawal(self) -> bool {
+        matches!(self, FactType::PaymentReversed | FactType::ContractRevoked)
+    }
+
+    /// The type with this wire name.
+    pub fn from_wire(name: &str) -> Option<FactType> {
+        FactType::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 }
 
@@ -94,8 +168,9 @@ pub struct FactId {
     pub event_id: String,
 }
 
-/// A valid envelope. Its fact type is always its source's one (the type is derived, not
-/// stored), its material version is at least 1, [`Envelope::canonical`] is the whole
+/// A valid envelope. Its event type is one its source may report, a withdrawal always
+/// names the event it withdraws (never itself), its ids are 1 to [`MAX_ID_BYTES`] bytes,
+/// its `data` at most [`MAX_DATA_BYTES`], its material version is at least 1, [`Envelope::canonical`] is the whole
 /// parsed body written with sorted keys and no whitespace, and [`Envelope::content`] is the
 /// same without `sent_at` (contract v2: `sent_at` is delivery metadata, not content).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,6 +182,8 @@ pub struct Envelope {
     application_id: String,
     business_key: String,
     material_version: u64,
+    event_type: FactType,
+    withdraws: Option<String>,
     data: Option<String>,
     canonical: String,
     content: String,
@@ -139,6 +216,8 @@ pub enum EnvelopeError {
         source: Source,
         /// The body's `event_type`, as written.
         event_type: String,
+        /// Why not.
+        why: String,
     },
 }
 
@@ -153,9 +232,11 @@ impl fmt::Display for EnvelopeError {
             EnvelopeError::SourceMismatch { expected, found } => {
                 write!(f, "body source `{found}` differs from header `{expected}`")
             }
-            EnvelopeError::TypeNotAllowed { source, event_type } => {
-                write!(f, "`{source}` may not report `{event_type}`")
-            }
+            EnvelopeError::TypeNotAllowed {
+                source,
+                event_type,
+                why,
+            } => write!(f, "`{source}` event type `{event_type}`: {why}"),
         }
     }
 }
@@ -228,20 +309,31 @@ impl Envelope {
                 })
             }
         };
+        if let Some(data) = data.as_ref().filter(|data| data.len() > MAX_DATA_BYTES) {
+            return Err(EnvelopeError::Field {
+                field: "data",
+                problem: format!("{} bytes, the limit is {MAX_DATA_BYTES}", data.len()),
+            });
+        }
         if body_source != source.as_str() {
             return Err(EnvelopeError::SourceMismatch {
                 expected: source,
                 found: body_source.to_owned(),
             });
         }
-        if event_type != source.fact_type().as_str() {
-            return Err(EnvelopeError::TypeNotAllowed {
-                source,
-                event_type: event_type.to_owned(),
-            });
-        }
+        let not_allowed = |why: &str| EnvelopeError::TypeNotAllowed {
+            source,
+            event_type: event_type.to_owned(),
+            why: why.to_owned(),
+        };
+        let fact_type = FactType::from_wire(event_type)
+            .filter(|known| known.source() == source)
+            .ok_or_else(|| not_allowed("the source may not report it"))?;
+        let withdraws = withdrawn_id(object, fact_type, event_id).map_err(not_allowed)?;
         Ok(Envelope {
             source,
+            event_type: fact_type,
+            withdraws,
             event_id: event_id.to_owned(),
             sent_at,
             tenant_id: tenant_id.to_owned(),
@@ -273,9 +365,20 @@ impl Envelope {
         }
     }
 
-    /// What it reports: always its source's fact type.
+    /// Its event type (one its source may report).
     pub fn fact_type(&self) -> FactType {
-        self.source.fact_type()
+        self.event_type
+    }
+
+    /// The kind of fact it confirms; `None` for a withdrawal.
+    pub fn confirms(&self) -> Option<FactKind> {
+        (!self.event_type.is_withdrawal()).then(|| self.source.kind())
+    }
+
+    /// The `event_id` of the fact it withdraws (same tenant, same source); `None` unless it
+    /// is a withdrawal.
+    pub fn withdraws(&self) -> Option<&str> {
+        self.withdraws.as_deref()
     }
 
     /// When the source sent it, in Unix seconds.
@@ -340,6 +443,29 @@ const FIELDS: [&str; 11] = [
     "data",
 ];
 
+/// Check 7 for `data.withdraws`: a withdrawal names another event of its source, an
+/// event that makes a fact names none.
+fn withdrawn_id(
+    object: &Map<String, Value>,
+    fact_type: FactType,
+    event_id: &str,
+) -> Result<Option<String>, &'static str> {
+    let named = object.get("data").and_then(|data| data.get("withdraws"));
+    match (fact_type.is_withdrawal(), named) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err("only a withdrawal names `data.withdraws`"),
+        (true, None) => Err("a withdrawal names the event it withdraws in `data.withdraws`"),
+        (true, Some(Value::String(id))) if id.is_empty() || id.len() > MAX_ID_BYTES => {
+            Err("`data.withdraws` is an event id of 1 to 128 bytes")
+        }
+        (true, Some(Value::String(id))) if id == event_id => {
+            Err("a withdrawal cannot withdraw itself")
+        }
+        (true, Some(Value::String(id))) => Ok(Some(id.clone())),
+        (true, Some(_)) => Err("`data.withdraws` is not a string"),
+    }
+}
+
 fn missing(field: &'static str) -> EnvelopeError {
     EnvelopeError::Field {
         field,
@@ -355,6 +481,12 @@ fn text<'a>(object: &'a Map<String, Value>, field: &'static str) -> Result<&'a s
             field,
             problem: "empty".into(),
         }),
+        Some(Value::String(text)) if text.len() > MAX_ID_BYTES && field != "sent_at" => {
+            Err(EnvelopeError::Field {
+                field,
+                problem: format!("{} bytes, the limit is {MAX_ID_BYTES}", text.len()),
+            })
+        }
         Some(Value::String(text)) => Ok(text),
         Some(other) => Err(EnvelopeError::Field {
             field,
@@ -542,6 +674,7 @@ mod tests {
             parse_rfc3339("2024-06-03T01:00:00Z").unwrap()
         );
         assert_eq!(envelope.fact_type(), FactType::PaymentConfirmed);
+        assert_eq!(envelope.confirms(), Some(FactKind::Payment));
     }
 
     #[test]

@@ -4,13 +4,24 @@
 //!
 //! Without a `schedule`, replay posts every request in file order, then lets consumer `c1`
 //! consume until the stream is drained (every entry delivered and acknowledged).
+//!
+//! Keys are written either as version 1's `secrets` (source -> list of secrets: keys for
+//! every tenant, always active, named `<source>-<n>`) or as contract v2's `keys` (each with
+//! an id, a source, a secret, optional `tenants` and an optional `not_before` /
+//! `not_after` window). A request may say `"sign": "<key id>"` instead of carrying its
+//! signature header: the loader signs its body (and, under Standard Webhooks, its
+//! `webhook-id` and `webhook-timestamp`) with that key.
 
 use super::application::{AppKey, Application, Applications};
-use super::envelope::Source;
-use super::ingress::{IngressConfig, Reason, Response, Secret, DEFAULT_MAX_BODY_BYTES};
+use super::envelope::{FactId, Source};
+use super::ingress::{
+    sign, sign_standard, IngressConfig, Key, Reason, Response, Scheme, Secret, Tenants,
+    DEFAULT_MAX_BODY_BYTES,
+};
 use super::mutants::Mutant;
+use super::operator::DEFAULT_QUARANTINE_SECONDS;
 use super::property::Property;
-use super::step::{Consumer, Crash, PostFault, Step};
+use super::step::{Consumer, Crash, Keep, PostFault, Step};
 use super::world::{PostedRequest, Setup, DEFAULT_MAX_DELIVERIES};
 use crate::harness::input::InputError;
 use crate::harness::model_file::TraceOrigin;
@@ -40,6 +51,62 @@ pub struct RawApplication {
     pub business_key: String,
     /// The current material version (>= 1).
     pub material_version: u64,
+}
+
+/// A key as written (contract v2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    /// Its id, unique in the fixture.
+    pub id: String,
+    /// The source it signs for.
+    pub source: Source,
+    /// The secret: text for `acme`, `whsec_<base64>` for Standard Webhooks.
+    pub secret: String,
+    /// The tenants it may report for; absent: every tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<String>>,
+    /// Not active before (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// Not active after (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
+}
+
+/// A termination as written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTerminate {
+    /// The application id.
+    pub application: String,
+    /// Its tenant: needed only when two tenants use the same application id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// A conflict resolution as written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResolve {
+    /// The identity's tenant.
+    pub tenant_id: String,
+    /// The identity's source.
+    pub source: Source,
+    /// The identity's event id.
+    pub event_id: String,
+    /// `"first"` or `"variant"`.
+    pub keep: String,
+    /// With `"variant"`: the request whose content to keep (needed when several variants
+    /// are recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant_request: Option<u32>,
+    /// Why.
+    pub reason: String,
 }
 
 /// The headers the contract reads: `acme`'s two, or Standard Webhooks' three (with
@@ -104,6 +171,9 @@ pub struct RawRequest {
     /// Its headers.
     #[serde(default)]
     pub headers: RawHeaders,
+    /// Sign the request with this key id (its signature header is computed at load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign: Option<String>,
     /// The body, byte for byte (as UTF-8).
     pub body: String,
 }
@@ -153,6 +223,21 @@ pub struct RawStep {
     /// An unparseable entry written straight into the stream.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub poison: bool,
+    /// This request's envelope written into the stream as an entry whose decision fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecidable: Option<u32>,
+    /// An operator registers this application.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub register: Option<RawApplication>,
+    /// An operator terminates an application.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminate: Option<RawTerminate>,
+    /// A person resolves a conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<RawResolve>,
+    /// The quarantine is swept at this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_quarantine: Option<String>,
 }
 
 /// What replay checks at the end; every field is optional.
@@ -183,6 +268,18 @@ pub struct RawExpect {
     /// Entry ids in the dead-letter stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<Vec<u32>>,
+    /// Entries still quarantined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<usize>,
+    /// Entries whose quarantine expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_expired: Option<usize>,
+    /// Entries kept as `after_termination`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_termination: Option<usize>,
+    /// Applications with an open conflict, by label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_conflicts: Option<Vec<String>>,
 }
 
 /// A facts fixture as written.
@@ -197,8 +294,16 @@ pub struct RawFixture {
     /// What it shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Each source's active keys.
+    /// Version 1's keys: each source's secrets, each for every tenant, always active.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<Source, Vec<String>>,
+    /// Contract v2's keys (beside or instead of `secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<RawKey>,
+    /// How long an entry stays quarantined before a sweep expires it, in seconds (default
+    /// 259200, 72 h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_seconds: Option<u32>,
     /// The applications at the start.
     pub applications: Vec<RawApplication>,
     /// The freshness window in seconds (default 300).
@@ -242,6 +347,14 @@ pub struct Expect {
     pub pending: Option<usize>,
     /// Dead-lettered entry ids, sorted.
     pub dead_letter: Option<Vec<u32>>,
+    /// Entries still quarantined.
+    pub quarantined: Option<usize>,
+    /// Entries whose quarantine expired.
+    pub quarantine_expired: Option<usize>,
+    /// Entries kept as `after_termination`.
+    pub after_termination: Option<usize>,
+    /// Applications with an open conflict, by label, sorted.
+    pub open_conflicts: Option<Vec<String>>,
 }
 
 /// A facts fixture, validated.
@@ -302,16 +415,7 @@ impl Scenario {
     /// Validates a fixture already read.
     pub fn from_raw(file: &Path, raw: &RawFixture) -> Result<Scenario, InputError> {
         let bad = |place: String, message: String| InputError::invalid(file, place, message);
-        let mut keys = BTreeMap::new();
-        for (source, secrets) in &raw.secrets {
-            let mut list = Vec::new();
-            for (at, key) in secrets.iter().enumerate() {
-                let secret = Secret::from_config(key)
-                    .map_err(|message| bad(format!("secrets.{source}[{at}]"), message))?;
-                list.push(secret);
-            }
-            keys.insert(*source, list);
-        }
+        let keys = typed_keys(raw).map_err(|(place, message)| bad(place, message))?;
         let mut applications = Applications::new();
         for (index, app) in raw.applications.iter().enumerate() {
             let place = |field: &str| format!("applications[{index}].{field}");
@@ -334,10 +438,7 @@ impl Scenario {
                 tenant_id: app.tenant_id.clone(),
                 application_id: app.application_id.clone(),
             };
-            let application = Application {
-                business_key: app.business_key.clone(),
-                material_version: app.material_version,
-            };
+            let application = Application::active(&app.business_key, app.material_version);
             if applications.insert(key.clone(), application).is_some() {
                 return Err(bad(
                     place("application_id"),
@@ -345,7 +446,19 @@ impl Scenario {
                 ));
             }
         }
-        let labels = labels(&applications);
+        let mut named = applications.clone();
+        for step in raw.schedule.iter().flatten() {
+            if let Some(app) = &step.register {
+                let key = AppKey {
+                    tenant_id: app.tenant_id.clone(),
+                    application_id: app.application_id.clone(),
+                };
+                if named.get(&key).is_none() {
+                    named.insert(key, Application::active(&app.business_key, 1));
+                }
+            }
+        }
+        let labels = labels(&named);
         let mut requests = BTreeMap::new();
         for (index, request) in raw.requests.iter().enumerate() {
             let received_at = parse_rfc3339(&request.received_at).ok_or_else(|| {
@@ -357,7 +470,7 @@ impl Scenario {
                     ),
                 )
             })?;
-            let posted = PostedRequest {
+            let mut posted = PostedRequest {
                 number: request.request,
                 received_at,
                 source: request.headers.source.clone(),
@@ -370,6 +483,10 @@ impl Scenario {
                 resends: request.resends,
                 body: request.body.as_bytes().to_vec(),
             };
+            if let Some(id) = &request.sign {
+                sign_request(&mut posted, &keys, id)
+                    .map_err(|message| bad(format!("requests[{index}].sign"), message))?;
+            }
             if requests.insert(request.request, posted).is_some() {
                 return Err(bad(
                     format!("requests[{index}].request"),
@@ -404,7 +521,7 @@ impl Scenario {
                     .iter()
                     .enumerate()
                     .map(|(index, step)| {
-                        typed_step(step, &requests, &applications).map_err(|(field, message)| {
+                        typed_step(step, &requests, &named).map_err(|(field, message)| {
                             let place = match field {
                                 Some(field) => format!("schedule[{index}].{field}"),
                                 None => format!("schedule[{index}]"),
@@ -441,7 +558,7 @@ impl Scenario {
                 .parse::<Property>()
                 .map_err(|message| bad("trace.violates".into(), message))?;
         }
-        let mut config = IngressConfig::new(keys);
+        let mut config = IngressConfig::with_keys(keys);
         config.freshness_seconds = raw
             .freshness_seconds
             .map_or(config.freshness_seconds, i64::from);
@@ -461,6 +578,9 @@ impl Scenario {
                 config,
                 requests,
                 max_deliveries,
+                quarantine_seconds: raw
+                    .quarantine_seconds
+                    .map_or(DEFAULT_QUARANTINE_SECONDS, i64::from),
                 mutant: None,
             },
             applications,
@@ -499,6 +619,108 @@ fn labels(applications: &Applications) -> BTreeMap<AppKey, String> {
         .collect()
 }
 
+type Keys = BTreeMap<Source, Vec<Key>>;
+
+/// The fixture's keys: version 1's `secrets` and contract v2's `keys`, ids unique, no
+/// secret used twice by one source.
+fn typed_keys(raw: &RawFixture) -> Result<Keys, (String, String)> {
+    let mut keys: Keys = BTreeMap::new();
+    for (source, secrets) in &raw.secrets {
+        for (at, text) in secrets.iter().enumerate() {
+            let place = format!("secrets.{source}[{at}]");
+            let secret = Secret::from_config(text).map_err(|message| (place, message))?;
+            let key = Key::unbound(format!("{source}-{}", at + 1), secret);
+            keys.entry(*source).or_default().push(key);
+        }
+    }
+    for (at, raw_key) in raw.keys.iter().enumerate() {
+        let place = |field: &str| format!("keys[{at}].{field}");
+        let secret =
+            Secret::from_config(&raw_key.secret).map_err(|message| (place("secret"), message))?;
+        let time = |field: &str, text: &Option<String>| match text {
+            None => Ok(None),
+            Some(text) => parse_rfc3339(text)
+                .map(Some)
+                .ok_or_else(|| (place(field), format!("`{text}` is not an RFC 3339 time"))),
+        };
+        let tenants = match &raw_key.tenants {
+            None => Tenants::All,
+            Some(list) if list.is_empty() => {
+                return Err((place("tenants"), "a key for no tenant signs nothing".into()))
+            }
+            Some(list) => Tenants::Only(list.iter().cloned().collect()),
+        };
+        if raw_key.id.is_empty() {
+            return Err((place("id"), "a key needs an id".into()));
+        }
+        let key = Key {
+            id: raw_key.id.clone(),
+            tenants,
+            secret,
+            not_before: time("not_before", &raw_key.not_before)?,
+            not_after: time("not_after", &raw_key.not_after)?,
+        };
+        keys.entry(raw_key.source).or_default().push(key);
+    }
+    if keys.is_empty() {
+        return Err((
+            "keys".into(),
+            "the fixture has no keys: give `keys` (contract v2) or `secrets` (version 1)".into(),
+        ));
+    }
+    let mut ids = BTreeSet::new();
+    for (source, list) in &keys {
+        for (at, key) in list.iter().enumerate() {
+            if !ids.insert(key.id.clone()) {
+                return Err(("keys".into(), format!("key id `{}` is used twice", key.id)));
+            }
+            if list[..at].iter().any(|other| other.secret == key.secret) {
+                return Err((
+                    "keys".into(),
+                    format!("two keys of `{source}` share a secret (`{}`)", key.id),
+                ));
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// Signs `posted` with key `id`: `X-Acme-Signature` (and the source header when missing),
+/// or, for a Standard Webhooks key, `webhook-signature` over the request's own
+/// `webhook-id` and `webhook-timestamp`.
+fn sign_request(posted: &mut PostedRequest, keys: &Keys, id: &str) -> Result<(), String> {
+    let (source, key) = keys
+        .iter()
+        .flat_map(|(source, list)| list.iter().map(move |key| (source, key)))
+        .find(|(_, key)| key.id == id)
+        .ok_or_else(|| format!("no key `{id}` in the fixture"))?;
+    match key.secret.scheme() {
+        Scheme::Acme => {
+            posted
+                .source
+                .get_or_insert_with(|| source.as_str().to_owned());
+            posted.signature = Some(sign(key.secret.bytes(), &posted.body));
+        }
+        Scheme::StandardWebhooks => {
+            let [Some(message), Some(stamp), _] = &posted.webhook else {
+                return Err(
+                    "a Standard Webhooks request names its webhook-id and webhook-timestamp".into(),
+                );
+            };
+            let stamp: i64 = stamp
+                .parse()
+                .map_err(|_| format!("webhook-timestamp `{stamp}` is not Unix seconds"))?;
+            posted.webhook[2] = Some(sign_standard(
+                key.secret.bytes(),
+                message,
+                stamp,
+                &posted.body,
+            ));
+        }
+    }
+    Ok(())
+}
+
 type StepError = (Option<&'static str>, String);
 
 fn typed_step(
@@ -513,19 +735,21 @@ fn typed_step(
         step.claim.is_some(),
         step.upgrade.is_some(),
         step.poison,
+        step.undecidable.is_some(),
+        step.register.is_some(),
+        step.terminate.is_some(),
+        step.resolve.is_some(),
+        step.expire_quarantine.is_some(),
     ];
     let whole = |message: &str| (None, message.to_owned());
+    const NAMES: &str = "`post`, `consume`, `recover`, `claim`, `upgrade`, `poison`, `undecidable`, `register`, `terminate`, `resolve`, `expire_quarantine`";
     match actions.iter().filter(|&&set| set).count() {
-        0 => {
-            return Err(whole(
-                "a step needs one of `post`, `consume`, `recover`, `claim`, `upgrade`, `poison`",
-            ))
-        }
+        0 => return Err(whole(&format!("a step needs one of {NAMES}"))),
         1 => {}
         _ => {
-            return Err(whole(
-                "a step does one thing: only one of `post`, `consume`, `recover`, `claim`, `upgrade`, `poison`",
-            ))
+            return Err(whole(&format!(
+                "a step does one thing: only one of {NAMES}"
+            )))
         }
     }
     let post_faults = step.response_lost || step.stream_unavailable;
@@ -597,36 +821,135 @@ fn typed_step(
                 "material versions start at 1".into(),
             ));
         }
-        let matching: Vec<&AppKey> = applications
-            .iter()
-            .map(|(key, _)| key)
-            .filter(|key| {
-                key.application_id == upgrade.application
-                    && upgrade
-                        .tenant_id
-                        .as_ref()
-                        .is_none_or(|tenant| *tenant == key.tenant_id)
-            })
-            .collect();
-        return match matching.as_slice() {
-            [key] => Ok(Step::Upgrade {
-                application: (*key).clone(),
-                material_version: upgrade.material_version,
-            }),
-            [] => Err((
-                Some("upgrade.application"),
-                format!("no application `{}` in the fixture", upgrade.application),
-            )),
-            _ => Err((
-                Some("upgrade.tenant_id"),
+        let application = find_application(
+            applications,
+            &upgrade.application,
+            upgrade.tenant_id.as_deref(),
+            ["upgrade.application", "upgrade.tenant_id"],
+        )?;
+        return Ok(Step::Upgrade {
+            application,
+            material_version: upgrade.material_version,
+        });
+    }
+    if let Some(number) = step.undecidable {
+        let parses = requests
+            .get(&number)
+            .is_some_and(|posted| super::world::envelope_of(posted).is_some());
+        if !parses {
+            return Err((
+                Some("undecidable"),
                 format!(
-                    "`{}` exists under several tenants: say which with `tenant_id`",
-                    upgrade.application
+                    "request {number} is not in the fixture, or its body is not a valid envelope"
                 ),
-            )),
+            ));
+        }
+        return Ok(Step::Undecidable { request: number });
+    }
+    if let Some(app) = &step.register {
+        if app.material_version == 0 || app.business_key.is_empty() {
+            return Err((
+                Some("register"),
+                "a registration has a business key and a material version >= 1".into(),
+            ));
+        }
+        return Ok(Step::Register {
+            application: AppKey {
+                tenant_id: app.tenant_id.clone(),
+                application_id: app.application_id.clone(),
+            },
+            business_key: app.business_key.clone(),
+            material_version: app.material_version,
+        });
+    }
+    if let Some(end) = &step.terminate {
+        let application = find_application(
+            applications,
+            &end.application,
+            end.tenant_id.as_deref(),
+            ["terminate.application", "terminate.tenant_id"],
+        )?;
+        let at = parse_rfc3339(&end.at).ok_or_else(|| {
+            (
+                Some("terminate.at"),
+                format!("`{}` is not an RFC 3339 time", end.at),
+            )
+        })?;
+        return Ok(Step::Terminate {
+            application,
+            reason: end.reason.clone(),
+            at,
+        });
+    }
+    if let Some(resolve) = &step.resolve {
+        let keep = match (resolve.keep.as_str(), resolve.variant_request) {
+            ("first", None) => Keep::First,
+            ("variant", None) => Keep::Variant,
+            ("variant", Some(number)) if requests.contains_key(&number) => Keep::VariantOf(number),
+            ("variant", Some(number)) => {
+                return Err((
+                    Some("resolve.variant_request"),
+                    format!("names request {number}, which the fixture does not have"),
+                ))
+            }
+            ("first", Some(_)) => {
+                return Err((
+                    Some("resolve.variant_request"),
+                    "goes with `\"keep\": \"variant\"`".into(),
+                ))
+            }
+            (other, _) => {
+                return Err((
+                    Some("resolve.keep"),
+                    format!("`{other}` is neither \"first\" nor \"variant\""),
+                ))
+            }
         };
+        return Ok(Step::Resolve {
+            fact: FactId {
+                tenant_id: resolve.tenant_id.clone(),
+                source: resolve.source,
+                event_id: resolve.event_id.clone(),
+            },
+            keep,
+            reason: resolve.reason.clone(),
+        });
+    }
+    if let Some(at) = &step.expire_quarantine {
+        let at = parse_rfc3339(at).ok_or_else(|| {
+            (
+                Some("expire_quarantine"),
+                format!("`{at}` is not an RFC 3339 time"),
+            )
+        })?;
+        return Ok(Step::ExpireQuarantine { at });
     }
     Ok(Step::Poison)
+}
+
+/// The application an operator step names, by id (and tenant when the id is not unique).
+fn find_application(
+    applications: &Applications,
+    id: &str,
+    tenant: Option<&str>,
+    fields: [&'static str; 2],
+) -> Result<AppKey, StepError> {
+    let matching: Vec<&AppKey> = applications
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.application_id == id && tenant.is_none_or(|t| t == key.tenant_id))
+        .collect();
+    match matching.as_slice() {
+        [key] => Ok((*key).clone()),
+        [] => Err((
+            Some(fields[0]),
+            format!("no application `{id}` in the fixture"),
+        )),
+        _ => Err((
+            Some(fields[1]),
+            format!("`{id}` exists under several tenants: say which with `tenant_id`"),
+        )),
+    }
 }
 
 fn typed_expect(
@@ -682,6 +1005,10 @@ fn typed_expect(
         ids.sort_unstable();
         ids
     });
+    let open_conflicts = expect.open_conflicts.clone().map(|mut labels| {
+        labels.sort();
+        labels
+    });
     Ok(Expect {
         responses,
         facts,
@@ -691,6 +1018,10 @@ fn typed_expect(
         ready: expect.ready.clone(),
         pending: expect.pending,
         dead_letter,
+        quarantined: expect.quarantined,
+        quarantine_expired: expect.quarantine_expired,
+        after_termination: expect.after_termination,
+        open_conflicts,
     })
 }
 
@@ -701,10 +1032,14 @@ pub fn sort_facts(facts: &mut [(Source, String)]) {
 
 /// The answer with this status and reason word, if ingress can give it.
 pub fn response_from_parts(status: u16, word: &str) -> Option<Response> {
-    [Response::Accepted, Response::Unavailable]
-        .into_iter()
-        .chain(Reason::ALL.into_iter().map(Response::Rejected))
-        .find(|response| response.status() == status && response.reason() == word)
+    [
+        Response::Accepted,
+        Response::Quarantined,
+        Response::Unavailable,
+    ]
+    .into_iter()
+    .chain(Reason::ALL.into_iter().map(Response::Rejected))
+    .find(|response| response.status() == status && response.reason() == word)
 }
 
 #[cfg(test)]

@@ -30,8 +30,11 @@ pub const SIGNATURE_HEX_LEN: usize = 64;
 
 /// The prefix of a Standard Webhooks secret as written (`whsec_<base64>`).
 pub const WHSEC_PREFIX: &str = "whsec_";
-/// The shortest Standard Webhooks secret, in decoded bytes.
-pub const MIN_WEBHOOK_SECRET_BYTES: usize = 24;
+/// The shortest secret of either scheme, in bytes (a Standard Webhooks secret: decoded
+/// bytes). The Standard Webhooks lower bound, applied to `acme` keys too (contract v2).
+pub const MIN_SECRET_BYTES: usize = 24;
+/// The old name of [`MIN_SECRET_BYTES`].
+pub const MIN_WEBHOOK_SECRET_BYTES: usize = MIN_SECRET_BYTES;
 
 /// One incoming `POST`: the headers the contract reads, and the raw body.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,14 +95,20 @@ impl Secret {
             return Err("an empty key signs nothing".into());
         }
         let Some(encoded) = text.strip_prefix(WHSEC_PREFIX) else {
+            if text.len() < MIN_SECRET_BYTES {
+                return Err(format!(
+                    "a key has at least {MIN_SECRET_BYTES} bytes, this one {}",
+                    text.len()
+                ));
+            }
             return Ok(Secret::new(text.as_bytes()));
         };
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .map_err(|error| format!("a `whsec_` key is base64 after the prefix: {error}"))?;
-        if bytes.len() < MIN_WEBHOOK_SECRET_BYTES {
+        if bytes.len() < MIN_SECRET_BYTES {
             return Err(format!(
-                "a Standard Webhooks secret has at least {MIN_WEBHOOK_SECRET_BYTES} bytes, this one {}",
+                "a Standard Webhooks secret has at least {MIN_SECRET_BYTES} bytes, this one {}",
                 bytes.len()
             ));
         }
@@ -113,11 +122,70 @@ impl Secret {
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }
+
+    /// The secret bytes (what a test sender signs with).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secret({:?}, {} bytes)", self.scheme, self.bytes.len())
+    }
+}
+
+/// Which tenants a key may report for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Tenants {
+    /// Every tenant (a version-1 `secrets` entry reads so).
+    All,
+    /// These tenants only.
+    Only(std::collections::BTreeSet<String>),
+}
+
+impl Tenants {
+    /// Whether `tenant` is among them.
+    pub fn allow(&self, tenant: &str) -> bool {
+        match self {
+            Tenants::All => true,
+            Tenants::Only(tenants) => tenants.contains(tenant),
+        }
+    }
+}
+
+/// A key of one source (contract v2): an id the receipt records, the tenants it may report
+/// for, its secret, and the window in which it is active (rotation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// Its id, unique among the keys.
+    pub id: String,
+    /// The tenants it may report for.
+    pub tenants: Tenants,
+    /// The secret and its scheme.
+    pub secret: Secret,
+    /// Not active before this time (Unix seconds), when set.
+    pub not_before: Option<i64>,
+    /// Not active after this time (Unix seconds), when set.
+    pub not_after: Option<i64>,
+}
+
+impl Key {
+    /// A key for every tenant, always active (how a version-1 secret reads).
+    pub fn unbound(id: impl Into<String>, secret: Secret) -> Key {
+        Key {
+            id: id.into(),
+            tenants: Tenants::All,
+            secret,
+            not_before: None,
+            not_after: None,
+        }
+    }
+
+    /// Whether it is active at `now`: inside its window, both ends included.
+    pub fn active_at(&self, now: i64) -> bool {
+        self.not_before.is_none_or(|start| start <= now)
+            && self.not_after.is_none_or(|end| now <= end)
     }
 }
 
@@ -128,19 +196,41 @@ pub struct IngressConfig {
     pub max_body_bytes: usize,
     /// How far `sent_at` may be from the receiver's clock, past or future (check 8).
     pub freshness_seconds: i64,
-    /// Each source's active keys, of either scheme: more than one during a key rotation. A
-    /// source without keys of a request's scheme can never pass check 2.
-    pub keys: BTreeMap<Source, Vec<Secret>>,
+    /// Each source's keys, of either scheme: more than one during a key rotation. Only the
+    /// keys active at the receiver's clock are tried at check 2.
+    pub keys: BTreeMap<Source, Vec<Key>>,
 }
 
 impl IngressConfig {
+    /// The default limits with version-1 secrets: each reads as a key for every tenant,
+    /// always active, named `<source>-<n>` (n from 1, in list order).
+    pub fn new(secrets: BTreeMap<Source, Vec<Secret>>) -> IngressConfig {
+        let keys = secrets
+            .into_iter()
+            .map(|(source, secrets)| {
+                let keys = secrets
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, secret)| Key::unbound(format!("{source}-{}", n + 1), secret))
+                    .collect();
+                (source, keys)
+            })
+            .collect();
+        IngressConfig::with_keys(keys)
+    }
+
     /// The default limits with these keys.
-    pub fn new(keys: BTreeMap<Source, Vec<Secret>>) -> IngressConfig {
+    pub fn with_keys(keys: BTreeMap<Source, Vec<Key>>) -> IngressConfig {
         IngressConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             freshness_seconds: DEFAULT_FRESHNESS_SECONDS,
             keys,
         }
+    }
+
+    /// The key with this id.
+    pub fn key(&self, id: &str) -> Option<&Key> {
+        self.keys.values().flatten().find(|key| key.id == id)
     }
 }
 
@@ -163,11 +253,11 @@ pub enum Reason {
     /// Check 8: `sent_at` (or the signed `webhook-timestamp`) too far from the receiver's
     /// clock.
     NotFresh,
-    /// Check 9: no such application in this tenant.
-    UnknownApplication,
-    /// Check 9: the business key differs.
+    /// Check 9: the matching key may not report for the envelope's tenant.
+    TenantNotAllowed,
+    /// Check 10: the business key differs.
     BusinessKeyMismatch,
-    /// Check 9: the material version is not the current one.
+    /// Check 10: the material version is not the current one.
     MaterialVersionMismatch,
 }
 
@@ -181,7 +271,7 @@ impl Reason {
         Reason::SourceMismatch,
         Reason::TypeNotAllowed,
         Reason::NotFresh,
-        Reason::UnknownApplication,
+        Reason::TenantNotAllowed,
         Reason::BusinessKeyMismatch,
         Reason::MaterialVersionMismatch,
     ];
@@ -204,19 +294,9 @@ impl Reason {
             Reason::SourceMismatch => "source_mismatch",
             Reason::TypeNotAllowed => "type_not_allowed",
             Reason::NotFresh => "not_fresh",
-            Reason::UnknownApplication => "unknown_application",
+            Reason::TenantNotAllowed => "tenant_not_allowed",
             Reason::BusinessKeyMismatch => "business_key_mismatch",
             Reason::MaterialVersionMismatch => "material_version_mismatch",
-        }
-    }
-}
-
-impl From<Mismatch> for Reason {
-    fn from(mismatch: Mismatch) -> Reason {
-        match mismatch {
-            Mismatch::UnknownApplication => Reason::UnknownApplication,
-            Mismatch::BusinessKeyMismatch => Reason::BusinessKeyMismatch,
-            Mismatch::MaterialVersionMismatch => Reason::MaterialVersionMismatch,
         }
     }
 }
@@ -231,6 +311,8 @@ pub struct Rejection {
     /// For people and logs: which field, what was wrong. Never sent to the caller in a
     /// way that reveals another tenant's data (correlation gives no detail).
     pub detail: Option<String>,
+    /// The id of the key whose signature matched, once check 2 has passed (for the receipt).
+    pub key_id: Option<String>,
 }
 
 impl Rejection {
@@ -240,6 +322,7 @@ impl Rejection {
             status: reason.status(),
             reason,
             detail,
+            key_id: None,
         }
     }
 
@@ -249,12 +332,35 @@ impl Rejection {
     }
 }
 
+/// A request that passed ingress: the caller appends it to the stream.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Admitted {
+    /// The envelope.
+    pub envelope: Envelope,
+    /// The id of the key whose signature matched.
+    pub key_id: String,
+    /// Whether its application is unknown in its tenant: appended all the same, answered
+    /// `202 quarantined` (check 10).
+    pub quarantined: bool,
+}
+
+impl Admitted {
+    /// The answer once the entry is in the stream.
+    pub fn response(&self) -> Response {
+        if self.quarantined {
+            Response::Quarantined
+        } else {
+            Response::Accepted
+        }
+    }
+}
+
 /// The ingress decision on one request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Admission {
-    /// Checks 1 to 9 passed: the caller appends the envelope to the stream, then answers
-    /// [`Response::Accepted`] (or [`Response::Unavailable`] when it cannot).
-    Accept(Envelope),
+    /// Checks 1 to 10 passed: the caller appends the envelope to the stream, then answers
+    /// [`Admitted::response`] (or [`Response::Unavailable`] when it cannot).
+    Accept(Admitted),
     /// A check failed.
     Reject(Rejection),
 }
@@ -264,6 +370,9 @@ pub enum Admission {
 pub enum Response {
     /// 202: the envelope is in the stream (and only that).
     Accepted,
+    /// 202: the envelope is in the stream, its application is not known yet (it is kept
+    /// and correlated again when the application is registered).
+    Quarantined,
     /// 503: the stream could not be written; never 202 then.
     Unavailable,
     /// 400 or 413 with the reason.
@@ -284,7 +393,7 @@ impl Response {
     /// The HTTP status.
     pub fn status(self) -> u16 {
         match self {
-            Response::Accepted => 202,
+            Response::Accepted | Response::Quarantined => 202,
             Response::Unavailable => 503,
             Response::Rejected(reason) => reason.status(),
         }
@@ -294,15 +403,23 @@ impl Response {
     pub fn reason(self) -> &'static str {
         match self {
             Response::Accepted => "accepted",
+            Response::Quarantined => "quarantined",
             Response::Unavailable => "unavailable",
             Response::Rejected(reason) => reason.as_str(),
         }
     }
 
-    /// The response body: `{"status":"accepted"}` or `{"error":"<reason>"}`.
+    /// Whether the envelope entered the stream (202).
+    pub fn is_admitted(self) -> bool {
+        matches!(self, Response::Accepted | Response::Quarantined)
+    }
+
+    /// The response body: `{"status":"accepted"}`, `{"status":"quarantined"}` or
+    /// `{"error":"<reason>"}`.
     pub fn body(self) -> String {
         match self {
             Response::Accepted => r#"{"status":"accepted"}"#.to_owned(),
+            Response::Quarantined => r#"{"status":"quarantined"}"#.to_owned(),
             other => format!(r#"{{"error":"{}"}}"#, other.reason()),
         }
     }
@@ -315,7 +432,7 @@ impl Serialize for Response {
     }
 }
 
-/// Runs ingress checks 1 to 9 in order on `request`, received at `now` (Unix seconds).
+/// Runs ingress checks 1 to 10 in order on `request`, received at `now` (Unix seconds).
 pub fn admit(
     request: &Request<'_>,
     now: i64,
@@ -333,7 +450,7 @@ fn check(
     now: i64,
     config: &IngressConfig,
     apps: &Applications,
-) -> Result<Envelope, Rejection> {
+) -> Result<Admitted, Rejection> {
     let reject = |reason: Reason, detail: String| Rejection::new(reason, Some(detail));
     // 1. Size, before anything is read.
     if request.body.len() > config.max_body_bytes {
@@ -346,9 +463,17 @@ fn check(
             ),
         ));
     }
-    // 2. Signature over the raw bytes, before any parsing.
-    let Signed { source, timestamp } = verify_signature(request, config)
+    // 2. Signature over the raw bytes, before any parsing, by a key active now.
+    let Signed {
+        source,
+        timestamp,
+        key,
+    } = verify_signature(request, now, config)
         .map_err(|detail| reject(Reason::BadSignature, detail.to_owned()))?;
+    let with_key = |mut rejection: Rejection| {
+        rejection.key_id = Some(key.id.clone());
+        rejection
+    };
     // 3 to 7. The envelope itself.
     let envelope = Envelope::parse(request.body, source).map_err(|error| {
         let reason = match &error {
@@ -357,58 +482,113 @@ fn check(
             EnvelopeError::SourceMismatch { .. } => Reason::SourceMismatch,
             EnvelopeError::TypeNotAllowed { .. } => Reason::TypeNotAllowed,
         };
-        reject(reason, error.to_string())
+        with_key(reject(reason, error.to_string()))
     })?;
     // 8. Freshness, both ways: on the signed timestamp where the scheme has one.
+    fresh(timestamp, &envelope, now, config)
+        .map_err(|detail| with_key(reject(Reason::NotFresh, detail)))?;
+    // 9. Tenant: the key alone decides, before any application is looked up.
+    if !key.tenants.allow(envelope.tenant_id()) {
+        return Err(with_key(reject(
+            Reason::TenantNotAllowed,
+            format!("key `{}` may not report for this tenant", key.id),
+        )));
+    }
+    // 10. Correlation within the tenant, with no detail; an unknown application is
+    // quarantined, a terminated one is left to the consumer.
+    let quarantined = match apps.correlate(&envelope) {
+        Ok(_) => false,
+        Err(Mismatch::UnknownApplication) => true,
+        Err(Mismatch::BusinessKeyMismatch) => {
+            return Err(with_key(Rejection::new(Reason::BusinessKeyMismatch, None)))
+        }
+        Err(Mismatch::MaterialVersionMismatch) => {
+            return Err(with_key(Rejection::new(
+                Reason::MaterialVersionMismatch,
+                None,
+            )))
+        }
+    };
+    Ok(Admitted {
+        envelope,
+        key_id: key.id.clone(),
+        quarantined,
+    })
+}
+
+/// Check 8: the signed timestamp (or `sent_at`) within the window either side of `now`.
+fn fresh(
+    timestamp: Option<i64>,
+    envelope: &Envelope,
+    now: i64,
+    config: &IngressConfig,
+) -> Result<(), String> {
     let (stamp, what) = match timestamp {
         Some(stamp) => (stamp, "webhook-timestamp"),
         None => (envelope.sent_at(), "sent_at"),
     };
     let skew = stamp.saturating_sub(now);
-    if skew.unsigned_abs() > config.freshness_seconds.unsigned_abs() {
-        let direction = if skew > 0 { "ahead of" } else { "behind" };
-        return Err(reject(
-            Reason::NotFresh,
-            format!(
-                "{what} is {} s {direction} the receiver's clock (window {} s)",
-                skew.unsigned_abs(),
-                config.freshness_seconds
-            ),
-        ));
+    if skew.unsigned_abs() <= config.freshness_seconds.unsigned_abs() {
+        return Ok(());
     }
-    // 9. Correlation, with no detail: the answer must not tell one tenant about another.
-    apps.correlate(&envelope)
-        .map_err(|mismatch| Rejection::new(mismatch.into(), None))?;
-    Ok(envelope)
+    let direction = if skew > 0 { "ahead of" } else { "behind" };
+    Err(format!(
+        "{what} is {} s {direction} the receiver's clock (window {} s)",
+        skew.unsigned_abs(),
+        config.freshness_seconds
+    ))
 }
 
-/// What check 2 established: the source, and the signed timestamp when the scheme has one.
-struct Signed {
+/// What check 2 established: the source, the key that matched, and the signed timestamp
+/// when the scheme has one.
+struct Signed<'c> {
     source: Source,
     timestamp: Option<i64>,
+    key: &'c Key,
 }
 
 /// Check 2, by scheme: Standard Webhooks when any of its headers is present, else `acme`.
 /// Headers of both schemes at once are refused: which one was checked must never be in
-/// doubt.
-fn verify_signature(request: &Request<'_>, config: &IngressConfig) -> Result<Signed, &'static str> {
+/// doubt. Only keys active at `now` are tried.
+fn verify_signature<'c>(
+    request: &Request<'_>,
+    now: i64,
+    config: &'c IngressConfig,
+) -> Result<Signed<'c>, &'static str> {
     match request.webhook {
         Some(webhook) if webhook != WebhookHeaders::default() => {
             if request.signature.is_some() {
                 return Err("both X-Acme-Signature and webhook-signature are present");
             }
-            verify_standard(request.source, webhook, request.body, config)
+            verify_standard(request.source, webhook, request.body, now, config)
         }
-        _ => verify_acme(request, config).map(|source| Signed {
-            source,
-            timestamp: None,
-        }),
+        _ => verify_acme(request, now, config),
     }
+}
+
+/// The active keys of `source` in `scheme`.
+fn active_keys(
+    config: &IngressConfig,
+    source: Source,
+    scheme: Scheme,
+    now: i64,
+) -> impl Iterator<Item = &Key> {
+    config
+        .keys
+        .get(&source)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter(move |key| key.secret.scheme == scheme && key.active_at(now))
 }
 
 /// The `acme` scheme: the source header names a known source, and the signature header is
 /// the lowercase hex HMAC-SHA256 of the body under one of that source's active keys.
-fn verify_acme(request: &Request<'_>, config: &IngressConfig) -> Result<Source, &'static str> {
+fn verify_acme<'c>(
+    request: &Request<'_>,
+    now: i64,
+    config: &'c IngressConfig,
+) -> Result<Signed<'c>, &'static str> {
     let name = request.source.ok_or("no X-Acme-Source header")?;
     let source = Source::from_wire(name).ok_or("unknown source")?;
     let signature = request.signature.ok_or("no X-Acme-Signature header")?;
@@ -420,21 +600,23 @@ fn verify_acme(request: &Request<'_>, config: &IngressConfig) -> Result<Source, 
         return Err("the signature is not 64 lowercase hex digits");
     }
     let tag = hex::decode(signature).map_err(|_| "the signature is not hex")?;
-    let keys = config.keys.get(&source).map(Vec::as_slice).unwrap_or(&[]);
-    // Every key is tried (no early exit), each comparison in constant time over the full
-    // length.
-    let mut matched = false;
-    for key in keys.iter().filter(|key| key.scheme == Scheme::Acme) {
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(&key.bytes).expect("HMAC takes keys of any length");
+    // Every active key is tried (no early exit), each comparison in constant time over the
+    // full length; the first that matches is the one recorded.
+    let mut matched = None;
+    for key in active_keys(config, source, Scheme::Acme, now) {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&key.secret.bytes)
+            .expect("HMAC takes keys of any length");
         mac.update(request.body);
-        matched |= mac.verify_slice(&tag).is_ok();
+        if mac.verify_slice(&tag).is_ok() && matched.is_none() {
+            matched = Some(key);
+        }
     }
-    if matched {
-        Ok(source)
-    } else {
-        Err("no active key of the source matches")
-    }
+    let key = matched.ok_or("no active key of the source matches")?;
+    Ok(Signed {
+        source,
+        timestamp: None,
+        key,
+    })
 }
 
 /// The most `v1` tags one `webhook-signature` header may carry (rotation needs two or
@@ -446,12 +628,13 @@ pub const MAX_WEBHOOK_SIGNATURES: usize = 8;
 /// over `id.timestamp.body`. The source is the one whose key matched (only the
 /// `X-Acme-Source` route's source when that header is sent); keys of two sources matching
 /// is refused. Tags of other versions (`v1a`, ...) are ignored.
-fn verify_standard(
+fn verify_standard<'c>(
     route: Option<&str>,
     webhook: WebhookHeaders<'_>,
     body: &[u8],
-    config: &IngressConfig,
-) -> Result<Signed, &'static str> {
+    now: i64,
+    config: &'c IngressConfig,
+) -> Result<Signed<'c>, &'static str> {
     let id = webhook.id.ok_or("no webhook-id header")?;
     let stamp_text = webhook.timestamp.ok_or("no webhook-timestamp header")?;
     let list = webhook.signature.ok_or("no webhook-signature header")?;
@@ -484,34 +667,33 @@ fn verify_standard(
         None => Source::ALL.to_vec(),
         Some(name) => vec![Source::from_wire(name).ok_or("unknown source")?],
     };
-    let mut matched: Vec<Source> = Vec::new();
+    let mut matched: Vec<(Source, &Key)> = Vec::new();
     for source in sources {
-        let keys = config.keys.get(&source).map(Vec::as_slice).unwrap_or(&[]);
-        let mut hit = false;
+        let mut hit = None;
         // Every key and every tag is tried, each comparison in constant time.
-        for key in keys
-            .iter()
-            .filter(|key| key.scheme == Scheme::StandardWebhooks)
-        {
-            let mut mac =
-                Hmac::<Sha256>::new_from_slice(&key.bytes).expect("HMAC takes keys of any length");
+        for key in active_keys(config, source, Scheme::StandardWebhooks, now) {
+            let mut mac = Hmac::<Sha256>::new_from_slice(&key.secret.bytes)
+                .expect("HMAC takes keys of any length");
             mac.update(id.as_bytes());
             mac.update(b".");
             mac.update(stamp_text.as_bytes());
             mac.update(b".");
             mac.update(body);
             for tag in &tags {
-                hit |= mac.clone().verify_slice(tag).is_ok();
+                if mac.clone().verify_slice(tag).is_ok() && hit.is_none() {
+                    hit = Some(key);
+                }
             }
         }
-        if hit {
-            matched.push(source);
+        if let Some(key) = hit {
+            matched.push((source, key));
         }
     }
     match matched.as_slice() {
-        [source] => Ok(Signed {
+        [(source, key)] => Ok(Signed {
             source: *source,
             timestamp: Some(timestamp),
+            key,
         }),
         [] => Err("no active Standard Webhooks key matches"),
         _ => Err("Standard Webhooks keys of several sources match"),
@@ -553,13 +735,17 @@ mod tests {
         IngressConfig::new(BTreeMap::from([(Source::Finance, vec![key])]))
     }
 
-    fn verify(id: &str, stamp: &str, list: &str, body: &[u8]) -> Result<Signed, &'static str> {
+    fn verify(id: &str, stamp: &str, list: &str, body: &[u8]) -> Result<Source, &'static str> {
         let webhook = WebhookHeaders {
             id: Some(id),
             timestamp: Some(stamp),
             signature: Some(list),
         };
-        verify_standard(None, webhook, body, &config())
+        let config = config();
+        verify_standard(None, webhook, body, TIMESTAMP, &config).map(|signed| {
+            assert_eq!(signed.key.id, "finance-1");
+            signed.source
+        })
     }
 
     #[test]
@@ -568,10 +754,9 @@ mod tests {
         assert_eq!(key.scheme(), Scheme::StandardWebhooks);
         assert_eq!(key.bytes.len(), 24);
         assert_eq!(sign_standard(&key.bytes, ID, TIMESTAMP, BODY), SIGNATURE);
-        let signed = verify(ID, "1614265330", SIGNATURE, BODY).unwrap();
         assert_eq!(
-            (signed.source, signed.timestamp),
-            (Source::Finance, Some(TIMESTAMP))
+            verify(ID, "1614265330", SIGNATURE, BODY),
+            Ok(Source::Finance)
         );
     }
 
@@ -606,5 +791,9 @@ mod tests {
         assert!(Secret::from_config("").is_err());
         let acme = Secret::from_config("finance-demo-secret-2024").unwrap();
         assert_eq!(acme.scheme(), Scheme::Acme);
+        assert!(
+            Secret::from_config("finance-demo-secret-202").is_err(),
+            "23 bytes"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! | [`application`] | the application registry and correlation (tenant, id, business key, material version) |
 //! | [`ingress`] | the ingress decision: checks 1 to 9 in order, signatures before parsing |
 //! | [`inbox`] | the consumer's decision in one inbox transaction, READY, the poison rule |
+//! | [`operator`] | the operator steps: register, upgrade, terminate, resolve a conflict, expire quarantine, each one transaction |
 //! | [`step`] | the steps ([`step::Step`]), their faults and the fault budgets |
 //! | [`world`] | the pipeline as data, the one [`world::transition`] replay and the model share, [`world::World::is_terminal`], the [`world::Policy`] hook |
 //! | [`property`] | the property names (fact-once, correlated, ready-sound, ack-after-commit, no-loss, ready-converges, tenant-isolated) and sets of them |
@@ -30,6 +31,7 @@ pub mod ingress;
 pub mod model;
 pub mod model_file;
 pub mod mutants;
+pub mod operator;
 pub mod properties;
 pub mod property;
 pub mod replay;

@@ -11,7 +11,7 @@ use super::ingress::Response;
 use super::mutants::Mutant;
 use super::properties::{check_state, check_step};
 use super::property::{Properties, Property};
-use super::step::{Budgets, Consumer, Crash, PostFault, Step};
+use super::step::{Budgets, Consumer, Crash, Keep, PostFault, Step};
 use super::world::{transition, Decision, Read, Setup, StepOutcome, World};
 use crate::harness::Protocol;
 use std::collections::BTreeSet;
@@ -29,6 +29,8 @@ pub struct State {
     pub unsent: BTreeSet<u32>,
     /// Faults left.
     pub budgets: Budgets,
+    /// The operator steps taken so far (bit `i`: [`FactsModel::operator_steps`]`[i]`).
+    pub operator_done: u16,
     /// The first property broken on the way here.
     pub violation: Option<Property>,
 }
@@ -39,17 +41,24 @@ pub struct Coverage {
     counts: [AtomicU64; COVERAGE.len()],
 }
 
-const COVERAGE: [&str; 10] = [
+const COVERAGE: [&str; 17] = [
     "accepted",
     "duplicate",
     "conflict",
     "late_mismatch",
+    "quarantined",
+    "after_termination",
     "http-202",
     "http-400",
     "retry",
     "dead_letter",
     "claimed",
     "upgraded",
+    "registered",
+    "released",
+    "terminated",
+    "resolved",
+    "expired",
 ];
 
 impl Coverage {
@@ -61,10 +70,20 @@ impl Coverage {
     fn note(&self, outcome: &StepOutcome) {
         match outcome {
             StepOutcome::Posted { response, .. } => match response {
-                Response::Accepted => self.bump("http-202"),
+                Response::Accepted | Response::Quarantined => self.bump("http-202"),
                 Response::Rejected(_) => self.bump("http-400"),
                 Response::Unavailable => {}
             },
+            StepOutcome::Registered { released, .. } => {
+                self.bump("registered");
+                for (_, verdict) in released {
+                    self.bump("released");
+                    self.bump(verdict.as_str());
+                }
+            }
+            StepOutcome::Terminated { .. } => self.bump("terminated"),
+            StepOutcome::Resolved { .. } => self.bump("resolved"),
+            StepOutcome::Expired { entries } if !entries.is_empty() => self.bump("expired"),
             StepOutcome::Handled(handled) => {
                 if matches!(handled.read, Read::Claimed { .. }) {
                     self.bump("claimed");
@@ -103,6 +122,11 @@ pub struct FactsModel {
     pub budgets: Budgets,
     /// The upgrade a step may make: the first application to its next material version.
     pub upgrade: Option<(AppKey, u64)>,
+    /// The fixture's operator steps (register, terminate, resolve, expire, upgrade), each
+    /// of which may happen once, at any point, within the `operator` budget.
+    pub operator_steps: Vec<Step>,
+    /// The request whose envelope an undecidable entry carries.
+    pub undecidable: Option<u32>,
     /// The properties checked.
     pub checked: Properties,
     /// Coverage, shared by the checker's threads.
@@ -136,6 +160,7 @@ impl Protocol for FactsModel {
                 .map(|request| request.number)
                 .collect(),
             budgets: self.budgets,
+            operator_done: 0,
             violation: None,
         }
     }
@@ -177,7 +202,7 @@ impl Protocol for FactsModel {
                 });
                 continue;
             }
-            if world.has_work(&self.setup.mutant, consumer) {
+            if world.has_work(&self.setup, consumer) {
                 let make = |crash| Step::Consume {
                     consumer: consumer.clone(),
                     crash,
@@ -205,6 +230,16 @@ impl Protocol for FactsModel {
         if budgets.poison > 0 {
             steps.push(Step::Poison);
         }
+        if let (Some(request), true) = (self.undecidable, budgets.undecidable > 0) {
+            steps.push(Step::Undecidable { request });
+        }
+        if budgets.operator > 0 {
+            for (index, step) in self.operator_steps.iter().enumerate() {
+                if state.operator_done & (1 << index) == 0 {
+                    steps.push(step.clone());
+                }
+            }
+        }
     }
 
     fn next(&self, state: &State, step: &Step) -> Option<State> {
@@ -231,12 +266,22 @@ impl Protocol for FactsModel {
                     None => {}
                 }
             }
-            Step::Upgrade { .. } => spend(&mut next.budgets.upgrades),
+            Step::Upgrade { .. } if self.upgrade.is_some() && !self.is_operator_step(step) => {
+                spend(&mut next.budgets.upgrades)
+            }
             Step::Poison => spend(&mut next.budgets.poison),
+            Step::Undecidable { .. } => spend(&mut next.budgets.undecidable),
+            operator => {
+                if let Some(index) = self.operator_steps.iter().position(|s| s == operator) {
+                    next.operator_done |= 1 << index;
+                    spend(&mut next.budgets.operator);
+                }
+            }
         }
         let checked = self.checked;
         if next.violation.is_none() {
-            next.violation = check_step(checked, &state.world, &next.world, &outcome);
+            let config = &self.setup.config;
+            next.violation = check_step(checked, config, &state.world, &next.world, &outcome);
         }
         next.world.responses.clear();
         if next.violation.is_none() {
@@ -248,7 +293,7 @@ impl Protocol for FactsModel {
                 &next.world,
                 after.is_empty(),
                 scenario.expect.as_ref(),
-                self.budgets.upgrades == 0,
+                self.budgets.upgrades == 0 && self.budgets.operator == 0,
                 &|key| scenario.label(key),
             );
         }
@@ -281,6 +326,13 @@ impl Protocol for FactsModel {
 
     fn coverage(&self) -> Vec<(&'static str, u64)> {
         self.coverage.counts()
+    }
+}
+
+impl FactsModel {
+    /// Whether `step` is one of the fixture's operator steps.
+    fn is_operator_step(&self, step: &Step) -> bool {
+        self.operator_steps.contains(step)
     }
 }
 
@@ -319,6 +371,31 @@ pub fn describe_step(step: &Step) -> String {
             material_version,
         } => format!("{application} upgraded to material version {material_version}"),
         Step::Poison => "an unparseable entry is written into the stream".into(),
+        Step::Undecidable { request } => {
+            format!("request #{request}'s envelope enters the stream as an entry that cannot be decided")
+        }
+        Step::Register {
+            application,
+            business_key,
+            material_version,
+        } => format!(
+            "an operator registers {application} ({business_key}, material version {material_version})"
+        ),
+        Step::Terminate {
+            application,
+            reason,
+            ..
+        } => format!("an operator terminates {application} ({reason})"),
+        Step::Resolve { fact, keep, reason } => format!(
+            "a person resolves the conflict on {}: keep {} ({reason})",
+            crate::facts::inbox::describe(fact),
+            match keep {
+                Keep::First => "the first".to_owned(),
+                Keep::Variant => "the variant".to_owned(),
+                Keep::VariantOf(n) => format!("the variant of request #{n}"),
+            }
+        ),
+        Step::ExpireQuarantine { .. } => "the quarantine is swept".into(),
     }
 }
 
@@ -382,13 +459,15 @@ pub fn describe_world(scenario: &Scenario, state: &State) -> String {
     let b = state.budgets;
     let _ = writeln!(
         out,
-        "faults left: {} lost answers, {}+{} crashes, {} takeovers, {} poison, {} upgrades",
+        "faults left: {} lost answers, {}+{} crashes, {} takeovers, {} poison, {} undecidable, {} upgrades, {} operator steps",
         b.lost_responses,
         b.crashes_before_commit,
         b.crashes_after_commit,
         b.takeovers,
         b.poison,
-        b.upgrades
+        b.undecidable,
+        b.upgrades,
+        b.operator
     );
     out
 }
@@ -409,12 +488,7 @@ mod tests {
 
     #[test]
     fn verdict_names_are_coverage_names() {
-        for verdict in [
-            Verdict::Accepted,
-            Verdict::Duplicate,
-            Verdict::Conflict,
-            Verdict::LateMismatch,
-        ] {
+        for verdict in Verdict::ALL {
             assert!(COVERAGE.contains(&verdict.as_str()));
         }
     }

@@ -6,8 +6,8 @@ use super::fixture::Scenario;
 use super::model::FactsModel;
 use super::mutants::Mutant;
 use super::property::{Properties, Property};
-use super::step::{Budgets, Consumer};
-use super::world::Setup;
+use super::step::{Budgets, Consumer, Step};
+use super::world::{envelope_of, Setup};
 use crate::harness::explore::Strategy;
 use crate::harness::model_file::Overrides;
 use crate::harness::InputError;
@@ -58,6 +58,14 @@ pub struct ModelFile {
     /// any point.
     #[serde(default)]
     pub upgrade: bool,
+    /// Entries whose decision fails (the fixture's `undecidable` step's request, else its
+    /// first request with a valid envelope).
+    #[serde(default)]
+    pub undecidable: u8,
+    /// How many of the fixture's operator steps (register, upgrade, terminate, resolve,
+    /// expire_quarantine, from its schedule) may happen, each once, at any point.
+    #[serde(default)]
+    pub operator: u8,
     /// `spec` or a facts mutant's name.
     #[serde(default = "spec")]
     pub policy: String,
@@ -184,6 +192,50 @@ pub fn load_model_with(
             ))
         }
     };
+    let operator_steps: Vec<Step> = scenario
+        .schedule
+        .iter()
+        .flatten()
+        .filter(|step| step.is_operator())
+        .cloned()
+        .collect();
+    if file.operator > 0 && operator_steps.is_empty() {
+        return Err(InputError::invalid(
+            path,
+            "operator",
+            "the fixture's schedule has no operator step (register, upgrade, terminate, resolve, expire_quarantine)",
+        ));
+    }
+    if operator_steps.len() > 16 {
+        return Err(InputError::invalid(
+            path,
+            "operator",
+            "a model takes at most 16 operator steps from its fixture",
+        ));
+    }
+    let undecidable = scenario
+        .schedule
+        .iter()
+        .flatten()
+        .find_map(|step| match step {
+            Step::Undecidable { request } => Some(*request),
+            _ => None,
+        })
+        .or_else(|| {
+            scenario
+                .setup
+                .requests
+                .values()
+                .find(|posted| posted.resends.is_none() && envelope_of(posted).is_some())
+                .map(|posted| posted.number)
+        });
+    if file.undecidable > 0 && undecidable.is_none() {
+        return Err(InputError::invalid(
+            path,
+            "undecidable",
+            "the fixture has no request with a valid envelope to make undecidable",
+        ));
+    }
     let setup = Setup {
         mutant,
         ..scenario.setup.clone()
@@ -199,8 +251,12 @@ pub fn load_model_with(
             takeovers: file.takeovers,
             poison: file.poison,
             upgrades: u8::from(upgrade.is_some()),
+            undecidable: file.undecidable,
+            operator: file.operator,
         },
         upgrade,
+        operator_steps,
+        undecidable,
         checked,
         coverage: Arc::default(),
         setup: Arc::new(setup),
@@ -219,13 +275,15 @@ pub fn load_model_with(
 pub fn settings_text(file: &ModelFile) -> String {
     format!(
         "consumers={} lost_responses={} crashes_before_commit={} crashes_after_commit={} \
-         takeovers={} poison={} upgrade={}",
+         takeovers={} poison={} undecidable={} upgrade={} operator={}",
         file.consumers,
         file.lost_responses,
         file.crashes_before_commit,
         file.crashes_after_commit,
         file.takeovers,
         file.poison,
-        file.upgrade
+        file.undecidable,
+        file.upgrade,
+        file.operator
     )
 }

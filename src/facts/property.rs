@@ -8,18 +8,23 @@ use std::str::FromStr;
 /// A named property of the facts contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
-    /// At most one fact per `(tenant_id, source, event_id)`; the first is never replaced.
+    /// At most one fact per `(tenant_id, source, event_id)`; the first is never replaced
+    /// except by a person's recorded resolution.
     FactOnce,
-    /// Every fact accepted into the inbox, and every entry ingress writes to the stream,
+    /// Every fact accepted into the inbox (for an active application), and every entry
+    /// ingress writes to the stream (unless quarantined),
     /// matches its application's tenant, id, business key and current material version; a
     /// rejected request never reaches the stream.
     Correlated,
-    /// READY only with both facts for the current material version and no open conflict.
+    /// READY only as contract v2's rule says: the application active, no open conflict,
+    /// and for each kind an accepted confirming fact for the current material version that
+    /// no accepted withdrawal names.
     ReadySound,
     /// Every acknowledged entry has its outcome made durable first: an envelope's inbox
     /// verdict committed, an unparseable entry's dead-letter copy written.
     AckAfterCommit,
-    /// At the end, every stream entry has an inbox verdict or a dead-letter entry, and
+    /// At the end, every stream entry has an inbox verdict (a quarantined one with its
+    /// quarantine row), or a dead-letter entry, and
     /// nothing is pending.
     NoLoss,
     /// At the end, READY is the rule applied to the inbox; and where no material upgrade
@@ -32,11 +37,21 @@ pub enum Property {
     /// or a kept variant) is never a conflict and changes no fact, open conflict or READY
     /// mark (contract v2).
     RetryInvisible,
+    /// At the end, no entry stays quarantined for an application that is registered
+    /// (contract v2).
+    QuarantineResolves,
+    /// An application's material version never moves backwards, its business key never
+    /// changes, and a terminated application stays terminated (contract v2's lifecycle).
+    LifecycleForward,
+    /// A delivery for an active application whose content was never recorded under an
+    /// identity that already has a fact is a conflict, and that application then has an
+    /// open conflict: a genuine second payload is never taken for a duplicate.
+    ConflictVisible,
 }
 
 impl Property {
     /// Every property, in check order.
-    pub const ALL: [Property; 8] = [
+    pub const ALL: [Property; 11] = [
         Property::FactOnce,
         Property::Correlated,
         Property::ReadySound,
@@ -45,10 +60,13 @@ impl Property {
         Property::ReadyConverges,
         Property::TenantIsolated,
         Property::RetryInvisible,
+        Property::QuarantineResolves,
+        Property::LifecycleForward,
+        Property::ConflictVisible,
     ];
 
     /// Their names, in [`Property::ALL`] order.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 11] = [
         "fact-once",
         "correlated",
         "ready-sound",
@@ -57,6 +75,9 @@ impl Property {
         "ready-converges",
         "tenant-isolated",
         "retry-invisible",
+        "quarantine-resolves",
+        "lifecycle-forward",
+        "conflict-visible",
     ];
 
     /// The name in model files and reports.

@@ -6,10 +6,11 @@
 use super::application::AppKey;
 use super::envelope::Source;
 use super::fixture::{sort_facts, Scenario, DEFAULT_CONSUMER};
+use super::inbox::{describe, Parking, PoisonCategory};
 use super::ingress::Response;
 use super::properties::{check_state, check_step};
 use super::property::{Properties, Property};
-use super::step::{Consumer, Crash, PostFault, Step};
+use super::step::{Consumer, Crash, Keep, PostFault, Step};
 use super::world::{transition, Decision, EntryId, Read, StepOutcome, World};
 use crate::harness::InputError;
 use serde::Serialize;
@@ -34,6 +35,9 @@ pub struct StepReport {
     /// Why ingress refused it, for people.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The id of the key whose signature matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The stream entry appended or handled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry: Option<EntryId>,
@@ -74,8 +78,42 @@ pub struct StepReport {
 pub struct DeadLetterReport {
     /// The original entry id.
     pub entry: EntryId,
+    /// `unparseable` or `undecidable`.
+    pub category: PoisonCategory,
+    /// Its delivery count when it was dead-lettered.
+    pub deliveries: u32,
+    /// Its identity `tenant/source/event_id`, when it parsed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
     /// Why it could not be processed.
     pub reason: String,
+}
+
+/// An entry kept without a fact identity, at the end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ParkedReport {
+    /// The stream entry.
+    pub entry: EntryId,
+    /// `quarantined`, `quarantine_expired`, `late_mismatch` or `after_termination`.
+    pub state: &'static str,
+    /// Its identity `tenant/source/event_id`.
+    pub identity: String,
+    /// The application it names (label).
+    pub application: String,
+}
+
+/// One change of an application's READY answer, and the step that caused it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadyChange {
+    /// The 1-based step.
+    pub step: usize,
+    /// The application (label).
+    pub application: String,
+    /// READY after the step.
+    pub ready: bool,
+    /// The stream entry whose decision changed it, if it was a consumer's step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryId>,
 }
 
 /// The end of a run.
@@ -93,6 +131,10 @@ pub struct EndReport {
     pub late_mismatches: u32,
     /// Applications with an open conflict (labels).
     pub open_conflicts: Vec<String>,
+    /// Entries kept without a fact identity (quarantine, late mismatch, after termination).
+    pub parked: Vec<ParkedReport>,
+    /// Every change of READY, with its cause.
+    pub ready_history: Vec<ReadyChange>,
     /// Application label -> READY.
     pub ready: BTreeMap<String, bool>,
     /// Entries still pending.
@@ -164,10 +206,14 @@ pub fn replay(scenario: &Scenario) -> Report {
     // The first property a step broke, and the step (1-based).
     let mut broken: Option<(Property, usize)> = None;
     let mut steps = Vec::new();
+    let mut history = Vec::new();
+    let mut walk = |world: &mut World, step: &Step, steps: &mut Vec<StepReport>| {
+        walk(scenario, world, step, steps, &mut broken, &mut history);
+    };
     match &scenario.schedule {
         Some(schedule) => {
             for step in schedule {
-                walk(scenario, &mut world, step, &mut steps, &mut broken);
+                walk(&mut world, step, &mut steps);
             }
         }
         None => {
@@ -176,7 +222,7 @@ pub fn replay(scenario: &Scenario) -> Report {
                     request,
                     fault: None,
                 };
-                walk(scenario, &mut world, &step, &mut steps, &mut broken);
+                walk(&mut world, &step, &mut steps);
             }
             let consume = Step::Consume {
                 consumer: Consumer(DEFAULT_CONSUMER.to_owned()),
@@ -189,7 +235,7 @@ pub fn replay(scenario: &Scenario) -> Report {
                 if world.is_drained() {
                     break;
                 }
-                walk(scenario, &mut world, &consume, &mut steps, &mut broken);
+                walk(&mut world, &consume, &mut steps);
             }
         }
     }
@@ -210,13 +256,14 @@ pub fn replay(scenario: &Scenario) -> Report {
         })
         .into_iter()
         .collect();
-    let end = end_report(scenario, &world);
+    let mut end = end_report(scenario, &world);
+    end.ready_history = history;
     let differences = scenario
         .expect
         .as_ref()
         .map(|expect| compare(expect, &end))
         .unwrap_or_default();
-    let stale_ready = scenario
+    let stale_ready = world
         .applications
         .iter()
         .map(|(key, _)| key)
@@ -274,7 +321,7 @@ fn nothing_left(scenario: &Scenario, world: &World, steps: &[StepReport]) -> boo
         .filter(|request| !posted.contains(request))
         .copied()
         .collect();
-    world.is_terminal(&scenario.setup.mutant, &unsent, &consumers)
+    world.is_terminal(&scenario.setup, &unsent, &consumers)
 }
 
 fn walk(
@@ -283,11 +330,28 @@ fn walk(
     step: &Step,
     steps: &mut Vec<StepReport>,
     broken: &mut Option<(Property, usize)>,
+    history: &mut Vec<ReadyChange>,
 ) {
     let before = world.clone();
     let outcome = transition(&scenario.setup, world, step);
+    let cause = match &outcome {
+        StepOutcome::Handled(handled) => Some(handled.entry),
+        _ => None,
+    };
+    for (key, _) in world.applications.iter() {
+        let now = world.inbox.marked_ready(key);
+        if before.inbox.marked_ready(key) != now {
+            history.push(ReadyChange {
+                step: steps.len() + 1,
+                application: scenario.label(key),
+                ready: now,
+                entry: cause,
+            });
+        }
+    }
     if broken.is_none() {
-        let found = check_step(Properties::ALL, &before, world, &outcome).or_else(|| {
+        let config = &scenario.setup.config;
+        let found = check_step(Properties::ALL, config, &before, world, &outcome).or_else(|| {
             check_state(Properties::ALL, world, false, None, false, &|key| {
                 scenario.label(key)
             })
@@ -301,6 +365,7 @@ fn walk(
         request: None,
         response: None,
         detail: None,
+        key: None,
         entry: None,
         consumer: None,
         read: None,
@@ -321,10 +386,13 @@ fn walk(
             detail,
             entry,
             fault,
+            key,
+            tenant: _,
         } => {
             report.request = Some(request);
             report.response = Some(response);
             report.detail = detail;
+            report.key = key;
             report.entry = entry;
             report.post_fault = fault;
         }
@@ -360,10 +428,55 @@ fn walk(
         }
         StepOutcome::Poisoned(entry) => {
             report.entry = Some(entry);
-            report.note = Some("unparseable entry".into());
+            report.note = Some(match step {
+                Step::Undecidable { .. } => "undecidable entry".into(),
+                _ => "unparseable entry".into(),
+            });
         }
+        other => report.note = Some(operator_note(scenario, &other)),
     }
     steps.push(report);
+}
+
+/// What an operator step did, in words.
+fn operator_note(scenario: &Scenario, outcome: &StepOutcome) -> String {
+    match outcome {
+        StepOutcome::Registered {
+            application,
+            registered,
+            released,
+        } => {
+            let decided: Vec<String> = released
+                .iter()
+                .map(|(entry, verdict)| format!("entry {entry} {}", verdict.as_str()))
+                .collect();
+            let what = match registered {
+                super::application::Registered::New => "registered".to_owned(),
+                super::application::Registered::Unchanged => "registered again, unchanged".into(),
+                super::application::Registered::Upgraded { from } => {
+                    format!("registered again, material v{from} moved forward")
+                }
+            };
+            let label = scenario.label(application);
+            if decided.is_empty() {
+                format!("{label} {what}")
+            } else {
+                format!(
+                    "{label} {what}; quarantine released: {}",
+                    decided.join(", ")
+                )
+            }
+        }
+        StepOutcome::Terminated { application } => {
+            format!("{} terminated", scenario.label(application))
+        }
+        StepOutcome::Resolved { fact, kept } => {
+            format!("conflict on {} resolved: kept {kept:?}", describe(fact)).to_lowercase()
+        }
+        StepOutcome::Expired { entries } => format!("quarantine expired: {entries:?}"),
+        StepOutcome::OperatorRefused { step, why } => format!("{step} refused: {why}"),
+        _ => String::new(),
+    }
 }
 
 fn ready_labels(scenario: &Scenario, world: &World) -> Vec<String> {
@@ -401,6 +514,17 @@ fn end_report(scenario: &Scenario, world: &World) -> EndReport {
         .map(|entry| entry.id)
         .filter(|id| !world.committed.contains(id) && !world.dead_letter.contains_key(id))
         .collect();
+    let parked = world
+        .inbox
+        .parked()
+        .iter()
+        .map(|(&entry, parked)| ParkedReport {
+            entry,
+            state: parked.why.as_str(),
+            identity: describe(&parked.envelope.fact_id()),
+            application: scenario.label(&AppKey::of(&parked.envelope)),
+        })
+        .collect();
     EndReport {
         responses,
         facts,
@@ -413,14 +537,19 @@ fn end_report(scenario: &Scenario, world: &World) -> EndReport {
             .iter()
             .map(|key: &AppKey| scenario.label(key))
             .collect(),
+        parked,
+        ready_history: Vec::new(),
         ready,
         pending: world.pending.len(),
         dead_letter: world
             .dead_letter
             .iter()
-            .map(|(&entry, reason)| DeadLetterReport {
+            .map(|(&entry, letter)| DeadLetterReport {
                 entry,
-                reason: reason.clone(),
+                category: letter.category,
+                deliveries: letter.deliveries,
+                identity: letter.identity.as_ref().map(describe),
+                reason: letter.reason.clone(),
             })
             .collect(),
         owed: world.owed.iter().copied().collect(),
@@ -492,6 +621,44 @@ pub fn compare(expect: &super::fixture::Expect, end: &EndReport) -> Vec<String> 
             differences.push(format!("pending: expected {pending}, got {}", end.pending));
         }
     }
+    let parked = |state: Parking| {
+        end.parked
+            .iter()
+            .filter(|p| p.state == state.as_str())
+            .count()
+    };
+    let kept = [
+        (
+            "quarantined",
+            expect.quarantined,
+            parked(Parking::Quarantined),
+        ),
+        (
+            "quarantine_expired",
+            expect.quarantine_expired,
+            parked(Parking::QuarantineExpired),
+        ),
+        (
+            "after_termination",
+            expect.after_termination,
+            parked(Parking::AfterTermination),
+        ),
+    ];
+    for (name, expected, got) in kept {
+        if let Some(expected) = expected {
+            if expected != got {
+                differences.push(format!("{name}: expected {expected} entries, got {got}"));
+            }
+        }
+    }
+    if let Some(open) = &expect.open_conflicts {
+        if *open != end.open_conflicts {
+            differences.push(format!(
+                "open_conflicts: expected {open:?}, got {:?}",
+                end.open_conflicts
+            ));
+        }
+    }
     if let Some(dead_letter) = &expect.dead_letter {
         let got: Vec<EntryId> = end.dead_letter.iter().map(|dead| dead.entry).collect();
         if *dead_letter != got {
@@ -512,7 +679,8 @@ fn short(label: &str) -> String {
     }
 }
 
-fn step_text(scenario: &Scenario, step: &Step) -> String {
+/// A step in the replay table's words.
+pub fn step_text(scenario: &Scenario, step: &Step) -> String {
     let crash_text = |crash: &Option<Crash>| match crash {
         None => String::new(),
         Some(Crash::BeforeCommit) => ", crash pre-commit".into(),
@@ -535,5 +703,28 @@ fn step_text(scenario: &Scenario, step: &Step) -> String {
             short(&scenario.label(application))
         ),
         Step::Poison => "poison".into(),
+        Step::Undecidable { request } => format!("undecidable {request}"),
+        Step::Register {
+            application,
+            material_version,
+            ..
+        } => format!(
+            "register {} v{material_version}",
+            short(&scenario.label(application))
+        ),
+        Step::Terminate { application, .. } => {
+            format!("terminate {}", short(&scenario.label(application)))
+        }
+        Step::Resolve { fact, keep, .. } => format!(
+            "resolve {}/{}: {}",
+            fact.source,
+            fact.event_id,
+            match keep {
+                Keep::First => "first".to_owned(),
+                Keep::Variant => "variant".to_owned(),
+                Keep::VariantOf(n) => format!("variant of {n}"),
+            }
+        ),
+        Step::ExpireQuarantine { .. } => "expire quarantine".into(),
     }
 }

@@ -3,6 +3,7 @@
 //! within.
 
 use super::application::AppKey;
+use super::envelope::FactId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -82,6 +83,71 @@ pub enum Step {
     },
     /// Something other than ingress writes an unparseable entry into the stream.
     Poison,
+    /// Request `request`'s envelope enters the stream as an entry whose decision fails
+    /// (deterministically) while the inbox works.
+    Undecidable {
+        /// The request whose envelope it carries.
+        request: u32,
+    },
+    /// An operator registers an application (or registers it again).
+    Register {
+        /// Which.
+        application: AppKey,
+        /// Its business key.
+        business_key: String,
+        /// Its material version.
+        material_version: u64,
+    },
+    /// An operator terminates an application (final).
+    Terminate {
+        /// Which.
+        application: AppKey,
+        /// Why.
+        reason: String,
+        /// When (Unix seconds).
+        at: i64,
+    },
+    /// A person resolves the open conflict of an identity.
+    Resolve {
+        /// The identity.
+        fact: FactId,
+        /// What to keep.
+        keep: Keep,
+        /// Why.
+        reason: String,
+    },
+    /// The quarantine is swept at time `at`: entries quarantined longer than the period
+    /// expire.
+    ExpireQuarantine {
+        /// When (Unix seconds).
+        at: i64,
+    },
+}
+
+/// A person's choice for a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// The first content stays the fact.
+    First,
+    /// The variant becomes the fact; refused when several variants are recorded.
+    Variant,
+    /// The variant with the content request N carried becomes the fact.
+    VariantOf(u32),
+}
+
+impl Step {
+    /// Whether it is an operator's step (register, upgrade, terminate, resolve, expire).
+    pub fn is_operator(&self) -> bool {
+        matches!(
+            self,
+            Step::Upgrade { .. }
+                | Step::Register { .. }
+                | Step::Terminate { .. }
+                | Step::Resolve { .. }
+                | Step::ExpireQuarantine { .. }
+        )
+    }
 }
 
 /// Fault budgets left.
@@ -99,4 +165,8 @@ pub struct Budgets {
     pub poison: u8,
     /// Material upgrades.
     pub upgrades: u8,
+    /// Undecidable entries.
+    pub undecidable: u8,
+    /// Operator steps taken from the fixture's schedule.
+    pub operator: u8,
 }

@@ -2,17 +2,20 @@
 //! ([`raw_step`]), a step table, a replayable fixture file and a sequence diagram
 //! ([`trace`]).
 
-use super::fixture::{RawFixture, RawStep, RawUpgrade, Scenario};
+use super::fixture::{
+    RawApplication, RawFixture, RawResolve, RawStep, RawTerminate, RawUpgrade, Scenario,
+};
 use super::model::describe_step;
 use super::model_file::LoadedModel;
 use super::property::Property;
 use super::replay::{replay, Report};
-use super::step::{Consumer, PostFault, Step};
+use super::step::{Consumer, Keep, PostFault, Step};
 use super::table::render_table;
 use super::world::{Decision, Setup};
 use crate::harness::diagram::{Diagram, Message};
 use crate::harness::model_file::{write_diagram, write_trace, TraceOrigin};
 use crate::harness::report::TraceReport;
+use crate::harness::timestamp::format_rfc3339;
 use crate::harness::InputError;
 use std::path::Path;
 
@@ -53,6 +56,57 @@ pub fn raw_step(step: &Step) -> RawStep {
         },
         Step::Poison => RawStep {
             poison: true,
+            ..RawStep::default()
+        },
+        Step::Undecidable { request } => RawStep {
+            undecidable: Some(*request),
+            ..RawStep::default()
+        },
+        Step::Register {
+            application,
+            business_key,
+            material_version,
+        } => RawStep {
+            register: Some(RawApplication {
+                tenant_id: application.tenant_id.clone(),
+                application_id: application.application_id.clone(),
+                business_key: business_key.clone(),
+                material_version: *material_version,
+            }),
+            ..RawStep::default()
+        },
+        Step::Terminate {
+            application,
+            reason,
+            at,
+        } => RawStep {
+            terminate: Some(RawTerminate {
+                application: application.application_id.clone(),
+                tenant_id: Some(application.tenant_id.clone()),
+                reason: reason.clone(),
+                at: format_rfc3339(*at),
+            }),
+            ..RawStep::default()
+        },
+        Step::Resolve { fact, keep, reason } => RawStep {
+            resolve: Some(RawResolve {
+                tenant_id: fact.tenant_id.clone(),
+                source: fact.source,
+                event_id: fact.event_id.clone(),
+                keep: match keep {
+                    Keep::First => "first".into(),
+                    Keep::Variant | Keep::VariantOf(_) => "variant".into(),
+                },
+                variant_request: match keep {
+                    Keep::VariantOf(n) => Some(*n),
+                    _ => None,
+                },
+                reason: reason.clone(),
+            }),
+            ..RawStep::default()
+        },
+        Step::ExpireQuarantine { at } => RawStep {
+            expire_quarantine: Some(format_rfc3339(*at)),
             ..RawStep::default()
         },
     }

@@ -7,20 +7,24 @@
 //! the properties need (it stays small and hashable); what a step did comes back as a
 //! [`StepOutcome`].
 //!
-//! The model's clock does not move between steps: a `claim` is taken to happen after
-//! `min_idle` has passed for the entries it takes over.
+//! The clock is each step's own: a request is judged at its `received_at`, an operator
+//! step at its `at`; a `claim` is taken to happen after `min_idle` has passed for the
+//! entries it takes over. A delivery count is kept up to `max_deliveries`: beyond it every
+//! count decides the same, so a consumer that re-reads a stalled entry comes back to the
+//! same state.
 
-use super::application::{AppKey, Applications};
-use super::envelope::{parse_json_object, Envelope, Source};
-use super::inbox::{on_unprocessable, Inbox, PoisonAction, Verdict};
+use super::application::{AppKey, Applications, LifecycleError, Registered};
+use super::envelope::{parse_json_object, Envelope, FactId, Source};
+pub use super::inbox::EntryId;
+use super::inbox::{
+    on_unprocessable, At, DeadLetter, Inbox, Kept, PoisonAction, PoisonCategory, Verdict,
+};
 use super::ingress::{Admission, IngressConfig, Request, Response, WebhookHeaders};
-use super::step::{Consumer, Crash, PostFault, Step};
+use super::operator::{self, Registration};
+use super::step::{Consumer, Crash, Keep, PostFault, Step};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// A stream entry id: 1, 2, 3... in append order.
-pub type EntryId = u32;
 
 /// The default `max_deliveries` of the poison rule.
 pub const DEFAULT_MAX_DELIVERIES: u32 = 3;
@@ -79,15 +83,35 @@ pub trait Policy {
         apps: &Applications,
     ) -> Admission;
 
-    /// The inbox transaction on `envelope`; `entry_seen`: whether this stream entry already
-    /// has a committed verdict.
+    /// The inbox transaction on `envelope` at stream entry `at`; `entry_seen`: whether this
+    /// stream entry already has a committed verdict.
     fn consume(
         &self,
         inbox: &mut Inbox,
         apps: &Applications,
+        at: At,
         envelope: &Envelope,
         entry_seen: bool,
     ) -> Verdict;
+
+    /// The operator's registration, in one transaction (the contract's:
+    /// [`operator::register`]).
+    fn register(
+        &self,
+        apps: &mut Applications,
+        inbox: &mut Inbox,
+        key: &AppKey,
+        business_key: &str,
+        material_version: u64,
+    ) -> Result<Registration, LifecycleError> {
+        operator::register(apps, inbox, key, business_key, material_version)
+    }
+
+    /// Whether an entry of this category is dead-lettered once its delivery count reaches
+    /// `max_deliveries` (the contract: every category).
+    fn dead_letters(&self, _category: PoisonCategory) -> bool {
+        true
+    }
 
     /// Whether a consumer reads its own pending entries before new ones.
     fn reads_own_pending(&self) -> bool;
@@ -106,7 +130,7 @@ pub trait Policy {
 }
 
 /// What does not change during a run: ingress setup, the requests, the poison budget, the
-/// policy.
+/// quarantine period, the policy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Setup<P> {
     /// Ingress limits and keys.
@@ -115,6 +139,8 @@ pub struct Setup<P> {
     pub requests: BTreeMap<u32, PostedRequest>,
     /// Deliveries before an unprocessable entry is dead-lettered.
     pub max_deliveries: u32,
+    /// How long an entry stays quarantined before it expires, in seconds.
+    pub quarantine_seconds: i64,
     /// The pipeline to run: the contract's, or a wrong one (`Option<Mutant>`: `None` is
     /// the contract's).
     pub mutant: P,
@@ -127,6 +153,18 @@ pub enum Payload {
     Envelope(Arc<Envelope>),
     /// A body that is not a valid envelope.
     Unparseable(Arc<str>),
+    /// A valid envelope whose decision fails while the inbox works.
+    Undecidable(Arc<Envelope>),
+}
+
+impl Payload {
+    /// The envelope it carries, if it parsed.
+    pub fn envelope(&self) -> Option<&Arc<Envelope>> {
+        match self {
+            Payload::Envelope(envelope) | Payload::Undecidable(envelope) => Some(envelope),
+            Payload::Unparseable(_) => None,
+        }
+    }
 }
 
 /// A stream entry.
@@ -138,6 +176,8 @@ pub struct Entry {
     pub source: Option<Source>,
     /// The request it came from (none for an entry ingress did not write).
     pub request: Option<u32>,
+    /// When its request was received (Unix seconds; 0 for an entry ingress did not write).
+    pub received_at: i64,
     /// Its content.
     pub payload: Payload,
 }
@@ -169,9 +209,9 @@ pub struct World {
     pub inbox: Inbox,
     /// Entries whose verdict the inbox has committed (written in the same transaction).
     pub committed: BTreeSet<EntryId>,
-    /// The dead-letter stream, by original entry id, with the reason (idempotent: a copy
-    /// written twice by a consumer that crashed before `XACK` is one entry).
-    pub dead_letter: BTreeMap<EntryId, String>,
+    /// The dead-letter stream, by original entry id (idempotent: a copy written twice by a
+    /// consumer that crashed before `XACK` is one entry).
+    pub dead_letter: BTreeMap<EntryId, DeadLetter>,
     /// Every HTTP answer given, in order: (request number, answer).
     pub responses: Vec<(u32, Response)>,
     /// Requests the sender will post again (their answer was lost, or was 503).
@@ -199,14 +239,18 @@ pub enum Read {
 pub enum Decision {
     /// The inbox verdict, committed.
     Verdict(Verdict),
-    /// Not a valid envelope, retried later (left pending).
+    /// Not decided, retried later (left pending).
     Retry {
-        /// Why it cannot be processed.
+        /// Unparseable or undecidable.
+        category: PoisonCategory,
+        /// Why it cannot be decided.
         reason: String,
     },
-    /// Not a valid envelope, copied to the dead-letter stream.
+    /// Not decided, copied to the dead-letter stream.
     DeadLetter {
-        /// Why it cannot be processed.
+        /// Unparseable or undecidable.
+        category: PoisonCategory,
+        /// Why it cannot be decided.
         reason: String,
     },
     /// Not a valid envelope, acknowledged and dropped (only the `ack-and-drop-poison`
@@ -251,6 +295,10 @@ pub enum StepOutcome {
         entry: Option<EntryId>,
         /// What went wrong, if anything.
         fault: Option<PostFault>,
+        /// The id of the key whose signature matched, if one did.
+        key: Option<String>,
+        /// The `tenant_id` the body names, read without ingress (for the properties).
+        tenant: Option<String>,
     },
     /// A consumer handled an entry.
     Handled(Handled),
@@ -274,8 +322,41 @@ pub enum StepOutcome {
         /// Why.
         why: String,
     },
-    /// An unparseable entry was written into the stream.
+    /// An unparseable or undecidable entry was written into the stream.
     Poisoned(EntryId),
+    /// An application was registered; its quarantined entries were decided.
+    Registered {
+        /// Which.
+        application: AppKey,
+        /// New, unchanged, or moved forward.
+        registered: Registered,
+        /// Quarantined entries decided now.
+        released: Vec<(EntryId, Verdict)>,
+    },
+    /// An application was terminated.
+    Terminated {
+        /// Which.
+        application: AppKey,
+    },
+    /// A conflict was resolved.
+    Resolved {
+        /// Its identity.
+        fact: FactId,
+        /// What was kept.
+        kept: Kept,
+    },
+    /// The quarantine was swept.
+    Expired {
+        /// The entries that expired.
+        entries: Vec<EntryId>,
+    },
+    /// An operator step that could not apply (register, terminate, resolve).
+    OperatorRefused {
+        /// The step's name.
+        step: &'static str,
+        /// Why.
+        why: String,
+    },
 }
 
 impl World {
@@ -316,15 +397,31 @@ impl World {
         self.pending.is_empty() && self.last_delivered as usize == self.stream.len()
     }
 
-    /// Whether `consume` by `consumer` would read something under `policy`: its own
-    /// pending entry (if the policy reads them) or a new one.
-    pub fn has_work(&self, policy: &impl Policy, consumer: &Consumer) -> bool {
-        let own = policy.reads_own_pending()
+    /// Whether `consume` by `consumer` would change something under `policy`: it reads its
+    /// own oldest pending entry first (if the policy reads them), else a new one. A consumer
+    /// whose own oldest entry is stalled (an entry the policy retries for ever, delivered
+    /// `max_deliveries` times already) would only read that entry again: no work.
+    pub fn has_work(&self, setup: &Setup<impl Policy>, consumer: &Consumer) -> bool {
+        let policy = &setup.mutant;
+        match own_pending(self, consumer).filter(|_| policy.reads_own_pending()) {
+            Some(id) => !self.stalled(setup, id),
+            None => (self.last_delivered as usize) < self.stream.len(),
+        }
+    }
+
+    /// Whether entry `id` is poison its policy never dead-letters, already delivered
+    /// `max_deliveries` times: handling it again changes nothing.
+    pub fn stalled(&self, setup: &Setup<impl Policy>, id: EntryId) -> bool {
+        let category = match self.entry(id).map(|entry| &entry.payload) {
+            Some(Payload::Unparseable(_)) => PoisonCategory::Unparseable,
+            Some(Payload::Undecidable(_)) => PoisonCategory::Undecidable,
+            _ => return false,
+        };
+        !setup.mutant.dead_letters(category)
             && self
                 .pending
-                .values()
-                .any(|pending| pending.consumer == *consumer);
-        own || (self.last_delivered as usize) < self.stream.len()
+                .get(&id)
+                .is_some_and(|pending| pending.deliveries >= setup.max_deliveries)
     }
 
     /// Whether nothing is left to do once no fault can happen any more: no request is
@@ -332,7 +429,7 @@ impl World {
     /// under `policy`.
     pub fn is_terminal(
         &self,
-        policy: &impl Policy,
+        setup: &Setup<impl Policy>,
         unsent: &BTreeSet<u32>,
         consumers: &[Consumer],
     ) -> bool {
@@ -340,20 +437,21 @@ impl World {
             && self.owed.is_empty()
             && consumers
                 .iter()
-                .all(|consumer| !self.is_down(consumer) && !self.has_work(policy, consumer))
+                .all(|consumer| !self.is_down(consumer) && !self.has_work(setup, consumer))
     }
 
     fn append(
         &mut self,
         source: Option<Source>,
-        request: Option<u32>,
+        request: Option<&PostedRequest>,
         payload: Payload,
     ) -> EntryId {
         let id = EntryId::try_from(self.stream.len() + 1).expect("fewer than 2^32 entries");
         self.stream.push(Entry {
             id,
             source,
-            request,
+            request: request.map(|posted| posted.number),
+            received_at: request.map_or(0, |posted| posted.received_at),
             payload,
         });
         id
@@ -409,29 +507,128 @@ pub fn transition<P: Policy>(setup: &Setup<P>, world: &mut World, step: &Step) -
                 None => StepOutcome::Idle(consumer.clone()),
             }
         }
-        Step::Upgrade {
-            application,
-            material_version,
-        } => match world.applications.upgrade(application, *material_version) {
-            Ok(from) => {
-                if setup.mutant.upgrade_refreshes_ready() {
-                    world.inbox.refresh_ready(&world.applications);
-                }
-                StepOutcome::Upgraded {
-                    application: application.clone(),
-                    from,
-                    to: *material_version,
-                }
-            }
-            Err(error) => StepOutcome::UpgradeRefused {
-                application: application.clone(),
-                why: error.to_string(),
-            },
-        },
         Step::Poison => {
             let id = world.append(None, None, Payload::Unparseable(Arc::from(POISON_BODY)));
             StepOutcome::Poisoned(id)
         }
+        Step::Undecidable { request } => {
+            let posted = setup.requests.get(request).expect("a request of the setup");
+            let envelope = envelope_of(posted).expect("an undecidable entry is a valid envelope");
+            let source = Some(envelope.source());
+            let payload = Payload::Undecidable(Arc::new(envelope));
+            StepOutcome::Poisoned(world.append(source, Some(posted), payload))
+        }
+        step => operate(setup, world, step),
+    }
+}
+
+/// The envelope a request carries, parsed without ingress (its body names its source).
+pub fn envelope_of(posted: &PostedRequest) -> Option<Envelope> {
+    let value = parse_json_object(&posted.body).ok()?;
+    let source = Source::from_wire(value.get("source")?.as_str()?)?;
+    Envelope::parse(&posted.body, source).ok()
+}
+
+/// The operator's steps, each one inbox transaction with READY recomputed.
+fn operate<P: Policy>(setup: &Setup<P>, world: &mut World, step: &Step) -> StepOutcome {
+    let World {
+        applications,
+        inbox,
+        ..
+    } = world;
+    let refused = |step: &'static str, why: String| StepOutcome::OperatorRefused { step, why };
+    match step {
+        Step::Upgrade {
+            application,
+            material_version,
+        } => {
+            let upgraded = if setup.mutant.upgrade_refreshes_ready() {
+                operator::upgrade(applications, inbox, application, *material_version)
+            } else {
+                applications.upgrade(application, *material_version)
+            };
+            match upgraded {
+                Ok(from) => StepOutcome::Upgraded {
+                    application: application.clone(),
+                    from,
+                    to: *material_version,
+                },
+                Err(error) => StepOutcome::UpgradeRefused {
+                    application: application.clone(),
+                    why: error.to_string(),
+                },
+            }
+        }
+        Step::Register {
+            application,
+            business_key,
+            material_version,
+        } => {
+            let registered = setup.mutant.register(
+                applications,
+                inbox,
+                application,
+                business_key,
+                *material_version,
+            );
+            match registered {
+                Ok(Registration {
+                    registered,
+                    released,
+                }) => StepOutcome::Registered {
+                    application: application.clone(),
+                    registered,
+                    released,
+                },
+                Err(error) => refused("register", error.to_string()),
+            }
+        }
+        Step::Terminate {
+            application,
+            reason,
+            at,
+        } => match operator::terminate(applications, inbox, application, reason, *at) {
+            Ok(()) => StepOutcome::Terminated {
+                application: application.clone(),
+            },
+            Err(error) => refused("terminate", error.to_string()),
+        },
+        Step::Resolve { fact, keep, reason } => {
+            let content = match keep {
+                Keep::First => None,
+                Keep::Variant => {
+                    let mut variants = inbox.variants_of(fact);
+                    match (variants.next(), variants.next()) {
+                        (Some(only), None) => Some(only.clone()),
+                        (None, _) => {
+                            return refused("resolve", "no variant is recorded".into());
+                        }
+                        (Some(_), Some(_)) => {
+                            let why = "several variants are recorded: name the request of the one to keep";
+                            return refused("resolve", why.into());
+                        }
+                    }
+                }
+                Keep::VariantOf(number) => match setup.requests.get(number).and_then(envelope_of) {
+                    Some(envelope) => Some(envelope),
+                    None => {
+                        let why = format!("request {number} is not an envelope");
+                        return refused("resolve", why);
+                    }
+                },
+            };
+            match operator::resolve(applications, inbox, fact, content.as_ref(), reason) {
+                Ok(kept) => StepOutcome::Resolved {
+                    fact: fact.clone(),
+                    kept,
+                },
+                Err(why) => refused("resolve", why),
+            }
+        }
+        Step::ExpireQuarantine { at } => StepOutcome::Expired {
+            entries: operator::expire_quarantine(inbox, *at, setup.quarantine_seconds),
+        },
+        _ => unreachable!("operate is called with operator steps only"),
     }
 }
 
@@ -451,19 +648,36 @@ fn post<P: Policy>(
         &setup.config,
         &world.applications,
     );
-    let (response, detail, entry) = match admission {
-        Admission::Reject(rejection) => (rejection.response(), rejection.detail, None),
-        Admission::Accept(_) if fault == Some(PostFault::StreamUnavailable) => {
-            (Response::unavailable(), None, None)
+    // The tenant the body names, for the properties: read from the body only when a key
+    // matched and the request was refused (an admitted envelope names it already).
+    let body_tenant = || {
+        parse_json_object(&posted.body)
+            .ok()
+            .and_then(|value| value.get("tenant_id")?.as_str().map(str::to_owned))
+    };
+    let (response, detail, entry, key, tenant) = match admission {
+        Admission::Reject(rejection) => {
+            let tenant = rejection.key_id.as_ref().and_then(|_| body_tenant());
+            let response = rejection.response();
+            (response, rejection.detail, None, rejection.key_id, tenant)
         }
-        Admission::Accept(envelope) => {
-            let source = envelope.source();
-            let id = world.append(
-                Some(source),
-                Some(number),
-                Payload::Envelope(Arc::new(envelope)),
-            );
-            (Response::accepted(), None, Some(id))
+        Admission::Accept(admitted) => {
+            let tenant = Some(admitted.envelope.tenant_id().to_owned());
+            if fault == Some(PostFault::StreamUnavailable) {
+                (
+                    Response::unavailable(),
+                    None,
+                    None,
+                    Some(admitted.key_id),
+                    tenant,
+                )
+            } else {
+                let response = admitted.response();
+                let source = admitted.envelope.source();
+                let payload = Payload::Envelope(Arc::new(admitted.envelope));
+                let id = world.append(Some(source), Some(posted), payload);
+                (response, None, Some(id), Some(admitted.key_id), tenant)
+            }
         }
     };
     world.responses.push((number, response));
@@ -483,6 +697,8 @@ fn post<P: Policy>(
         detail,
         entry,
         fault,
+        key,
+        tenant,
     }
 }
 
@@ -511,7 +727,7 @@ fn handle<P: Policy>(
             deliveries: 0,
         });
         pending.consumer = consumer.clone();
-        pending.deliveries += 1;
+        pending.deliveries = (pending.deliveries + 1).min(setup.max_deliveries.max(1));
         pending.deliveries
     };
     let mut handled = Handled {
@@ -535,23 +751,41 @@ fn handle<P: Policy>(
     let decision = match &entry.payload {
         Payload::Envelope(envelope) => {
             let seen = world.committed.contains(&id);
+            let at = At {
+                entry: id,
+                received_at: entry.received_at,
+            };
             let verdict =
                 setup
                     .mutant
-                    .consume(&mut world.inbox, &world.applications, envelope, seen);
+                    .consume(&mut world.inbox, &world.applications, at, envelope, seen);
             world.committed.insert(id);
             Decision::Verdict(verdict)
         }
         Payload::Unparseable(body) => {
             let reason = unprocessable_reason(entry.source, body);
-            match on_unprocessable(deliveries, setup.max_deliveries) {
-                _ if setup.mutant.drops_poison() => Decision::Dropped { reason },
-                PoisonAction::Retry => Decision::Retry { reason },
-                PoisonAction::DeadLetter => {
-                    world.dead_letter.insert(id, reason.clone());
-                    Decision::DeadLetter { reason }
-                }
-            }
+            poison(
+                setup,
+                world,
+                id,
+                deliveries,
+                PoisonCategory::Unparseable,
+                reason,
+                None,
+            )
+        }
+        Payload::Undecidable(envelope) => {
+            let reason = "deciding the entry failed (an undecidable entry)".to_owned();
+            let identity = Some(envelope.fact_id());
+            poison(
+                setup,
+                world,
+                id,
+                deliveries,
+                PoisonCategory::Undecidable,
+                reason,
+                identity,
+            )
         }
     };
     let ack = !matches!(decision, Decision::Retry { .. }) && crash.is_none();
@@ -570,6 +804,37 @@ fn handle<P: Policy>(
         handled.acknowledged = true;
     }
     StepOutcome::Handled(handled)
+}
+
+/// The poison rule on an entry that could not be decided: retried until its delivery count
+/// reaches `max_deliveries` (if the policy dead-letters its category), then copied to the
+/// dead-letter stream with its count, category, reason and identity.
+fn poison<P: Policy>(
+    setup: &Setup<P>,
+    world: &mut World,
+    id: EntryId,
+    deliveries: u32,
+    category: PoisonCategory,
+    reason: String,
+    identity: Option<FactId>,
+) -> Decision {
+    if setup.mutant.drops_poison() {
+        return Decision::Dropped { reason };
+    }
+    let counted = setup.mutant.dead_letters(category);
+    match on_unprocessable(deliveries, setup.max_deliveries) {
+        PoisonAction::DeadLetter if counted => {
+            let letter = DeadLetter {
+                category,
+                reason: reason.clone(),
+                deliveries,
+                identity,
+            };
+            world.dead_letter.insert(id, letter);
+            Decision::DeadLetter { category, reason }
+        }
+        _ => Decision::Retry { category, reason },
+    }
 }
 
 /// Why an unparseable entry cannot be processed (`source`: the one it was accepted for).
@@ -616,10 +881,11 @@ mod tests {
             &self,
             inbox: &mut Inbox,
             apps: &Applications,
+            at: At,
             envelope: &Envelope,
             _entry_seen: bool,
         ) -> Verdict {
-            super::super::inbox::consume(inbox, apps, envelope)
+            super::super::inbox::consume(inbox, apps, at, envelope)
         }
 
         fn reads_own_pending(&self) -> bool {
@@ -649,6 +915,7 @@ mod tests {
             config: IngressConfig::new(BTreeMap::new()),
             requests: BTreeMap::new(),
             max_deliveries: 2,
+            quarantine_seconds: 0,
             mutant: Contract,
         };
         let mut world = World::initial(Applications::new());

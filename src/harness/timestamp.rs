@@ -1,5 +1,5 @@
 //! Timestamps as fixtures and envelopes of every protocol write them: RFC 3339, read into
-//! Unix seconds. Parsing only: nothing here reads a clock.
+//! Unix seconds and written back. Nothing here reads a clock.
 
 /// Parses an RFC 3339 UTC or offset time (`2024-01-01T08:00:00Z`, fractions allowed) into
 /// Unix seconds. Returns `None` for anything else.
@@ -59,6 +59,28 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     };
     let days = days_from_civil(year, month, day);
     Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+}
+
+/// Unix seconds as RFC 3339 UTC (`2024-06-03T09:00:00Z`).
+pub fn format_rfc3339(seconds: i64) -> String {
+    let days = seconds.div_euclid(86_400);
+    let rest = seconds.rem_euclid(86_400);
+    // Days to a civil date (proleptic Gregorian), after H. Hinnant's algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 fn days_in_month(year: i64, month: i64) -> i64 {

@@ -10,7 +10,7 @@
 use super::store::{self, Item};
 use super::stream::{self, Names, RawEntry};
 use crate::facts::envelope::{Envelope, Source};
-use crate::facts::inbox::{on_unprocessable, PoisonAction};
+use crate::facts::inbox::{on_unprocessable, PoisonAction, PoisonCategory};
 use crate::facts::mutants::Mutant;
 use crate::facts::world::{unprocessable_reason, Decision};
 use serde::{Deserialize, Serialize};
@@ -289,11 +289,13 @@ impl Consumer {
                 match action {
                     PoisonAction::Retry => {
                         self.own_first = true;
-                        (Decision::Retry { reason }, false)
+                        let category = PoisonCategory::Unparseable;
+                        (Decision::Retry { category, reason }, false)
                     }
                     PoisonAction::DeadLetter => {
                         stream::dead_letter(&mut self.redis, &names, entry, &reason)?;
-                        (Decision::DeadLetter { reason }, true)
+                        let category = PoisonCategory::Unparseable;
+                        (Decision::DeadLetter { category, reason }, true)
                     }
                 }
             };

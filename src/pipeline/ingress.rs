@@ -11,7 +11,7 @@ use super::stream::{self, Names};
 use crate::facts::application::Applications;
 use crate::facts::envelope::Source;
 use crate::facts::ingress::{
-    Admission, IngressConfig, Reason, Request, Response, Secret, WebhookHeaders,
+    Admission, IngressConfig, Key, Reason, Request, Response, Secret, WebhookHeaders,
 };
 use crate::facts::mutants::{admit_under, Mutant};
 use crate::harness::InputError;
@@ -203,22 +203,22 @@ async fn webhook(
         &state.config,
         &apps,
     );
-    let envelope = match admission {
+    let admitted = match admission {
         Admission::Reject(rejection) => return answer(rejection.response(), None),
-        Admission::Accept(envelope) => envelope,
+        Admission::Accept(admitted) => admitted,
     };
     if state.stream_down.load(Ordering::SeqCst) {
         return answer(Response::unavailable(), None);
     }
     let command = stream::xadd_command(
         &state.names,
-        envelope.source().as_str(),
+        admitted.envelope.source().as_str(),
         &bytes,
         store::now_ms(),
     );
     let mut redis = state.redis.clone();
     match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {
-        Ok(Ok(id)) => answer(Response::accepted(), Some(id)),
+        Ok(Ok(id)) => answer(admitted.response(), Some(id)),
         _ => answer(Response::unavailable(), None),
     }
 }
@@ -230,8 +230,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The inbox database.
     pub db: PathBuf,
-    /// Each source's active keys.
-    pub keys: BTreeMap<Source, Vec<Secret>>,
+    /// Each source's keys.
+    pub keys: BTreeMap<Source, Vec<Key>>,
     /// Redis URL.
     pub redis_url: String,
     /// Stream and group.
@@ -321,7 +321,7 @@ pub async fn start(
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
     let redis = redis::aio::ConnectionManager::new_lazy_with_config(client, manager_config)?;
-    let mut config = IngressConfig::new(options.keys.clone());
+    let mut config = IngressConfig::with_keys(options.keys.clone());
     config.max_body_bytes = options.max_body_bytes;
     config.freshness_seconds = options.freshness_seconds;
     let state = Arc::new(IngressState {

@@ -14,7 +14,7 @@ use super::stream::{self, Names};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{Envelope, Source};
 use crate::facts::fixture::{response_from_parts, sort_facts, Scenario, DEFAULT_CONSUMER};
-use crate::facts::inbox::{ready, Inbox};
+use crate::facts::inbox::{ready, Inbox, Parts, PoisonCategory};
 use crate::facts::ingress::Response;
 use crate::facts::replay::{compare, replay, DeadLetterReport, EndReport, Report, StepReport};
 use crate::facts::step::{Consumer, Crash, PostFault, Step};
@@ -196,6 +196,7 @@ impl Runner<'_> {
             request: None,
             response: None,
             detail: None,
+            key: None,
             entry: None,
             consumer: None,
             read: None,
@@ -295,6 +296,17 @@ impl Runner<'_> {
                         ),
                     },
                 );
+            }
+            other @ (Step::Undecidable { .. }
+            | Step::Register { .. }
+            | Step::Terminate { .. }
+            | Step::Resolve { .. }
+            | Step::ExpireQuarantine { .. }) => {
+                return Err(PipelineError::Other(format!(
+                    "`pipeline run` does not play the step `{}` yet: the contract v2 operator \
+                     steps and undecidable entries are in the model and `replay` only",
+                    label(self.scenario, other)
+                )));
             }
             Step::Poison => {
                 let id: String = redis::cmd("XADD")
@@ -429,6 +441,9 @@ impl Runner<'_> {
                 let original = String::from_utf8_lossy(entry.field("entry")?).into_owned();
                 Some(DeadLetterReport {
                     entry: self.ordinal(&original)?,
+                    category: PoisonCategory::Unparseable,
+                    deliveries: 0,
+                    identity: None,
                     reason: String::from_utf8_lossy(entry.field("reason")?).into_owned(),
                 })
             })
@@ -466,21 +481,28 @@ impl Runner<'_> {
             dead_letter,
             owed: self.owed.iter().copied().collect(),
             unsettled,
+            parked: Vec::new(),
+            ready_history: Vec::new(),
         };
-        let inbox = Inbox::restore(
-            snapshot.facts.iter().filter_map(|(source, _, canonical)| {
-                Envelope::parse(canonical.as_bytes(), *source).ok()
-            }),
-            [],
-            snapshot.late.clone(),
-            snapshot.open_conflicts.clone(),
-            snapshot.ready.clone(),
-            snapshot.counters,
-        );
+        let inbox = Inbox::restore(Parts {
+            facts: snapshot
+                .facts
+                .iter()
+                .filter_map(|(source, _, canonical)| {
+                    Envelope::parse(canonical.as_bytes(), *source).ok()
+                })
+                .collect(),
+            ready: snapshot.ready.clone(),
+            counters: snapshot.counters,
+            ..Parts::default()
+        });
+        // The snapshot keeps open conflicts by application: the rule with them applied.
+        let by_rule =
+            |key: &AppKey| ready(&inbox, &apps, key) && !snapshot.open_conflicts.contains(key);
         let stale_ready = apps
             .iter()
             .map(|(key, _)| key)
-            .filter(|key| inbox.marked_ready(key) != ready(&inbox, &apps, key))
+            .filter(|key| inbox.marked_ready(key) != by_rule(key))
             .map(|key: &AppKey| self.scenario.label(key))
             .collect();
         let mut differences = self
@@ -589,29 +611,7 @@ fn verdict_of(word: &str) -> crate::facts::inbox::Verdict {
 }
 
 fn label(scenario: &Scenario, step: &Step) -> String {
-    let crash = |crash: &Option<Crash>| match crash {
-        None => "",
-        Some(Crash::BeforeCommit) => ", crash pre-commit",
-        Some(Crash::AfterCommit) => ", crash post-commit",
-    };
-    match step {
-        Step::Post { request, fault } => match fault {
-            None => format!("post {request}"),
-            Some(PostFault::ResponseLost) => format!("post {request}, answer lost"),
-            Some(PostFault::StreamUnavailable) => format!("post {request}, stream down"),
-        },
-        Step::Consume { consumer, crash: c } => format!("consume {consumer}{}", crash(c)),
-        Step::Recover { consumer, crash: c } => format!("recover {consumer}{}", crash(c)),
-        Step::Claim { consumer, crash: c } => format!("claim {consumer}{}", crash(c)),
-        Step::Upgrade {
-            application,
-            material_version,
-        } => format!(
-            "upgrade {} to v{material_version}",
-            scenario.label(application)
-        ),
-        Step::Poison => "poison".into(),
-    }
+    crate::facts::replay::step_text(scenario, step)
 }
 
 /// Loads a fixture for `run` (bad input: exit 2).

@@ -7,10 +7,10 @@
 
 use crate::facts::application::{AppKey, Application, Applications, Mismatch};
 use crate::facts::envelope::{Envelope, FactId, Source};
-use crate::facts::inbox::{Counters, Inbox, LateMismatch, Verdict};
+use crate::facts::inbox::{At, Conflict, Counters, Inbox, LateMismatch, Parts, Verdict};
 use crate::facts::mutants::{consume_under, upgrade_refreshes_ready, Mutant};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -45,6 +45,10 @@ CREATE TABLE IF NOT EXISTS verdicts(
   entry TEXT PRIMARY KEY, verdict TEXT NOT NULL, processings INTEGER NOT NULL,
   received_ms INTEGER, committed_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS parked(
+  entry TEXT PRIMARY KEY, state TEXT NOT NULL, tenant_id TEXT NOT NULL,
+  source TEXT NOT NULL, event_id TEXT NOT NULL, application_id TEXT NOT NULL,
+  canonical TEXT NOT NULL, since INTEGER NOT NULL);
 ";
 
 /// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, the
@@ -136,10 +140,7 @@ pub fn applications(conn: &Connection) -> rusqlite::Result<Applications> {
                 tenant_id: row.get(0)?,
                 application_id: row.get(1)?,
             },
-            Application {
-                business_key: row.get(2)?,
-                material_version: row.get::<_, i64>(3)? as u64,
-            },
+            Application::active(row.get::<_, String>(2)?, row.get::<_, i64>(3)? as u64),
         ))
     })?;
     let mut apps = Applications::new();
@@ -156,10 +157,10 @@ fn application(conn: &Connection, key: &AppKey) -> rusqlite::Result<Option<Appli
          WHERE tenant_id = ?1 AND application_id = ?2",
     )?
     .query_row(params![key.tenant_id, key.application_id], |row| {
-        Ok(Application {
-            business_key: row.get(0)?,
-            material_version: row.get::<_, i64>(1)? as u64,
-        })
+        Ok(Application::active(
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)? as u64,
+        ))
     })
     .optional()
 }
@@ -177,6 +178,8 @@ fn counters(conn: &Connection) -> rusqlite::Result<Counters> {
             "accepted" => counters.accepted = value,
             "duplicates" => counters.duplicates = value,
             "conflicts" => counters.conflicts = value,
+            "quarantined" => counters.quarantined = value,
+            "after_termination" => counters.after_termination = value,
             _ => counters.late_mismatches = value,
         }
     }
@@ -246,14 +249,31 @@ fn load(
             ready.insert(key.clone());
         }
     }
-    let inbox = Inbox::restore(
+    // The pipeline never resolves a conflict yet: an identity with variants has an open
+    // one, on the applications of its fact and of its variants.
+    let mut conflicts: BTreeMap<FactId, Conflict> = BTreeMap::new();
+    for variant in &evidence {
+        let conflict = conflicts.entry(variant.fact_id()).or_default();
+        conflict.applications.insert(AppKey::of(variant));
+        let first = facts
+            .iter()
+            .find(|fact| fact.fact_id() == variant.fact_id());
+        conflict.applications.extend(first.map(AppKey::of));
+    }
+    conflicts.retain(|_, conflict| {
+        conflict
+            .applications
+            .iter()
+            .any(|key| open_conflicts.contains(key))
+    });
+    let inbox = Inbox::restore(Parts {
         facts,
-        evidence,
-        BTreeSet::new(),
-        open_conflicts,
+        variants: evidence,
+        conflicts,
+        parked: BTreeMap::new(),
         ready,
-        counters(conn)?,
-    );
+        counters: counters(conn)?,
+    });
     Ok((apps, inbox, loaded))
 }
 
@@ -320,6 +340,23 @@ fn write_back(
             late.mismatch.as_str()
         ])?;
     }
+    for parked in inbox.parked().values() {
+        let envelope = &parked.envelope;
+        conn.prepare_cached(
+            "INSERT INTO parked VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT DO UPDATE SET state = ?2",
+        )?
+        .execute(params![
+            entry,
+            parked.why.as_str(),
+            envelope.tenant_id(),
+            envelope.source().as_str(),
+            envelope.event_id(),
+            envelope.application_id(),
+            envelope.canonical(),
+            parked.since
+        ])?;
+    }
     for key in inbox.open_conflicts() {
         conn.prepare_cached("INSERT INTO open_conflicts VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
             .execute(params![key.tenant_id, key.application_id])?;
@@ -339,6 +376,8 @@ fn write_back(
         ("duplicates", counters.duplicates),
         ("conflicts", counters.conflicts),
         ("late_mismatches", counters.late_mismatches),
+        ("quarantined", counters.quarantined),
+        ("after_termination", counters.after_termination),
     ] {
         conn.prepare_cached(
             "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT DO UPDATE SET value = ?2",
@@ -398,7 +437,11 @@ pub fn decide<'c>(
             .query_row([&item.entry], |_| Ok(()))
             .optional()?
             .is_some();
-        let verdict = consume_under(mutant, &mut inbox, &apps, &item.envelope, seen);
+        let at = At {
+            entry: 1,
+            received_at: item.received_ms.unwrap_or_else(now_ms) / 1000,
+        };
+        let verdict = consume_under(mutant, &mut inbox, &apps, at, &item.envelope, seen);
         write_back(&tx, &inbox, &loaded, &item.entry)?;
         tx.prepare_cached(
             "INSERT INTO verdicts VALUES (?1, ?2, 1, ?3, ?4)

@@ -44,20 +44,14 @@ fn apps() -> Applications {
             tenant_id: "xinghe-demo".into(),
             application_id: APP.into(),
         },
-        Application {
-            business_key: "APP-EVENT-014".into(),
-            material_version: 1,
-        },
+        Application::active("APP-EVENT-014", 1),
     );
     apps.insert(
         AppKey {
             tenant_id: "other-tenant".into(),
             application_id: "9a0b7c55-0000-4000-8000-000000000001".into(),
         },
-        Application {
-            business_key: "APP-OTHER-1".into(),
-            material_version: 1,
-        },
+        Application::active("APP-OTHER-1", 1),
     );
     apps
 }
@@ -487,19 +481,7 @@ fn every_check_in_order() {
             )),
             Some(NotFresh),
         ),
-        // 9. correlation
-        (
-            "the application id under another tenant",
-            finance(payment_with(json!({"tenant_id": "other-tenant"}))),
-            Some(UnknownApplication),
-        ),
-        (
-            "an application id nobody has",
-            finance(payment_with(
-                json!({"application_id": "00000000-0000-4000-8000-000000000000"}),
-            )),
-            Some(UnknownApplication),
-        ),
+        // 10. correlation (an unknown application is quarantined, not refused: see below)
         (
             "business key differs",
             finance(payment_with(json!({"business_key": "APP-EVENT-015"}))),
@@ -534,20 +516,28 @@ fn another_tenants_application_answers_exactly_like_an_unknown_one() {
     let nowhere = decide(&finance(payment_with(
         json!({"tenant_id": "no-such-tenant", "application_id": "nothing"}),
     )));
-    let (Admission::Reject(a), Admission::Reject(b)) = (&other_tenant, &nowhere) else {
-        panic!("both must be rejected: {other_tenant:?} {nowhere:?}");
+    let (Admission::Accept(a), Admission::Accept(b)) = (&other_tenant, &nowhere) else {
+        panic!("both must be quarantined: {other_tenant:?} {nowhere:?}");
     };
-    assert_eq!(a, b, "the answers must not differ in any field");
-    assert_eq!(a.detail, None);
-    assert_eq!(a.response().body(), r#"{"error":"unknown_application"}"#);
+    assert!(a.quarantined && b.quarantined);
+    assert_eq!(a.response(), b.response(), "the answers must not differ");
+    assert_eq!(a.response().status(), 202);
+    assert_eq!(a.response().body(), r#"{"status":"quarantined"}"#);
+    let known = decide(&finance(Value::Object(payment()).to_string().into()));
+    let Admission::Accept(known) = known else {
+        panic!("valid payment refused");
+    };
+    assert!(!known.quarantined, "a known application is not quarantined");
 }
 
 #[test]
 fn an_accepted_request_carries_the_typed_envelope() {
-    let Admission::Accept(envelope) = decide(&finance(Value::Object(payment()).to_string().into()))
+    let Admission::Accept(admitted) = decide(&finance(Value::Object(payment()).to_string().into()))
     else {
         panic!("valid payment refused");
     };
+    assert_eq!(admitted.key_id, "finance-1");
+    let envelope = admitted.envelope;
     assert_eq!(envelope.source(), Source::Finance);
     assert_eq!(envelope.event_id(), "PAY-1");
     assert_eq!(envelope.sent_at(), NOW);

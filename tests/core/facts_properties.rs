@@ -6,7 +6,7 @@
 
 use arrival::facts::application::{AppKey, Application, Applications};
 use arrival::facts::envelope::{Envelope, FactId, Source};
-use arrival::facts::inbox::{consume, ready, Inbox};
+use arrival::facts::inbox::{consume, ready, At, Inbox};
 use proptest::prelude::*;
 use proptest::sample::subsequence;
 use serde_json::{json, Map, Value};
@@ -23,11 +23,8 @@ fn applications() -> Applications {
                 tenant_id: TENANT.into(),
                 application_id: (*id).into(),
             },
-            Application {
-                business_key: format!("KEY-{index}"),
-                // app-b is on its second material version.
-                material_version: index as u64 + 1,
-            },
+            // app-b is on its second material version.
+            Application::active(format!("KEY-{index}"), index as u64 + 1),
         );
     }
     apps
@@ -100,8 +97,12 @@ type Outcome = (Vec<bool>, BTreeSet<FactId>, Vec<AppKey>);
 fn run(envelopes: &[Envelope]) -> Outcome {
     let apps = applications();
     let mut inbox = Inbox::new();
-    for envelope in envelopes {
-        consume(&mut inbox, &apps, envelope);
+    for (entry, envelope) in (1..).zip(envelopes) {
+        let at = At {
+            entry,
+            received_at: 0,
+        };
+        consume(&mut inbox, &apps, at, envelope);
     }
     inbox.check_invariants(&apps).expect("inbox invariants");
     let ready = apps

@@ -122,7 +122,7 @@ fn acmeflow_wf14_step_by_step() {
         ),
         (
             "post 5",
-            Some((400, "unknown_application")),
+            Some((400, "tenant_not_allowed")),
             None,
             None,
             None,
@@ -333,10 +333,7 @@ const MALFORMED: &[(&str, &[&str])] = &[
         "material-version-zero.json",
         &["applications[0].material_version", "start at 1"],
     ),
-    (
-        "missing-secrets.json",
-        &["top level", "missing field `secrets`"],
-    ),
+    ("missing-secrets.json", &["keys", "no keys", "`secrets`"]),
     (
         "received-at-not-rfc3339.json",
         &["requests[0].received_at", "03/06/2024 09:00", "RFC 3339"],

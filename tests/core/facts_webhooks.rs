@@ -6,7 +6,7 @@
 use arrival::facts::application::{AppKey, Application, Applications};
 use arrival::facts::envelope::Source;
 use arrival::facts::ingress::{
-    admit, Admission, IngressConfig, Reason, Request, Secret, WebhookHeaders,
+    admit, Admission, IngressConfig, Key, Reason, Request, Secret, WebhookHeaders,
 };
 use serde_json::json;
 use standardwebhooks::Webhook;
@@ -40,10 +40,7 @@ fn apps() -> Applications {
             tenant_id: "xinghe-demo".into(),
             application_id: APP.into(),
         },
-        Application {
-            business_key: "APP-EVENT-014".into(),
-            material_version: 1,
-        },
+        Application::active("APP-EVENT-014", 1),
     );
     apps
 }
@@ -110,9 +107,10 @@ fn reason(admission: &Admission) -> Option<Reason> {
 #[test]
 fn a_request_signed_by_a_standard_webhooks_sender_is_admitted() {
     let sent = send(FINANCE_KEY, "msg_2Xy", NOW, payment("2024-06-03T09:00:00Z"));
-    let Admission::Accept(envelope) = decide_with(&sent, None, NOW, &config(&[FINANCE_KEY])) else {
+    let Admission::Accept(admitted) = decide_with(&sent, None, NOW, &config(&[FINANCE_KEY])) else {
         panic!("refused")
     };
+    let envelope = admitted.envelope;
     assert_eq!(envelope.source(), Source::Finance, "the key's source");
     assert_eq!(envelope.event_id(), "PAY-014", "the identity is the body's");
     // The route (X-Acme-Source) narrows the keys tried; the right route still matches.
@@ -244,7 +242,7 @@ fn the_headers_edge_cases_are_bad_signatures() {
         .keys
         .get_mut(&Source::Finance)
         .unwrap()
-        .push(Secret::new(ACME_FINANCE));
+        .push(Key::unbound("finance-acme", Secret::new(ACME_FINANCE)));
     assert_eq!(
         reason(&admit(&request, NOW, &mixed, &apps())),
         Some(Reason::BadSignature)
@@ -275,9 +273,10 @@ fn a_key_signs_only_in_its_own_scheme() {
     );
     // A Standard Webhooks request under an acme key's bytes.
     let mut acme_keys = config(&[]);
-    acme_keys
-        .keys
-        .insert(Source::Finance, vec![Secret::new(ACME_FINANCE)]);
+    acme_keys.keys.insert(
+        Source::Finance,
+        vec![Key::unbound("finance-acme", Secret::new(ACME_FINANCE))],
+    );
     let sent = send(
         &format!(
             "whsec_{}",

@@ -19,6 +19,7 @@ mod util;
 mod facts_ingress;
 mod facts_properties;
 mod facts_replay;
+mod facts_v2;
 mod facts_webhooks;
 mod properties;
 mod rules;

@@ -196,3 +196,53 @@ fn the_kept_facts_traces_still_replay() {
     }
     assert!(count >= 7, "{count} facts traces");
 }
+
+/// Contract v2's models under the contract's policy: each passes, reaches the decisions it
+/// is about, and has the distinct-state count pinned (2026-12-01, the model files' own
+/// settings).
+#[test]
+fn the_contract_v2_models_pass_and_reach_what_they_are_about() {
+    let rows: [(&str, usize, &[&str]); 6] = [
+        (
+            "models/acmeflow-quarantine.toml",
+            7_262,
+            &["quarantined", "released", "registered", "accepted"],
+        ),
+        (
+            "models/acmeflow-withdrawals.toml",
+            18_421,
+            &["accepted", "duplicate", "claimed"],
+        ),
+        (
+            "models/acmeflow-lifecycle.toml",
+            2_014,
+            &["after_termination", "terminated"],
+        ),
+        (
+            "models/acmeflow-conflict.toml",
+            51_612,
+            &["conflict", "resolved", "duplicate"],
+        ),
+        (
+            "models/acmeflow-undecidable.toml",
+            644,
+            &["retry", "dead_letter", "claimed"],
+        ),
+        (
+            "models/acmeflow-tenant-keys.toml",
+            1_363,
+            &["http-400", "accepted"],
+        ),
+    ];
+    for (path, unique, reached) in rows {
+        let report = check(&load(path), None);
+        assert_eq!(report.verdict, "pass", "{path}: {}", render(&report));
+        for name in reached {
+            assert!(coverage(&report, name) > 0, "{path}: {name} unreached");
+        }
+        assert_eq!(
+            report.unique_states, unique,
+            "{path}: distinct states changed"
+        );
+    }
+}

@@ -74,7 +74,7 @@ fn the_acceptance_fixture_reproduces_its_table_against_real_redis() {
     for line in [
         "202 accepted",
         "400 bad_signature",
-        "400 unknown_application",
+        "400 tenant_not_allowed",
         "400 material_version_mismatch",
         "facts:        contracts/SIG-014, finance/PAY-014",
         "deliveries:   2 duplicate",

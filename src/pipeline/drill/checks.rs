@@ -118,7 +118,7 @@ pub(super) fn common_checks(
         );
         report.check(
             "conflicts-equal-model",
-            &snapshot.open_conflicts == world.inbox.open_conflicts(),
+            snapshot.open_conflicts == world.inbox.open_conflicts(),
             format!(
                 "{} open conflicts, the model {}",
                 snapshot.open_conflicts.len(),
@@ -127,7 +127,7 @@ pub(super) fn common_checks(
         );
         report.check(
             "late-equal-model",
-            &snapshot.late == world.inbox.late_mismatches(),
+            snapshot.late == world.inbox.late_mismatches(),
             format!(
                 "{} late mismatches, the model {}",
                 snapshot.late.len(),

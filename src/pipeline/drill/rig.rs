@@ -33,10 +33,7 @@ pub fn requests(seed: u64, count: usize, now: i64) -> (Applications, Vec<PostedR
                 tenant_id: "drill".into(),
                 application_id: format!("app-{index}"),
             },
-            Application {
-                business_key: format!("BK-{index}"),
-                material_version: 1,
-            },
+            Application::active(format!("BK-{index}"), 1),
         );
     }
     let sent_at = rfc3339(now);
@@ -113,24 +110,7 @@ pub fn requests(seed: u64, count: usize, now: i64) -> (Applications, Vec<PostedR
 
 /// Unix seconds as RFC 3339 UTC (`2024-06-03T09:00:00Z`).
 pub fn rfc3339(seconds: i64) -> String {
-    let days = seconds.div_euclid(86_400);
-    let rest = seconds.rem_euclid(86_400);
-    // Days to a civil date (proleptic Gregorian), after H. Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    crate::harness::timestamp::format_rfc3339(seconds)
 }
 
 fn keys() -> BTreeMap<Source, Vec<Secret>> {
@@ -147,6 +127,7 @@ pub fn model(apps: &Applications, requests: &[PostedRequest], max_deliveries: u3
         config: IngressConfig::new(keys()),
         requests: requests.iter().map(|r| (r.number, r.clone())).collect(),
         max_deliveries,
+        quarantine_seconds: crate::facts::operator::DEFAULT_QUARANTINE_SECONDS,
         mutant: None,
     };
     let mut world = World::initial(apps.clone());
@@ -208,7 +189,7 @@ pub async fn rig(
     let options = ServeOptions {
         listen: "127.0.0.1:0".parse().expect("address"),
         db,
-        keys: keys(),
+        keys: IngressConfig::new(keys()).keys,
         redis_url: redis_url.to_owned(),
         names,
         consumers: 0,
