@@ -51,10 +51,10 @@ impl RedisArgs {
 /// `arrival pipeline ...`.
 #[derive(Subcommand, Debug)]
 pub enum PipelineCommand {
-    /// Create the inbox database, register a facts fixture's applications and write its
-    /// keys to a keys file.
+    /// Create a new inbox database, register a facts fixture's applications and write its
+    /// keys to a keys file (an existing `--db` is refused).
     Init {
-        /// The inbox database (created).
+        /// The inbox database (created; must not exist).
         #[arg(long, env = "ARRIVAL_DB")]
         db: PathBuf,
         /// A facts fixture whose `applications` and `secrets` to use.
@@ -425,8 +425,67 @@ pub fn run(command: PipelineCommand) -> Outcome {
     }
 }
 
-/// `pipeline init`: the inbox, the fixture's applications, the keys file.
+/// Refuses an init over a file that exists: `init` only ever creates an inbox, because
+/// registering a fixture over an existing one could move an application's material version
+/// backwards and leave its READY mark stale. The message says how to start over.
+fn refuse_existing(db: &Path) -> InputError {
+    let shown = db.display();
+    InputError::invalid(
+        db,
+        "--db",
+        format!(
+            "the file exists; `pipeline init` creates a new inbox and never changes one. \
+             To start over, stop every `pipeline serve` that uses it and delete {shown} \
+             (with {shown}-wal and {shown}-shm if they exist), or give init another path; \
+             to move an application to a newer material version use `arrival pipeline upgrade`"
+        ),
+    )
+}
+
+/// Claims the path for a new inbox: created here, atomically, so two inits (or an init
+/// racing any other writer) cannot both think the file is theirs.
+fn create_new_inbox_file(db: &Path) -> Result<(), Error> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(db)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(refuse_existing(db).into())
+        }
+        Err(source) => Err(InputError::Write {
+            file: db.to_owned(),
+            source,
+        }
+        .into()),
+    }
+}
+
+/// The new inbox: schema and the fixture's applications; on failure the half-made file is
+/// removed, so running init again works.
+fn fill_new_inbox(db: &Path, apps: &crate::facts::application::Applications) -> Result<(), Error> {
+    let filled = pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS)
+        .map_err(|error| env_error(db, error))
+        .and_then(|mut conn| {
+            pstore::put_applications(&mut conn, apps).map_err(|error| env_error(db, error))
+        });
+    if filled.is_err() {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = db.as_os_str().to_owned();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    filled
+}
+
+/// `pipeline init`: a new inbox, the fixture's applications, the keys file. An existing
+/// `--db` is refused (exit 2) and left as it was.
 fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
+    if db.exists() {
+        return Err(refuse_existing(db).into());
+    }
     let text = std::fs::read_to_string(fixture).map_err(|source| InputError::Io {
         file: fixture.to_owned(),
         source,
@@ -434,10 +493,8 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
     let raw: crate::facts::fixture::RawFixture = serde_json::from_str(&text)
         .map_err(|error| InputError::invalid(fixture, "pipeline", error.to_string()))?;
     let scenario = crate::facts::fixture::Scenario::from_raw(fixture, &raw)?;
-    let mut conn =
-        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
-    pstore::put_applications(&mut conn, &scenario.applications)
-        .map_err(|error| env_error(db, error))?;
+    create_new_inbox_file(db)?;
+    fill_new_inbox(db, &scenario.applications)?;
     let keys = serde_json::to_string_pretty(&raw.secrets).expect("keys serialise");
     std::fs::write(keys_out, keys + "\n").map_err(|source| InputError::Write {
         file: keys_out.to_owned(),

@@ -86,13 +86,14 @@ fn mismatch_of(text: &str) -> Mismatch {
     }
 }
 
-/// Registers (or replaces) applications, bumping the version ingress caches against.
+/// Registers new applications, all or none, bumping the version ingress caches against.
+/// An application already there is an error (a constraint violation), never replaced: a
+/// replacement could move its material version backwards behind READY's back.
 pub fn put_applications(conn: &mut Connection, apps: &Applications) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for (key, app) in apps.iter() {
         tx.execute(
-            "INSERT INTO applications VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT DO UPDATE SET business_key = ?3, material_version = ?4",
+            "INSERT INTO applications VALUES (?1, ?2, ?3, ?4)",
             params![
                 key.tenant_id,
                 key.application_id,
