@@ -106,8 +106,9 @@ pub enum PipelineCommand {
             value_parser = clap::value_parser!(u64).range(1..)
         )]
         body_timeout_ms: u64,
-        /// Run a wrong pipeline (a facts mutant's name), for drills.
-        #[arg(long)]
+        /// Refused: `serve` is the production receiver and runs the contract only (mutants
+        /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
+        #[arg(long, hide = true)]
         mutant: Option<String>,
     },
     /// Print the inbox: facts, counters, READY per application.
@@ -509,6 +510,20 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
     Ok(true)
 }
 
+/// `serve --mutant NAME` is refused: one flag must not turn the production receiver into
+/// a wrong one (`ack-before-commit` loses entries).
+fn refuse_mutant(name: &str) -> InputError {
+    InputError::invalid(
+        Path::new("--mutant"),
+        "command line",
+        format!(
+            "`pipeline serve` is the production receiver and runs the contract only; \
+             mutant `{name}` belongs to `arrival pipeline drill ... --mutant {name}` or \
+             `arrival pipeline run FIXTURE --mutant {name}`"
+        ),
+    )
+}
+
 /// `pipeline serve`: ingress and consumers until SIGTERM.
 fn serve(command: PipelineCommand) -> Outcome {
     let PipelineCommand::Serve {
@@ -529,6 +544,9 @@ fn serve(command: PipelineCommand) -> Outcome {
     else {
         unreachable!("serve is called with `pipeline serve`");
     };
+    if let Some(name) = name {
+        return Err(refuse_mutant(&name).into());
+    }
     let keys = ingress::load_keys(&keys)?;
     existing_inbox(&db)?;
     let options = ServeOptions {
@@ -545,7 +563,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
-        mutant: mutant(name.as_deref())?,
+        mutant: None,
         shifted_clock: false,
     };
     runtime()?

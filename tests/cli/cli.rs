@@ -1250,3 +1250,27 @@ fn pipeline_init_refuses_an_existing_inbox_and_leaves_it_as_it_was() {
     assert_status(&output, 2, "init over another file");
     assert_eq!(std::fs::read(&other).unwrap(), b"keep me");
 }
+
+/// `serve` is the production receiver: one flag must not turn it into a wrong one. The
+/// refusal comes before any file is read, and says where mutants belong.
+#[test]
+fn pipeline_serve_refuses_a_mutant_and_says_where_mutants_belong() {
+    let output = arrival(&[
+        "pipeline",
+        "serve",
+        "--db",
+        "/nonexistent/inbox.db",
+        "--keys",
+        "/nonexistent/keys.json",
+        "--mutant",
+        "ack-before-commit",
+    ]);
+    assert_status(&output, 2, "serve --mutant");
+    let message = stderr(&output);
+    assert!(
+        message.contains("--mutant")
+            && message.contains("production")
+            && message.contains("pipeline drill"),
+        "{message}"
+    );
+}
