@@ -338,7 +338,17 @@ impl Consumer {
                 }
             }
         }
+        self.leave_group_if_idle();
         None
+    }
+
+    /// On a graceful stop, removes this consumer from the group when it holds nothing
+    /// pending (its name is unique to this process and will not be used again).
+    fn leave_group_if_idle(&mut self) {
+        let (names, name) = (&self.options.names, &self.options.name);
+        if let Err(error) = stream::leave_group_if_idle(&mut self.redis, names, name) {
+            eprintln!("arrival consumer {name}: could not leave the group: {error}");
+        }
     }
 
     /// One step of a fixture's schedule: `consume` (own pending, else one new entry),

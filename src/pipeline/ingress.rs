@@ -357,8 +357,9 @@ pub async fn start(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let mut consumers = Vec::new();
+    let prefix = process_prefix();
     for index in 1..=options.consumers {
-        let consumer_options = options.consumer(&format!("c{index}"));
+        let consumer_options = options.consumer(&format!("{prefix}-{index}"));
         consumers.push(spawn_consumer(
             consumer_options,
             faults.clone(),
@@ -373,6 +374,26 @@ pub async fn start(
         server,
         consumers,
     })
+}
+
+/// What the consumers of this process are named after: `<hostname>-<pid>`, so several
+/// `serve` processes (on one host or many) can share a group without two of them reading
+/// as one consumer. The host name is kept to letters, digits, `.`, `_` and `-`.
+pub fn process_prefix() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer we own.
+    let named = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let host: String = String::from_utf8_lossy(&buffer[..end])
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .collect();
+    let host = if named && !host.is_empty() {
+        host
+    } else {
+        "host".to_owned()
+    };
+    format!("{host}-{}", std::process::id())
 }
 
 /// Runs one consumer as a blocking task until `stop` (or a kill); a consumer that cannot

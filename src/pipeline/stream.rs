@@ -257,6 +257,68 @@ pub fn pending_range(
         .collect())
 }
 
+/// Removes `consumer` from the group if it holds no pending entry (`XPENDING ... consumer`,
+/// then `XGROUP DELCONSUMER`); `true` when it was removed. A consumer that stopped holds
+/// nothing new between the two commands (no other consumer can hand it an entry), so no
+/// pending entry is lost with it. Unique consumer names per process would otherwise pile up
+/// in the group, one per process ever started.
+pub fn leave_group_if_idle(
+    conn: &mut Connection,
+    names: &Names,
+    consumer: &str,
+) -> RedisResult<bool> {
+    let reply: Value = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg("-")
+        .arg("+")
+        .arg(1)
+        .arg(consumer)
+        .query(conn)?;
+    if matches!(&reply, Value::Array(items) if !items.is_empty()) {
+        return Ok(false);
+    }
+    redis::cmd("XGROUP")
+        .arg("DELCONSUMER")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg(consumer)
+        .query::<Value>(conn)?;
+    Ok(true)
+}
+
+/// The names of the group's consumers (`XINFO CONSUMERS`).
+pub fn consumer_names(conn: &mut Connection, names: &Names) -> RedisResult<Vec<String>> {
+    let reply: Value = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .query(conn)?;
+    let Value::Array(consumers) = reply else {
+        return Ok(Vec::new());
+    };
+    Ok(consumers.iter().filter_map(field_name).collect())
+}
+
+/// The `name` field of one `XINFO` record (a flat array or a map).
+fn field_name(record: &Value) -> Option<String> {
+    let pairs: Vec<(String, &Value)> = match record {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .filter_map(|pair| Some((text(&pair[0])?, pair.get(1)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, v)))
+            .collect(),
+        _ => return None,
+    };
+    pairs
+        .iter()
+        .find(|(k, _)| k == "name")
+        .and_then(|(_, v)| text(v))
+}
+
 /// The delivery count of a pending entry (0 when it is not pending).
 pub fn deliveries(conn: &mut Connection, names: &Names, id: &str) -> RedisResult<u32> {
     Ok(pending_range(conn, names, id, id, 1)?
