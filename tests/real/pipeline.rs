@@ -514,7 +514,11 @@ fn two_serve_processes_on_one_group_read_as_distinct_consumers() {
     let rt = runtime();
     let mut accepted = 0;
     for (index, request) in requests.iter().enumerate() {
-        let addr = if index % 2 == 0 { first_addr } else { second_addr };
+        let addr = if index % 2 == 0 {
+            first_addr
+        } else {
+            second_addr
+        };
         let reply = rt
             .block_on(Client::new(addr).post(
                 request.source.as_deref(),
@@ -543,14 +547,27 @@ fn two_serve_processes_on_one_group_read_as_distinct_consumers() {
     stream::delete_keys(&mut redis, &names).unwrap();
     assert!(accepted > 0);
     assert_eq!(store::verdict_count(&conn).unwrap(), accepted);
-    assert_eq!(consumers.len(), 2, "two processes, two consumers: {consumers:?}");
+    assert_eq!(
+        consumers.len(),
+        2,
+        "two processes, two consumers: {consumers:?}"
+    );
     for (child, pid) in [("first", first.id()), ("second", second.id())] {
         assert!(
-            consumers.iter().any(|name| name.ends_with(&format!("-{pid}-1"))),
+            consumers
+                .iter()
+                .any(|name| name.ends_with(&format!("-{pid}-1"))),
             "the {child} serve's consumer is named after its pid {pid}: {consumers:?}"
         );
     }
-    assert_eq!(stopped, [true, true], "SIGTERM stops each serve with exit 0");
+    assert_eq!(
+        stopped,
+        [true, true],
+        "SIGTERM stops each serve with exit 0"
+    );
     assert_eq!(pending, 0);
-    assert!(left.is_empty(), "idle consumers leave the group on a graceful stop: {left:?}");
+    assert!(
+        left.is_empty(),
+        "idle consumers leave the group on a graceful stop: {left:?}"
+    );
 }
