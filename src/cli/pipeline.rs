@@ -348,7 +348,8 @@ fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
 /// mistyped path, or another file (empty, or a database of something else), is bad input
 /// (exit 2) rather than becoming a new, empty inbox with no applications registered. An
 /// inbox is a SQLite database with the `applications` table; the check opens the file
-/// without the right to create it and only reads.
+/// without the right to create it and only reads. An inbox written by a newer arrival
+/// (a schema version this build does not know) is bad input too.
 fn existing_inbox(db: &Path) -> Result<(), InputError> {
     use rusqlite::OpenFlags;
     let refuse = |what: String| {
@@ -364,28 +365,30 @@ fn existing_inbox(db: &Path) -> Result<(), InputError> {
     if !db.exists() {
         return Err(refuse(format!("no inbox at {}", db.display())));
     }
-    let tables = rusqlite::Connection::open_with_flags(
+    let version = rusqlite::Connection::open_with_flags(
         db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .and_then(|conn| {
-        conn.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'applications'",
-            [],
-            |row| row.get::<_, i64>(0),
-        )
-    })
+    .and_then(|conn| crate::pipeline::schema::version(&conn))
     .map_err(|error| {
         refuse(format!(
             "{} is not an arrival inbox ({error})",
             db.display()
         ))
     })?;
-    if tables == 0 {
+    if version == 0 {
         return Err(refuse(format!(
             "{} is not an arrival inbox (it has no applications table)",
             db.display()
         )));
+    }
+    let known = crate::pipeline::schema::CURRENT;
+    if version > known {
+        let newer = crate::pipeline::schema::SchemaError::Newer {
+            found: version,
+            known,
+        };
+        return Err(InputError::invalid(db, "--db", newer.to_string()));
     }
     Ok(())
 }

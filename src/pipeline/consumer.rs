@@ -121,6 +121,9 @@ pub enum ConsumerError {
     /// The inbox database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The inbox's schema could not be brought to this build's version.
+    #[error("{0}")]
+    Schema(#[from] super::schema::SchemaError),
 }
 
 /// A connected consumer.

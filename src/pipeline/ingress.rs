@@ -287,6 +287,9 @@ pub enum PipelineError {
     /// The inbox database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The inbox's schema could not be brought to this build's version.
+    #[error("{0}")]
+    Schema(#[from] super::schema::SchemaError),
     /// Socket or file trouble.
     #[error("{0}")]
     Io(#[from] std::io::Error),

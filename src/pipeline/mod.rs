@@ -5,7 +5,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | the inbox in SQLite: schema, one `BEGIN IMMEDIATE` transaction per batch, snapshots |
+//! | [`store`] | the inbox in SQLite: one `BEGIN IMMEDIATE` transaction per batch, snapshots |
+//! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
@@ -20,5 +21,6 @@ pub mod drill;
 pub mod ingress;
 pub mod load;
 pub mod run;
+pub mod schema;
 pub mod store;
 pub mod stream;

@@ -3,12 +3,13 @@
 //! counters and one verdict row per stream entry. A batch of entries is decided by
 //! [`facts::inbox::consume`](crate::facts::inbox::consume) inside ONE `BEGIN IMMEDIATE`
 //! transaction: the part of the inbox each decision needs is loaded, decided on, and
-//! written back.
+//! written back. The schema and its migrations are [`schema`]'s.
 
 use crate::facts::application::{AppKey, Application, Applications, Mismatch};
 use crate::facts::envelope::{Envelope, FactId, Source};
 use crate::facts::inbox::{Counters, Inbox, LateMismatch, Verdict};
 use crate::facts::mutants::{consume_under, upgrade_refreshes_ready, Mutant};
+use super::schema::{self, SchemaError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -17,44 +18,15 @@ use std::time::Duration;
 /// The default busy timeout: how long a writer waits for the lock.
 pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS applications(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  business_key TEXT NOT NULL, material_version INTEGER NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS facts(
-  source TEXT NOT NULL, event_id TEXT NOT NULL,
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  canonical TEXT NOT NULL, entry TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, source, event_id));
-CREATE INDEX IF NOT EXISTS facts_by_application ON facts(tenant_id, application_id);
-CREATE TABLE IF NOT EXISTS evidence(
-  canonical TEXT PRIMARY KEY, source TEXT NOT NULL, event_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS late_mismatches(
-  source TEXT NOT NULL, event_id TEXT NOT NULL, tenant_id TEXT NOT NULL,
-  application_id TEXT NOT NULL, material_version INTEGER NOT NULL, mismatch TEXT NOT NULL,
-  PRIMARY KEY (source, event_id, tenant_id, application_id, material_version, mismatch));
-CREATE TABLE IF NOT EXISTS open_conflicts(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS ready(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS verdicts(
-  entry TEXT PRIMARY KEY, verdict TEXT NOT NULL, processings INTEGER NOT NULL,
-  received_ms INTEGER, committed_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-";
-
-/// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, the
-/// schema.
-pub fn open(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
+/// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, and
+/// the schema brought to the current version ([`schema::migrate`]); an inbox written by a
+/// newer arrival is refused.
+pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection, SchemaError> {
+    let mut conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.execute_batch(SCHEMA)?;
+    schema::migrate(&mut conn)?;
     Ok(conn)
 }
 
