@@ -5,7 +5,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | the inbox in SQLite: one `BEGIN IMMEDIATE` transaction per batch, snapshots |
+//! | [`store`] | the inbox in SQLite: the parts one decision loads and writes back, the upgrade, snapshots |
+//! | [`batch`] | one batch's `BEGIN IMMEDIATE` transaction, each entry under its own savepoint: an undecidable entry is rolled back and recorded, the rest decided |
 //! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
@@ -15,6 +16,7 @@
 //! | [`drill`] | the drills, one file each (`kill`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end) and the end checks they share (`checks`) |
 //! | [`load`] | the load generator: requests/s and request-to-commit latency |
 
+pub mod batch;
 pub mod client;
 pub mod consumer;
 pub mod drill;

@@ -1,15 +1,15 @@
 //! The durable inbox in one SQLite file: the applications, the facts keyed by
 //! `(tenant_id, source, event_id)`, conflict evidence, late mismatches, open conflicts, READY marks,
-//! counters and one verdict row per stream entry. A batch of entries is decided by
-//! [`facts::inbox::consume`](crate::facts::inbox::consume) inside ONE `BEGIN IMMEDIATE`
-//! transaction: the part of the inbox each decision needs is loaded, decided on, and
-//! written back. The schema and its migrations are [`schema`]'s.
+//! counters and one verdict row per stream entry: how the part of the inbox one decision
+//! needs is loaded and written back, the operator's upgrade, and the snapshots reports
+//! read. A batch's transaction is [`batch`](super::batch)'s; the schema and its migrations
+//! are [`schema`]'s.
 
+use super::schema::{self, SchemaError};
 use crate::facts::application::{AppKey, Application, Applications, Mismatch};
 use crate::facts::envelope::{Envelope, FactId, Source};
-use crate::facts::inbox::{Counters, Inbox, LateMismatch, Verdict};
-use crate::facts::mutants::{consume_under, upgrade_refreshes_ready, Mutant};
-use super::schema::{self, SchemaError};
+use crate::facts::inbox::{Counters, Inbox, LateMismatch};
+use crate::facts::mutants::{upgrade_refreshes_ready, Mutant};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -167,7 +167,7 @@ fn has_key(conn: &Connection, table: &str, key: &AppKey) -> rusqlite::Result<boo
 /// The part of the inbox a decision on `envelope` (or an upgrade of `keys`) needs: the
 /// applications named, their facts, the fact already filed under the envelope's identity,
 /// their open conflicts and READY marks, and the counters.
-fn load(
+pub(super) fn load(
     conn: &Connection,
     keys: &BTreeSet<AppKey>,
     identity: Option<&FactId>,
@@ -253,7 +253,7 @@ fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>
 
 /// Writes back what a decision changed: new facts, evidence, late mismatches, conflicts,
 /// the READY marks of the applications loaded, the counters.
-fn write_back(
+pub(super) fn write_back(
     conn: &Connection,
     inbox: &Inbox,
     loaded: &BTreeSet<AppKey>,
@@ -321,71 +321,11 @@ fn write_back(
     Ok(())
 }
 
-/// One stream entry to decide.
-#[derive(Clone, Debug)]
-pub struct Item {
-    /// The stream entry id.
-    pub entry: String,
-    /// Its envelope.
-    pub envelope: Envelope,
-    /// When ingress received it (Unix milliseconds), if the entry says.
-    pub received_ms: Option<i64>,
-}
-
-/// A batch's transaction, begun: every item decided, not yet committed. Dropping it rolls
-/// back.
-pub struct Decided<'c> {
-    tx: rusqlite::Transaction<'c>,
-    /// Each item's verdict, in order.
-    pub verdicts: Vec<Verdict>,
-}
-
-impl Decided<'_> {
-    /// Commits the batch.
-    pub fn commit(self) -> rusqlite::Result<()> {
-        self.tx.commit()
-    }
-}
-
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
-
-/// Decides every item of a batch in one `BEGIN IMMEDIATE` transaction and returns it
-/// uncommitted, so the caller commits (and only then acknowledges).
-pub fn decide<'c>(
-    conn: &'c mut Connection,
-    mutant: Option<Mutant>,
-    items: &[Item],
-) -> rusqlite::Result<Decided<'c>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut verdicts = Vec::with_capacity(items.len());
-    for item in items {
-        let keys = BTreeSet::from([AppKey::of(&item.envelope)]);
-        let (apps, mut inbox, loaded) = load(&tx, &keys, Some(&item.envelope.fact_id()))?;
-        let seen = tx
-            .prepare_cached("SELECT 1 FROM verdicts WHERE entry = ?1")?
-            .query_row([&item.entry], |_| Ok(()))
-            .optional()?
-            .is_some();
-        let verdict = consume_under(mutant, &mut inbox, &apps, &item.envelope, seen);
-        write_back(&tx, &inbox, &loaded, &item.entry)?;
-        tx.prepare_cached(
-            "INSERT INTO verdicts VALUES (?1, ?2, 1, ?3, ?4)
-             ON CONFLICT DO UPDATE SET processings = processings + 1",
-        )?
-        .execute(params![
-            item.entry,
-            verdict.as_str(),
-            item.received_ms,
-            now_ms()
-        ])?;
-        verdicts.push(verdict);
-    }
-    Ok(Decided { tx, verdicts })
 }
 
 /// A material upgrade in one transaction: the application's version moves forward and its

@@ -27,9 +27,21 @@ impl Names {
         format!("{}:dead:ids", self.stream)
     }
 
+    /// The hash of entry id -> deliveries that met an infrastructure failure (the inbox
+    /// could not be opened, written or committed): `<stream>:infra`. Redis counts every
+    /// delivery; these are subtracted, so they never count toward an entry's poison budget.
+    pub fn infra(&self) -> String {
+        format!("{}:infra", self.stream)
+    }
+
     /// Every key this pipeline writes.
-    pub fn keys(&self) -> [String; 3] {
-        [self.stream.clone(), self.dead_letter(), self.dead_ids()]
+    pub fn keys(&self) -> [String; 4] {
+        [
+            self.stream.clone(),
+            self.dead_letter(),
+            self.dead_ids(),
+            self.infra(),
+        ]
     }
 }
 
@@ -342,45 +354,116 @@ pub fn pending_count(conn: &mut Connection, names: &Names) -> RedisResult<usize>
     })
 }
 
-/// `XACK key group id...`.
+/// `XACK key group id...`, and the acknowledged ids' infrastructure counts dropped
+/// (`HDEL`), in one round trip.
 pub fn ack(conn: &mut Connection, names: &Names, ids: &[String]) -> RedisResult<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    redis::cmd("XACK")
+    redis::pipe()
+        .cmd("XACK")
         .arg(&names.stream)
         .arg(&names.group)
         .arg(ids)
-        .query::<Value>(conn)
-        .map(|_| ())
+        .ignore()
+        .cmd("HDEL")
+        .arg(names.infra())
+        .arg(ids)
+        .ignore()
+        .query::<()>(conn)
+}
+
+/// Counts one delivery of each of `ids` as met by an infrastructure failure (`HINCRBY`).
+pub fn note_infrastructure(
+    conn: &mut Connection,
+    names: &Names,
+    ids: &[String],
+) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("HINCRBY")
+            .arg(names.infra())
+            .arg(id)
+            .arg(1)
+            .ignore();
+    }
+    pipe.query::<()>(conn)
+}
+
+/// How many deliveries of `id` met an infrastructure failure.
+pub fn infrastructure_deliveries(
+    conn: &mut Connection,
+    names: &Names,
+    id: &str,
+) -> RedisResult<u32> {
+    let count: Option<u32> = redis::cmd("HGET").arg(names.infra()).arg(id).query(conn)?;
+    Ok(count.unwrap_or(0))
 }
 
 const DEAD_LETTER_SCRIPT: &str = r"
 if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
-  redis.call('XADD', KEYS[2], '*', 'entry', ARGV[1], 'reason', ARGV[2], 'source', ARGV[3], 'body', ARGV[4])
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 end
-return redis.call('XACK', KEYS[1], ARGV[5], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
 ";
 
-/// Copies an entry to the dead-letter stream with its reason (once per original id, even
-/// when delivered again after a crash) and acknowledges it, atomically.
+/// What a dead letter says about its entry besides the entry's own fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// `unparseable` or `undecidable`.
+    pub category: &'static str,
+    /// The deliveries that counted toward the budget (infrastructure failures left out).
+    pub deliveries: u32,
+    /// Every delivery, as Redis counted them.
+    pub redis_deliveries: u32,
+    /// The error text.
+    pub reason: String,
+    /// `(tenant_id, event_id)` when the entry parsed (the source is the entry's `source`).
+    pub identity: Option<(String, String)>,
+}
+
+/// Copies an entry to the dead-letter stream (once per original id, even when delivered
+/// again after a crash) with `entry`, `category`, `deliveries`, `redis_deliveries`,
+/// `reason`, `source`, `body` and, when it parsed, `tenant_id` and `event_id`; drops its
+/// infrastructure count and acknowledges it; all atomically.
 pub fn dead_letter(
     conn: &mut Connection,
     names: &Names,
     entry: &RawEntry,
-    reason: &str,
+    letter: &DeadLetter,
 ) -> RedisResult<()> {
-    redis::Script::new(DEAD_LETTER_SCRIPT)
+    let script = redis::Script::new(DEAD_LETTER_SCRIPT);
+    let mut invocation = script.prepare_invoke();
+    invocation
         .key(&names.stream)
         .key(names.dead_letter())
         .key(names.dead_ids())
+        .key(names.infra())
         .arg(&entry.id)
-        .arg(reason)
-        .arg(entry.field("source").unwrap_or_default())
-        .arg(entry.field("body").unwrap_or_default())
         .arg(&names.group)
-        .invoke::<Value>(conn)
-        .map(|_| ())
+        .arg("entry")
+        .arg(&entry.id)
+        .arg("category")
+        .arg(letter.category)
+        .arg("deliveries")
+        .arg(letter.deliveries)
+        .arg("redis_deliveries")
+        .arg(letter.redis_deliveries)
+        .arg("reason")
+        .arg(&letter.reason)
+        .arg("source")
+        .arg(entry.field("source").unwrap_or_default())
+        .arg("body")
+        .arg(entry.field("body").unwrap_or_default());
+    if let Some((tenant_id, event_id)) = &letter.identity {
+        invocation
+            .arg("tenant_id")
+            .arg(tenant_id)
+            .arg("event_id")
+            .arg(event_id);
+    }
+    invocation.invoke::<Value>(conn).map(|_| ())
 }
 
 /// Every entry of a stream, in order.

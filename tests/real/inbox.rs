@@ -5,7 +5,7 @@
 use crate::util::{root, temp_dir, ARRIVAL};
 use arrival::facts::envelope::{Envelope, Source};
 use arrival::facts::inbox::Verdict;
-use arrival::pipeline::{schema, store};
+use arrival::pipeline::{batch, schema, store};
 use std::path::Path;
 use std::process::Command;
 
@@ -63,13 +63,13 @@ fn a_version_1_inbox_is_migrated_in_place_and_keeps_what_it_held() {
     // The migrated inbox still decides on what it held: the stored payment delivered again
     // under a new entry is a duplicate of it, not a second fact.
     let envelope = Envelope::parse(snapshot.facts[0].2.as_bytes(), Source::Finance).unwrap();
-    let item = store::Item {
+    let item = batch::Item {
         entry: "1714557700000-0".into(),
         envelope,
         received_ms: None,
     };
-    let decided = store::decide(&mut conn, None, &[item]).unwrap();
-    assert_eq!(decided.verdicts, [Verdict::Duplicate]);
+    let decided = batch::decide(&mut conn, None, &[item], &|_| None).unwrap();
+    assert_eq!(decided.outcomes, [Ok(Verdict::Duplicate)]);
     decided.commit().unwrap();
     drop(conn);
     let again = store::open(&path, 5_000).unwrap();

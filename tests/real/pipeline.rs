@@ -13,7 +13,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn redis_url() -> String {
+/// The Redis the tests use; fails, saying what to start, when none answers.
+pub fn redis_url() -> String {
     let url =
         std::env::var("ARRIVAL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let reachable = stream::connect(&url, Duration::from_secs(2))
