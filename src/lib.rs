@@ -22,7 +22,7 @@
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
 //! | [`facts`] | the application-facts protocol: signed envelopes, ingress checks, the inbox and READY, the pipeline's world, properties, mutants, replay, model |
 //! | [`store`] | the durable card receiver: the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), split by job into the store and its types, the row codec, the partial-receiver loading and one decision's transaction; `arrival store` commands, crash and concurrency drills ([`store::drill`]: shared setup, crash, concurrent, the check against the contract's replay) |
-//! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox, fixture runner, drills (one file per drill in [`pipeline::drill`]), load generator (all the I/O of `facts`) |
+//! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox (its schema under versioned migrations, [`pipeline::schema`]), fixture runner, drills (one file per drill in [`pipeline::drill`]), load generator (all the I/O of `facts`) |
 //! | [`cli`] | the `arrival` command line: every subcommand's clap definition and dispatch, the protocol registry ([`cli::protocols`]), the exit statuses ([`cli::Exit`]) and the one error type that keeps bad input apart from a failing environment ([`cli::Error`]); clap belongs here, not in the library modules |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):

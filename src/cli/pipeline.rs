@@ -51,10 +51,10 @@ impl RedisArgs {
 /// `arrival pipeline ...`.
 #[derive(Subcommand, Debug)]
 pub enum PipelineCommand {
-    /// Create the inbox database, register a facts fixture's applications and write its
-    /// keys to a keys file.
+    /// Create a new inbox database, register a facts fixture's applications and write its
+    /// keys to a keys file (an existing `--db` is refused).
     Init {
-        /// The inbox database (created).
+        /// The inbox database (created; must not exist).
         #[arg(long, env = "ARRIVAL_DB")]
         db: PathBuf,
         /// A facts fixture whose `applications` and `secrets` to use.
@@ -106,8 +106,9 @@ pub enum PipelineCommand {
             value_parser = clap::value_parser!(u64).range(1..)
         )]
         body_timeout_ms: u64,
-        /// Run a wrong pipeline (a facts mutant's name), for drills.
-        #[arg(long)]
+        /// Refused: `serve` is the production receiver and runs the contract only (mutants
+        /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
+        #[arg(long, hide = true)]
         mutant: Option<String>,
     },
     /// Print the inbox: facts, counters, READY per application.
@@ -347,7 +348,8 @@ fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
 /// mistyped path, or another file (empty, or a database of something else), is bad input
 /// (exit 2) rather than becoming a new, empty inbox with no applications registered. An
 /// inbox is a SQLite database with the `applications` table; the check opens the file
-/// without the right to create it and only reads.
+/// without the right to create it and only reads. An inbox written by a newer arrival
+/// (a schema version this build does not know) is bad input too.
 fn existing_inbox(db: &Path) -> Result<(), InputError> {
     use rusqlite::OpenFlags;
     let refuse = |what: String| {
@@ -363,28 +365,30 @@ fn existing_inbox(db: &Path) -> Result<(), InputError> {
     if !db.exists() {
         return Err(refuse(format!("no inbox at {}", db.display())));
     }
-    let tables = rusqlite::Connection::open_with_flags(
+    let version = rusqlite::Connection::open_with_flags(
         db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .and_then(|conn| {
-        conn.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'applications'",
-            [],
-            |row| row.get::<_, i64>(0),
-        )
-    })
+    .and_then(|conn| crate::pipeline::schema::version(&conn))
     .map_err(|error| {
         refuse(format!(
             "{} is not an arrival inbox ({error})",
             db.display()
         ))
     })?;
-    if tables == 0 {
+    if version == 0 {
         return Err(refuse(format!(
             "{} is not an arrival inbox (it has no applications table)",
             db.display()
         )));
+    }
+    let known = crate::pipeline::schema::CURRENT;
+    if version > known {
+        let newer = crate::pipeline::schema::SchemaError::Newer {
+            found: version,
+            known,
+        };
+        return Err(InputError::invalid(db, "--db", newer.to_string()));
     }
     Ok(())
 }
@@ -425,8 +429,67 @@ pub fn run(command: PipelineCommand) -> Outcome {
     }
 }
 
-/// `pipeline init`: the inbox, the fixture's applications, the keys file.
+/// Refuses an init over a file that exists: `init` only ever creates an inbox, because
+/// registering a fixture over an existing one could move an application's material version
+/// backwards and leave its READY mark stale. The message says how to start over.
+fn refuse_existing(db: &Path) -> InputError {
+    let shown = db.display();
+    InputError::invalid(
+        db,
+        "--db",
+        format!(
+            "the file exists; `pipeline init` creates a new inbox and never changes one. \
+             To start over, stop every `pipeline serve` that uses it and delete {shown} \
+             (with {shown}-wal and {shown}-shm if they exist), or give init another path; \
+             to move an application to a newer material version use `arrival pipeline upgrade`"
+        ),
+    )
+}
+
+/// Claims the path for a new inbox: created here, atomically, so two inits (or an init
+/// racing any other writer) cannot both think the file is theirs.
+fn create_new_inbox_file(db: &Path) -> Result<(), Error> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(db)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(refuse_existing(db).into())
+        }
+        Err(source) => Err(InputError::Write {
+            file: db.to_owned(),
+            source,
+        }
+        .into()),
+    }
+}
+
+/// The new inbox: schema and the fixture's applications; on failure the half-made file is
+/// removed, so running init again works.
+fn fill_new_inbox(db: &Path, apps: &crate::facts::application::Applications) -> Result<(), Error> {
+    let filled = pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS)
+        .map_err(|error| env_error(db, error))
+        .and_then(|mut conn| {
+            pstore::put_applications(&mut conn, apps).map_err(|error| env_error(db, error))
+        });
+    if filled.is_err() {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = db.as_os_str().to_owned();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    filled
+}
+
+/// `pipeline init`: a new inbox, the fixture's applications, the keys file. An existing
+/// `--db` is refused (exit 2) and left as it was.
 fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
+    if db.exists() {
+        return Err(refuse_existing(db).into());
+    }
     let text = std::fs::read_to_string(fixture).map_err(|source| InputError::Io {
         file: fixture.to_owned(),
         source,
@@ -434,12 +497,17 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
     let raw: crate::facts::fixture::RawFixture = serde_json::from_str(&text)
         .map_err(|error| InputError::invalid(fixture, "pipeline", error.to_string()))?;
     let scenario = crate::facts::fixture::Scenario::from_raw(fixture, &raw)?;
-    let mut conn =
-        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
-    pstore::put_applications(&mut conn, &scenario.applications)
-        .map_err(|error| env_error(db, error))?;
-    let keys = serde_json::to_string_pretty(&raw.secrets).expect("keys serialise");
-    std::fs::write(keys_out, keys + "\n").map_err(|source| InputError::Write {
+    create_new_inbox_file(db)?;
+    fill_new_inbox(db, &scenario.applications)?;
+    let file = if raw.keys.is_empty() {
+        ingress::KeysFile::Secrets(raw.secrets.clone())
+    } else {
+        ingress::KeysFile::Keys {
+            keys: raw.keys.clone(),
+        }
+    };
+    let keys = serde_json::to_string_pretty(&file).expect("keys serialise");
+    write_private(keys_out, &(keys + "\n")).map_err(|source| InputError::Write {
         file: keys_out.to_owned(),
         source,
     })?;
@@ -450,6 +518,31 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
         keys_out.display()
     );
     Ok(true)
+}
+
+/// Writes a file only its owner can read (mode 0600 on Unix): a keys file holds secrets.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())
+}
+
+/// `serve --mutant NAME` is refused: one flag must not turn the production receiver into
+/// a wrong one (`ack-before-commit` loses entries).
+fn refuse_mutant(name: &str) -> InputError {
+    InputError::invalid(
+        Path::new("--mutant"),
+        "command line",
+        format!(
+            "`pipeline serve` is the production receiver and runs the contract only; \
+             mutant `{name}` belongs to `arrival pipeline drill ... --mutant {name}` or \
+             `arrival pipeline run FIXTURE --mutant {name}`"
+        ),
+    )
 }
 
 /// `pipeline serve`: ingress and consumers until SIGTERM.
@@ -472,7 +565,10 @@ fn serve(command: PipelineCommand) -> Outcome {
     else {
         unreachable!("serve is called with `pipeline serve`");
     };
-    let keys = crate::facts::ingress::IngressConfig::new(ingress::load_keys(&keys)?).keys;
+    if let Some(name) = name {
+        return Err(refuse_mutant(&name).into());
+    }
+    let keys = ingress::load_keys(&keys)?;
     existing_inbox(&db)?;
     let options = ServeOptions {
         listen,
@@ -488,7 +584,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
-        mutant: mutant(name.as_deref())?,
+        mutant: None,
         shifted_clock: false,
     };
     runtime()?

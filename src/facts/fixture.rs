@@ -619,13 +619,23 @@ fn labels(applications: &Applications) -> BTreeMap<AppKey, String> {
         .collect()
 }
 
-type Keys = BTreeMap<Source, Vec<Key>>;
+/// Keys by source.
+pub type Keys = BTreeMap<Source, Vec<Key>>;
 
 /// The fixture's keys: version 1's `secrets` and contract v2's `keys`, ids unique, no
 /// secret used twice by one source.
 fn typed_keys(raw: &RawFixture) -> Result<Keys, (String, String)> {
+    keys_from(&raw.secrets, &raw.keys)
+}
+
+/// Keys as a fixture or a keys file writes them (version 1's `secrets` map, contract v2's
+/// `keys` list, or both), validated; the error names the place and the problem.
+pub fn keys_from(
+    secrets: &BTreeMap<Source, Vec<String>>,
+    raw_keys: &[RawKey],
+) -> Result<Keys, (String, String)> {
     let mut keys: Keys = BTreeMap::new();
-    for (source, secrets) in &raw.secrets {
+    for (source, secrets) in secrets {
         for (at, text) in secrets.iter().enumerate() {
             let place = format!("secrets.{source}[{at}]");
             let secret = Secret::from_config(text).map_err(|message| (place, message))?;
@@ -633,7 +643,7 @@ fn typed_keys(raw: &RawFixture) -> Result<Keys, (String, String)> {
             keys.entry(*source).or_default().push(key);
         }
     }
-    for (at, raw_key) in raw.keys.iter().enumerate() {
+    for (at, raw_key) in raw_keys.iter().enumerate() {
         let place = |field: &str| format!("keys[{at}].{field}");
         let secret =
             Secret::from_config(&raw_key.secret).map_err(|message| (place("secret"), message))?;

@@ -1,16 +1,19 @@
 //! A consumer of the group: reads its own pending entries first (`0`), then takes over
 //! entries idle longer than `min_idle` (`XAUTOCLAIM`), then reads new ones (`>`); decides a
-//! batch in one inbox transaction and acknowledges it only after the commit; retries an
-//! entry it cannot process until `max_deliveries`, then dead-letters it.
+//! batch entry by entry in one inbox transaction and acknowledges the decided entries only
+//! after the commit; retries an entry it cannot process (unparseable, or undecidable while
+//! the inbox works) until its budget of `max_deliveries` is spent, then dead-letters it. A
+//! delivery that met an infrastructure failure is noted and never counts toward a budget.
 //!
 //! Faults are injected through [`Faults`]: a consumer asked to die at a [`Point`] stops
 //! there, exactly as a killed process would (an uncommitted transaction is rolled back, an
 //! unacknowledged entry stays pending).
 
-use super::store::{self, Item};
+use super::batch::{self, Item};
+use super::store;
 use super::stream::{self, Names, RawEntry};
 use crate::facts::envelope::{Envelope, Source};
-use crate::facts::inbox::{on_unprocessable, PoisonAction, PoisonCategory};
+use crate::facts::inbox::{on_unprocessable, PoisonAction};
 use crate::facts::mutants::Mutant;
 use crate::facts::world::{unprocessable_reason, Decision};
 use serde::{Deserialize, Serialize};
@@ -36,10 +39,18 @@ impl Point {
     pub const ALL: [Point; 3] = [Point::BeforeCommit, Point::AfterCommit, Point::MidBatch];
 }
 
-/// Decides whether a consumer dies at a point (tests and drills inject kills here).
+/// Decides whether a consumer dies at a point, and whether an entry's decision fails
+/// (tests and drills inject faults here; `serve` always runs [`NoFaults`], so no command
+/// line reaches them).
 pub trait Faults: Send + Sync {
     /// Whether `consumer` dies at `point` while handling a batch of `batch` entries.
     fn kill_at(&self, consumer: &str, point: Point, batch: usize) -> bool;
+
+    /// The reason deciding `item` must fail, making it undecidable (a test names the entry,
+    /// say by its event id); `None` decides it. Never a production fault.
+    fn fail_decision(&self, _item: &Item) -> Option<String> {
+        None
+    }
 }
 
 /// No faults: the production consumer.
@@ -103,6 +114,17 @@ pub struct Outcome {
     pub acknowledged: bool,
 }
 
+impl Outcome {
+    /// An entry not decided (yet) and not acknowledged.
+    fn new(entry: &str) -> Outcome {
+        Outcome {
+            entry: entry.to_owned(),
+            decision: None,
+            acknowledged: false,
+        }
+    }
+}
+
 /// A batch handled, or cut short by a kill.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchResult {
@@ -121,6 +143,9 @@ pub enum ConsumerError {
     /// The inbox database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The inbox's schema could not be brought to this build's version.
+    #[error("{0}")]
+    Schema(#[from] super::schema::SchemaError),
 }
 
 /// A connected consumer.
@@ -203,112 +228,196 @@ impl Consumer {
         self.faults.kill_at(&self.options.name, point, batch)
     }
 
-    /// Handles a batch: every valid envelope decided in ONE transaction, committed, then
-    /// acknowledged; each unprocessable entry retried or dead-lettered.
+    /// Handles a batch. The entries that parse are decided in ONE transaction, each under
+    /// its own savepoint ([`batch::decide`]), committed, and then the decided ones are
+    /// acknowledged. An entry that does not parse, or whose decision failed, is judged by
+    /// its budget (see `judge`): retried, or dead-lettered and acknowledged. If the
+    /// inbox fails, nothing is kept or acknowledged, this delivery of every entry of the
+    /// batch is noted as an infrastructure failure (it never counts toward a budget), and the
+    /// error is returned for the caller to back off.
     pub fn handle(&mut self, entries: &[RawEntry]) -> Result<BatchResult, ConsumerError> {
-        let mut items = Vec::new();
-        let mut bad = Vec::new();
-        for entry in entries {
-            match parse(entry) {
-                Ok(item) => items.push(item),
-                Err(reason) => bad.push((entry, reason)),
-            }
-        }
-        let ids: Vec<String> = items.iter().map(|item| item.entry.clone()).collect();
-        let mut outcomes: Vec<Outcome> = ids
-            .iter()
-            .map(|id| Outcome {
-                entry: id.clone(),
-                decision: None,
-                acknowledged: false,
-            })
-            .collect();
-        let names = self.options.names.clone();
+        let (raws, items, unparseable) = split(entries);
+        let mut batch = BatchResult {
+            outcomes: items.iter().map(|item| Outcome::new(&item.entry)).collect(),
+            killed: None,
+        };
         let early_ack = self.options.mutant == Some(Mutant::AckBeforeCommit);
         if early_ack {
-            stream::ack(&mut self.redis, &names, &ids)?;
-            outcomes.iter_mut().for_each(|o| o.acknowledged = true);
+            let ids: Vec<String> = items.iter().map(|item| item.entry.clone()).collect();
+            stream::ack(&mut self.redis, &self.options.names, &ids)?;
+            batch
+                .outcomes
+                .iter_mut()
+                .for_each(|o| o.acknowledged = true);
         }
+        let mut failures = Vec::new();
         if !items.is_empty() {
-            let n = items.len();
-            let faults = self.faults.clone();
-            let me = self.options.name.clone();
-            let decided = store::decide(&mut self.db, self.options.mutant, &items)?;
-            let verdicts = decided.verdicts.clone();
-            if faults.kill_at(&me, Point::BeforeCommit, n) {
-                drop(decided);
-                return Ok(BatchResult {
-                    outcomes,
-                    killed: Some(Point::BeforeCommit),
-                });
-            }
-            decided.commit()?;
-            for (outcome, verdict) in outcomes.iter_mut().zip(verdicts) {
-                outcome.decision = Some(Decision::Verdict(verdict));
-            }
-            if self.kill(Point::AfterCommit, n) {
-                return Ok(BatchResult {
-                    outcomes,
-                    killed: Some(Point::AfterCommit),
-                });
-            }
-            if n > 1 && self.kill(Point::MidBatch, n) {
-                let half = n / 2;
-                if !early_ack {
-                    stream::ack(&mut self.redis, &names, &ids[..half])?;
-                    outcomes[..half]
-                        .iter_mut()
-                        .for_each(|o| o.acknowledged = true);
-                }
-                return Ok(BatchResult {
-                    outcomes,
-                    killed: Some(Point::MidBatch),
-                });
-            }
-            if !early_ack {
-                stream::ack(&mut self.redis, &names, &ids)?;
-                outcomes.iter_mut().for_each(|o| o.acknowledged = true);
-            }
-        }
-        for (entry, reason) in bad {
-            let deliveries = stream::deliveries(&mut self.redis, &names, &entry.id)?;
-            let (decision, acknowledged) = if self.options.mutant == Some(Mutant::AckAndDropPoison)
-            {
-                stream::ack(&mut self.redis, &names, std::slice::from_ref(&entry.id))?;
-                (Decision::Dropped { reason }, true)
-            } else {
-                // An entry deleted while pending has no body left to retry: Redis 7.0 does not
-                // even count its deliveries up, so waiting for max_deliveries would hold the
-                // consumer on it for ever. It goes to the dead-letter stream at once.
-                let gone = entry.fields.is_none();
-                let action = if gone {
-                    PoisonAction::DeadLetter
-                } else {
-                    on_unprocessable(deliveries, self.options.max_deliveries)
-                };
-                match action {
-                    PoisonAction::Retry => {
-                        self.own_first = true;
-                        let category = PoisonCategory::Unparseable;
-                        (Decision::Retry { category, reason }, false)
-                    }
-                    PoisonAction::DeadLetter => {
-                        stream::dead_letter(&mut self.redis, &names, entry, &reason)?;
-                        let category = PoisonCategory::Unparseable;
-                        (Decision::DeadLetter { category, reason }, true)
-                    }
+            failures = match self.commit_items(&raws, &items, &mut batch) {
+                Ok(failures) => failures,
+                Err(error) => {
+                    self.note_infrastructure(entries);
+                    return Err(error);
                 }
             };
-            outcomes.push(Outcome {
-                entry: entry.id.clone(),
-                decision: Some(decision),
-                acknowledged,
-            });
+            if batch.killed.is_none() {
+                self.ack_decided(&items, &failures, &mut batch, early_ack)?;
+            }
+            if batch.killed.is_some() {
+                return Ok(batch);
+            }
         }
-        Ok(BatchResult {
-            outcomes,
-            killed: None,
-        })
+        failures.extend(unparseable);
+        for failure in &failures {
+            let (decision, acknowledged) = self.judge(failure)?;
+            let acked_early = failure
+                .index
+                .is_some_and(|index| batch.outcomes[index].acknowledged);
+            let outcome = Outcome {
+                entry: failure.entry.id.clone(),
+                decision: Some(decision),
+                acknowledged: acknowledged || acked_early,
+            };
+            match failure.index {
+                Some(index) => batch.outcomes[index] = outcome,
+                None => batch.outcomes.push(outcome),
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Decides the parsed items in one transaction and commits it (unless a fault kills the
+    /// consumer first); the items found undecidable come back as failures to judge.
+    fn commit_items<'e>(
+        &mut self,
+        raws: &[&'e RawEntry],
+        items: &[Item],
+        batch: &mut BatchResult,
+    ) -> Result<Vec<Failure<'e>>, ConsumerError> {
+        let n = items.len();
+        let faults = self.faults.clone();
+        let me = self.options.name.clone();
+        let fail = |item: &Item| faults.fail_decision(item);
+        let decided = batch::decide(&mut self.db, self.options.mutant, items, &fail)?;
+        let results = decided.outcomes.clone();
+        if faults.kill_at(&me, Point::BeforeCommit, n) {
+            drop(decided);
+            batch.killed = Some(Point::BeforeCommit);
+            return Ok(Vec::new());
+        }
+        decided.commit()?;
+        let mut failures = Vec::new();
+        for (index, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(verdict) => batch.outcomes[index].decision = Some(Decision::Verdict(verdict)),
+                Err(reason) => failures.push(Failure::undecidable(
+                    raws[index],
+                    index,
+                    &items[index],
+                    reason,
+                )),
+            }
+        }
+        if self.kill(Point::AfterCommit, n) {
+            batch.killed = Some(Point::AfterCommit);
+        }
+        Ok(failures)
+    }
+
+    /// Acknowledges the decided items (all of them, or half when a fault kills the consumer
+    /// mid-batch); the undecidable ones stay pending to be judged.
+    fn ack_decided(
+        &mut self,
+        items: &[Item],
+        failures: &[Failure<'_>],
+        batch: &mut BatchResult,
+        early_ack: bool,
+    ) -> Result<(), ConsumerError> {
+        let decided: Vec<usize> = (0..items.len())
+            .filter(|index| failures.iter().all(|f| f.index != Some(*index)))
+            .collect();
+        let mut upto = decided.len();
+        if items.len() > 1 && self.kill(Point::MidBatch, items.len()) {
+            batch.killed = Some(Point::MidBatch);
+            upto = decided.len() / 2;
+        }
+        if !early_ack {
+            let ids: Vec<String> = decided[..upto]
+                .iter()
+                .map(|&i| items[i].entry.clone())
+                .collect();
+            stream::ack(&mut self.redis, &self.options.names, &ids)?;
+            for &index in &decided[..upto] {
+                batch.outcomes[index].acknowledged = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges an entry that could not be processed by its budget: its deliveries as Redis
+    /// counts them, less those that met an infrastructure failure
+    /// ([`stream::infrastructure_deliveries`]), against `max_deliveries`
+    /// ([`on_unprocessable`]). Under budget it stays pending and is read again; at the budget
+    /// it is dead-lettered with its count, category, error and identity, and only then
+    /// acknowledged. Returns the decision and whether the entry was acknowledged.
+    fn judge(&mut self, failure: &Failure<'_>) -> Result<(Decision, bool), ConsumerError> {
+        let names = self.options.names.clone();
+        let id = &failure.entry.id;
+        let reason = failure.reason.clone();
+        if self.options.mutant == Some(Mutant::AckAndDropPoison) {
+            stream::ack(&mut self.redis, &names, std::slice::from_ref(id))?;
+            return Ok((Decision::Dropped { reason }, true));
+        }
+        let redis_deliveries = stream::deliveries(&mut self.redis, &names, id)?;
+        let infra = stream::infrastructure_deliveries(&mut self.redis, &names, id)?;
+        let counted = redis_deliveries.saturating_sub(infra);
+        // An entry deleted while pending has no body left to retry: Redis 7.0 does not even
+        // count its deliveries up, so waiting for max_deliveries would hold the consumer on
+        // it for ever. It goes to the dead-letter stream at once.
+        let action = if failure.entry.fields.is_none() {
+            PoisonAction::DeadLetter
+        } else {
+            on_unprocessable(counted, self.options.max_deliveries)
+        };
+        eprintln!(
+            "arrival consumer {}: entry {id}{} is {} (delivery {counted} of {}): {reason}",
+            self.options.name,
+            failure.identity_text(),
+            failure.category.as_str(),
+            self.options.max_deliveries
+        );
+        match action {
+            PoisonAction::Retry => {
+                self.own_first = true;
+                let category = failure.category;
+                Ok((Decision::Retry { category, reason }, false))
+            }
+            PoisonAction::DeadLetter => {
+                let letter = stream::DeadLetter {
+                    category: failure.category.as_str(),
+                    deliveries: counted,
+                    redis_deliveries,
+                    reason: reason.clone(),
+                    identity: failure.identity.clone(),
+                };
+                stream::dead_letter(&mut self.redis, &names, failure.entry, &letter)?;
+                let category = failure.category;
+                Ok((Decision::DeadLetter { category, reason }, true))
+            }
+        }
+    }
+
+    /// Notes this delivery of every entry of the batch as met by an infrastructure failure.
+    /// If Redis cannot take the note either, the delivery counts: an undecidable entry may
+    /// then be dead-lettered a delivery early, never held for ever.
+    fn note_infrastructure(&mut self, entries: &[RawEntry]) {
+        let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
+        if let Err(error) = stream::note_infrastructure(&mut self.redis, &self.options.names, &ids)
+        {
+            eprintln!(
+                "arrival consumer {}: could not note an infrastructure failure: {error}",
+                self.options.name
+            );
+        }
     }
 
     /// Runs until `stop` is set (the batch in hand is finished first) or a fault kills it
@@ -340,7 +449,17 @@ impl Consumer {
                 }
             }
         }
+        self.leave_group_if_idle();
         None
+    }
+
+    /// On a graceful stop, removes this consumer from the group when it holds nothing
+    /// pending (its name is unique to this process and will not be used again).
+    fn leave_group_if_idle(&mut self) {
+        let (names, name) = (&self.options.names, &self.options.name);
+        if let Err(error) = stream::leave_group_if_idle(&mut self.redis, names, name) {
+            eprintln!("arrival consumer {name}: could not leave the group: {error}");
+        }
     }
 
     /// One step of a fixture's schedule: `consume` (own pending, else one new entry),
@@ -418,6 +537,69 @@ pub enum StepMode {
     Recover,
     /// The oldest entry pending in another consumer.
     Claim,
+}
+
+/// The error category a dead letter carries (the pure rule's).
+pub use crate::facts::inbox::PoisonCategory as Category;
+
+/// An entry of a batch that could not be processed, waiting to be judged.
+struct Failure<'e> {
+    entry: &'e RawEntry,
+    /// Its place among the batch's parsed items (`None`: it did not parse).
+    index: Option<usize>,
+    category: Category,
+    reason: String,
+    /// `(tenant_id, event_id)` when it parsed.
+    identity: Option<(String, String)>,
+}
+
+impl<'e> Failure<'e> {
+    fn unparseable(entry: &'e RawEntry, reason: String) -> Failure<'e> {
+        Failure {
+            entry,
+            index: None,
+            category: Category::Unparseable,
+            reason,
+            identity: None,
+        }
+    }
+
+    fn undecidable(entry: &'e RawEntry, index: usize, item: &Item, reason: String) -> Failure<'e> {
+        Failure {
+            entry,
+            index: Some(index),
+            category: Category::Undecidable,
+            reason,
+            identity: Some((
+                item.envelope.tenant_id().to_owned(),
+                item.envelope.event_id().to_owned(),
+            )),
+        }
+    }
+
+    fn identity_text(&self) -> String {
+        let source = self.entry.field("source").map(String::from_utf8_lossy);
+        match (&self.identity, source) {
+            (Some((tenant, event)), Some(source)) => format!(" ({tenant}, {source}, {event})"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// A batch split into the parsed items (with their raw entries, in the same order) and the
+/// entries that do not parse.
+fn split(entries: &[RawEntry]) -> (Vec<&RawEntry>, Vec<Item>, Vec<Failure<'_>>) {
+    let (mut raws, mut items, mut unparseable) = (Vec::new(), Vec::new(), Vec::new());
+    for entry in entries {
+        match parse(entry) {
+            Ok(item) => {
+                raws.push(entry);
+                items.push(item);
+            }
+            Err(reason) => unparseable.push(Failure::unparseable(entry, reason)),
+        }
+    }
+    (raws, items, unparseable)
 }
 
 /// A stream entry as an inbox item, or why it cannot be processed.

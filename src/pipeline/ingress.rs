@@ -10,8 +10,9 @@ use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
 use crate::facts::envelope::Source;
+use crate::facts::fixture::{keys_from, Keys, RawKey};
 use crate::facts::ingress::{
-    Admission, IngressConfig, Key, Reason, Request, Response, Secret, WebhookHeaders,
+    Admission, IngressConfig, Key, Reason, Request, Response, WebhookHeaders,
 };
 use crate::facts::mutants::{admit_under, Mutant};
 use crate::harness::InputError;
@@ -75,28 +76,39 @@ impl Clock {
 
 /// Reads a keys file: `{"finance": ["key", ...], "contracts": [...]}`. The keys are never
 /// printed.
-pub fn load_keys(path: &Path) -> Result<BTreeMap<Source, Vec<Secret>>, InputError> {
+pub fn load_keys(path: &Path) -> Result<Keys, InputError> {
     let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
         file: path.to_owned(),
         source,
     })?;
-    let raw: BTreeMap<Source, Vec<String>> = serde_json::from_str(&text).map_err(|error| {
+    let raw: KeysFile = serde_json::from_str(&text).map_err(|error| {
         InputError::invalid(
             path,
             format!("line {}:{}", error.line(), error.column()),
-            "expected {\"finance\": [\"key\", ...], \"contracts\": [...]}",
+            format!(
+                "{error}; expected {{\"keys\": [{{\"id\": ..., \"source\": ..., \"secret\": ..., \
+                 \"tenants\": [...]}}]}} or version 1's {{\"finance\": [\"secret\", ...], \"contracts\": [...]}}"
+            ),
         )
     })?;
-    let mut keys = BTreeMap::new();
-    for (source, list) in raw {
-        let secrets = list
-            .iter()
-            .map(|key| Secret::from_config(key))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|message| InputError::invalid(path, source.as_str(), message))?;
-        keys.insert(source, secrets);
-    }
-    Ok(keys)
+    let (secrets, keys) = match raw {
+        KeysFile::Keys { keys } => (BTreeMap::new(), keys),
+        KeysFile::Secrets(secrets) => (secrets, Vec::new()),
+    };
+    keys_from(&secrets, &keys).map_err(|(place, message)| InputError::invalid(path, place, message))
+}
+
+/// A keys file: contract v2's `{"keys": [...]}`, or version 1's source -> secrets map.
+#[derive(serde::Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum KeysFile {
+    /// Keys with ids, tenants and windows.
+    Keys {
+        /// The keys.
+        keys: Vec<RawKey>,
+    },
+    /// Version 1: each source's secrets, for every tenant.
+    Secrets(BTreeMap<Source, Vec<String>>),
 }
 
 struct AppsCache {
@@ -287,6 +299,9 @@ pub enum PipelineError {
     /// The inbox database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The inbox's schema could not be brought to this build's version.
+    #[error("{0}")]
+    Schema(#[from] super::schema::SchemaError),
     /// Socket or file trouble.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -357,8 +372,9 @@ pub async fn start(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let mut consumers = Vec::new();
+    let prefix = process_prefix();
     for index in 1..=options.consumers {
-        let consumer_options = options.consumer(&format!("c{index}"));
+        let consumer_options = options.consumer(&format!("{prefix}-{index}"));
         consumers.push(spawn_consumer(
             consumer_options,
             faults.clone(),
@@ -373,6 +389,26 @@ pub async fn start(
         server,
         consumers,
     })
+}
+
+/// What the consumers of this process are named after: `<hostname>-<pid>`, so several
+/// `serve` processes (on one host or many) can share a group without two of them reading
+/// as one consumer. The host name is kept to letters, digits, `.`, `_` and `-`.
+pub fn process_prefix() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer we own.
+    let named = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let host: String = String::from_utf8_lossy(&buffer[..end])
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .collect();
+    let host = if named && !host.is_empty() {
+        host
+    } else {
+        "host".to_owned()
+    };
+    format!("{host}-{}", std::process::id())
 }
 
 /// Runs one consumer as a blocking task until `stop` (or a kill); a consumer that cannot

@@ -5,7 +5,9 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | the inbox in SQLite: schema, one `BEGIN IMMEDIATE` transaction per batch, snapshots |
+//! | [`store`] | the inbox in SQLite: the parts one decision loads and writes back, the upgrade, snapshots |
+//! | [`batch`] | one batch's `BEGIN IMMEDIATE` transaction, each entry under its own savepoint: an undecidable entry is rolled back and recorded, the rest decided |
+//! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
@@ -14,11 +16,13 @@
 //! | [`drill`] | the drills, one file each (`kill`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end) and the end checks they share (`checks`) |
 //! | [`load`] | the load generator: requests/s and request-to-commit latency |
 
+pub mod batch;
 pub mod client;
 pub mod consumer;
 pub mod drill;
 pub mod ingress;
 pub mod load;
 pub mod run;
+pub mod schema;
 pub mod store;
 pub mod stream;

@@ -1,14 +1,15 @@
 //! The durable inbox in one SQLite file: the applications, the facts keyed by
 //! `(tenant_id, source, event_id)`, conflict evidence, late mismatches, open conflicts, READY marks,
-//! counters and one verdict row per stream entry. A batch of entries is decided by
-//! [`facts::inbox::consume`](crate::facts::inbox::consume) inside ONE `BEGIN IMMEDIATE`
-//! transaction: the part of the inbox each decision needs is loaded, decided on, and
-//! written back.
+//! counters and one verdict row per stream entry: how the part of the inbox one decision
+//! needs is loaded and written back, the operator's upgrade, and the snapshots reports
+//! read. A batch's transaction is [`batch`](super::batch)'s; the schema and its migrations
+//! are [`schema`]'s.
 
+use super::schema::{self, SchemaError};
 use crate::facts::application::{AppKey, Application, Applications, Mismatch};
 use crate::facts::envelope::{Envelope, FactId, Source};
-use crate::facts::inbox::{At, Conflict, Counters, Inbox, LateMismatch, Parts, Verdict};
-use crate::facts::mutants::{consume_under, upgrade_refreshes_ready, Mutant};
+use crate::facts::inbox::{Conflict, Counters, Inbox, LateMismatch, Parts};
+use crate::facts::mutants::{upgrade_refreshes_ready, Mutant};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -17,48 +18,15 @@ use std::time::Duration;
 /// The default busy timeout: how long a writer waits for the lock.
 pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS applications(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  business_key TEXT NOT NULL, material_version INTEGER NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS facts(
-  source TEXT NOT NULL, event_id TEXT NOT NULL,
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  canonical TEXT NOT NULL, entry TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, source, event_id));
-CREATE INDEX IF NOT EXISTS facts_by_application ON facts(tenant_id, application_id);
-CREATE TABLE IF NOT EXISTS evidence(
-  canonical TEXT PRIMARY KEY, source TEXT NOT NULL, event_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS late_mismatches(
-  source TEXT NOT NULL, event_id TEXT NOT NULL, tenant_id TEXT NOT NULL,
-  application_id TEXT NOT NULL, material_version INTEGER NOT NULL, mismatch TEXT NOT NULL,
-  PRIMARY KEY (source, event_id, tenant_id, application_id, material_version, mismatch));
-CREATE TABLE IF NOT EXISTS open_conflicts(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS ready(
-  tenant_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  PRIMARY KEY (tenant_id, application_id));
-CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS verdicts(
-  entry TEXT PRIMARY KEY, verdict TEXT NOT NULL, processings INTEGER NOT NULL,
-  received_ms INTEGER, committed_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS parked(
-  entry TEXT PRIMARY KEY, state TEXT NOT NULL, tenant_id TEXT NOT NULL,
-  source TEXT NOT NULL, event_id TEXT NOT NULL, application_id TEXT NOT NULL,
-  canonical TEXT NOT NULL, since INTEGER NOT NULL);
-";
-
-/// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, the
-/// schema.
-pub fn open(path: &Path, busy_timeout_ms: u64) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
+/// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, and
+/// the schema brought to the current version ([`schema::migrate`]); an inbox written by a
+/// newer arrival is refused.
+pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection, SchemaError> {
+    let mut conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.execute_batch(SCHEMA)?;
+    schema::migrate(&mut conn)?;
     Ok(conn)
 }
 
@@ -90,13 +58,14 @@ fn mismatch_of(text: &str) -> Mismatch {
     }
 }
 
-/// Registers (or replaces) applications, bumping the version ingress caches against.
+/// Registers new applications, all or none, bumping the version ingress caches against.
+/// An application already there is an error (a constraint violation), never replaced: a
+/// replacement could move its material version backwards behind READY's back.
 pub fn put_applications(conn: &mut Connection, apps: &Applications) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for (key, app) in apps.iter() {
         tx.execute(
-            "INSERT INTO applications VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT DO UPDATE SET business_key = ?3, material_version = ?4",
+            "INSERT INTO applications VALUES (?1, ?2, ?3, ?4)",
             params![
                 key.tenant_id,
                 key.application_id,
@@ -197,7 +166,7 @@ fn has_key(conn: &Connection, table: &str, key: &AppKey) -> rusqlite::Result<boo
 /// The part of the inbox a decision on `envelope` (or an upgrade of `keys`) needs: the
 /// applications named, their facts, the fact already filed under the envelope's identity,
 /// their open conflicts and READY marks, and the counters.
-fn load(
+pub(super) fn load(
     conn: &Connection,
     keys: &BTreeSet<AppKey>,
     identity: Option<&FactId>,
@@ -300,7 +269,7 @@ fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>
 
 /// Writes back what a decision changed: new facts, evidence, late mismatches, conflicts,
 /// the READY marks of the applications loaded, the counters.
-fn write_back(
+pub(super) fn write_back(
     conn: &Connection,
     inbox: &Inbox,
     loaded: &BTreeSet<AppKey>,
@@ -387,75 +356,11 @@ fn write_back(
     Ok(())
 }
 
-/// One stream entry to decide.
-#[derive(Clone, Debug)]
-pub struct Item {
-    /// The stream entry id.
-    pub entry: String,
-    /// Its envelope.
-    pub envelope: Envelope,
-    /// When ingress received it (Unix milliseconds), if the entry says.
-    pub received_ms: Option<i64>,
-}
-
-/// A batch's transaction, begun: every item decided, not yet committed. Dropping it rolls
-/// back.
-pub struct Decided<'c> {
-    tx: rusqlite::Transaction<'c>,
-    /// Each item's verdict, in order.
-    pub verdicts: Vec<Verdict>,
-}
-
-impl Decided<'_> {
-    /// Commits the batch.
-    pub fn commit(self) -> rusqlite::Result<()> {
-        self.tx.commit()
-    }
-}
-
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
-
-/// Decides every item of a batch in one `BEGIN IMMEDIATE` transaction and returns it
-/// uncommitted, so the caller commits (and only then acknowledges).
-pub fn decide<'c>(
-    conn: &'c mut Connection,
-    mutant: Option<Mutant>,
-    items: &[Item],
-) -> rusqlite::Result<Decided<'c>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut verdicts = Vec::with_capacity(items.len());
-    for item in items {
-        let keys = BTreeSet::from([AppKey::of(&item.envelope)]);
-        let (apps, mut inbox, loaded) = load(&tx, &keys, Some(&item.envelope.fact_id()))?;
-        let seen = tx
-            .prepare_cached("SELECT 1 FROM verdicts WHERE entry = ?1")?
-            .query_row([&item.entry], |_| Ok(()))
-            .optional()?
-            .is_some();
-        let at = At {
-            entry: 1,
-            received_at: item.received_ms.unwrap_or_else(now_ms) / 1000,
-        };
-        let verdict = consume_under(mutant, &mut inbox, &apps, at, &item.envelope, seen);
-        write_back(&tx, &inbox, &loaded, &item.entry)?;
-        tx.prepare_cached(
-            "INSERT INTO verdicts VALUES (?1, ?2, 1, ?3, ?4)
-             ON CONFLICT DO UPDATE SET processings = processings + 1",
-        )?
-        .execute(params![
-            item.entry,
-            verdict.as_str(),
-            item.received_ms,
-            now_ms()
-        ])?;
-        verdicts.push(verdict);
-    }
-    Ok(Decided { tx, verdicts })
 }
 
 /// A material upgrade in one transaction: the application's version moves forward and its

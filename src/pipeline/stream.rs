@@ -27,9 +27,21 @@ impl Names {
         format!("{}:dead:ids", self.stream)
     }
 
+    /// The hash of entry id -> deliveries that met an infrastructure failure (the inbox
+    /// could not be opened, written or committed): `<stream>:infra`. Redis counts every
+    /// delivery; these are subtracted, so they never count toward an entry's poison budget.
+    pub fn infra(&self) -> String {
+        format!("{}:infra", self.stream)
+    }
+
     /// Every key this pipeline writes.
-    pub fn keys(&self) -> [String; 3] {
-        [self.stream.clone(), self.dead_letter(), self.dead_ids()]
+    pub fn keys(&self) -> [String; 4] {
+        [
+            self.stream.clone(),
+            self.dead_letter(),
+            self.dead_ids(),
+            self.infra(),
+        ]
     }
 }
 
@@ -257,6 +269,68 @@ pub fn pending_range(
         .collect())
 }
 
+/// Removes `consumer` from the group if it holds no pending entry (`XPENDING ... consumer`,
+/// then `XGROUP DELCONSUMER`); `true` when it was removed. A consumer that stopped holds
+/// nothing new between the two commands (no other consumer can hand it an entry), so no
+/// pending entry is lost with it. Unique consumer names per process would otherwise pile up
+/// in the group, one per process ever started.
+pub fn leave_group_if_idle(
+    conn: &mut Connection,
+    names: &Names,
+    consumer: &str,
+) -> RedisResult<bool> {
+    let reply: Value = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg("-")
+        .arg("+")
+        .arg(1)
+        .arg(consumer)
+        .query(conn)?;
+    if matches!(&reply, Value::Array(items) if !items.is_empty()) {
+        return Ok(false);
+    }
+    redis::cmd("XGROUP")
+        .arg("DELCONSUMER")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .arg(consumer)
+        .query::<Value>(conn)?;
+    Ok(true)
+}
+
+/// The names of the group's consumers (`XINFO CONSUMERS`).
+pub fn consumer_names(conn: &mut Connection, names: &Names) -> RedisResult<Vec<String>> {
+    let reply: Value = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .query(conn)?;
+    let Value::Array(consumers) = reply else {
+        return Ok(Vec::new());
+    };
+    Ok(consumers.iter().filter_map(field_name).collect())
+}
+
+/// The `name` field of one `XINFO` record (a flat array or a map).
+fn field_name(record: &Value) -> Option<String> {
+    let pairs: Vec<(String, &Value)> = match record {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .filter_map(|pair| Some((text(&pair[0])?, pair.get(1)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, v)))
+            .collect(),
+        _ => return None,
+    };
+    pairs
+        .iter()
+        .find(|(k, _)| k == "name")
+        .and_then(|(_, v)| text(v))
+}
+
 /// The delivery count of a pending entry (0 when it is not pending).
 pub fn deliveries(conn: &mut Connection, names: &Names, id: &str) -> RedisResult<u32> {
     Ok(pending_range(conn, names, id, id, 1)?
@@ -280,45 +354,116 @@ pub fn pending_count(conn: &mut Connection, names: &Names) -> RedisResult<usize>
     })
 }
 
-/// `XACK key group id...`.
+/// `XACK key group id...`, and the acknowledged ids' infrastructure counts dropped
+/// (`HDEL`), in one round trip.
 pub fn ack(conn: &mut Connection, names: &Names, ids: &[String]) -> RedisResult<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    redis::cmd("XACK")
+    redis::pipe()
+        .cmd("XACK")
         .arg(&names.stream)
         .arg(&names.group)
         .arg(ids)
-        .query::<Value>(conn)
-        .map(|_| ())
+        .ignore()
+        .cmd("HDEL")
+        .arg(names.infra())
+        .arg(ids)
+        .ignore()
+        .query::<()>(conn)
+}
+
+/// Counts one delivery of each of `ids` as met by an infrastructure failure (`HINCRBY`).
+pub fn note_infrastructure(
+    conn: &mut Connection,
+    names: &Names,
+    ids: &[String],
+) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("HINCRBY")
+            .arg(names.infra())
+            .arg(id)
+            .arg(1)
+            .ignore();
+    }
+    pipe.query::<()>(conn)
+}
+
+/// How many deliveries of `id` met an infrastructure failure.
+pub fn infrastructure_deliveries(
+    conn: &mut Connection,
+    names: &Names,
+    id: &str,
+) -> RedisResult<u32> {
+    let count: Option<u32> = redis::cmd("HGET").arg(names.infra()).arg(id).query(conn)?;
+    Ok(count.unwrap_or(0))
 }
 
 const DEAD_LETTER_SCRIPT: &str = r"
 if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
-  redis.call('XADD', KEYS[2], '*', 'entry', ARGV[1], 'reason', ARGV[2], 'source', ARGV[3], 'body', ARGV[4])
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 end
-return redis.call('XACK', KEYS[1], ARGV[5], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
 ";
 
-/// Copies an entry to the dead-letter stream with its reason (once per original id, even
-/// when delivered again after a crash) and acknowledges it, atomically.
+/// What a dead letter says about its entry besides the entry's own fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// `unparseable` or `undecidable`.
+    pub category: &'static str,
+    /// The deliveries that counted toward the budget (infrastructure failures left out).
+    pub deliveries: u32,
+    /// Every delivery, as Redis counted them.
+    pub redis_deliveries: u32,
+    /// The error text.
+    pub reason: String,
+    /// `(tenant_id, event_id)` when the entry parsed (the source is the entry's `source`).
+    pub identity: Option<(String, String)>,
+}
+
+/// Copies an entry to the dead-letter stream (once per original id, even when delivered
+/// again after a crash) with `entry`, `category`, `deliveries`, `redis_deliveries`,
+/// `reason`, `source`, `body` and, when it parsed, `tenant_id` and `event_id`; drops its
+/// infrastructure count and acknowledges it; all atomically.
 pub fn dead_letter(
     conn: &mut Connection,
     names: &Names,
     entry: &RawEntry,
-    reason: &str,
+    letter: &DeadLetter,
 ) -> RedisResult<()> {
-    redis::Script::new(DEAD_LETTER_SCRIPT)
+    let script = redis::Script::new(DEAD_LETTER_SCRIPT);
+    let mut invocation = script.prepare_invoke();
+    invocation
         .key(&names.stream)
         .key(names.dead_letter())
         .key(names.dead_ids())
+        .key(names.infra())
         .arg(&entry.id)
-        .arg(reason)
-        .arg(entry.field("source").unwrap_or_default())
-        .arg(entry.field("body").unwrap_or_default())
         .arg(&names.group)
-        .invoke::<Value>(conn)
-        .map(|_| ())
+        .arg("entry")
+        .arg(&entry.id)
+        .arg("category")
+        .arg(letter.category)
+        .arg("deliveries")
+        .arg(letter.deliveries)
+        .arg("redis_deliveries")
+        .arg(letter.redis_deliveries)
+        .arg("reason")
+        .arg(&letter.reason)
+        .arg("source")
+        .arg(entry.field("source").unwrap_or_default())
+        .arg("body")
+        .arg(entry.field("body").unwrap_or_default());
+    if let Some((tenant_id, event_id)) = &letter.identity {
+        invocation
+            .arg("tenant_id")
+            .arg(tenant_id)
+            .arg("event_id")
+            .arg(event_id);
+    }
+    invocation.invoke::<Value>(conn).map(|_| ())
 }
 
 /// Every entry of a stream, in order.

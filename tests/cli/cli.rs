@@ -1188,3 +1188,89 @@ fn a_sweep_of_no_fixtures_is_bad_input_naming_the_flag() {
     assert_status(&output, 2, "check --sweep 0");
     assert!(stderr(&output).contains("--sweep"), "{}", stderr(&output));
 }
+
+/// The review's probe: `init` over an inbox whose application was upgraded used to move it
+/// back to the fixture's version 1. Now init refuses any file that exists, says how to
+/// start over, and leaves the inbox exactly as it was.
+#[test]
+fn pipeline_init_refuses_an_existing_inbox_and_leaves_it_as_it_was() {
+    let dir = temp_dir("pipeline-init");
+    let db = dir.path().join("inbox.db");
+    let keys = dir.path().join("keys.json");
+    let (db_text, keys_text) = (db.to_str().unwrap(), keys.to_str().unwrap());
+    let init = [
+        "pipeline",
+        "init",
+        "--db",
+        db_text,
+        "--fixture",
+        "fixtures/acmeflow-wf14.json",
+        "--keys-out",
+        keys_text,
+    ];
+    assert_status(&arrival(&init), 0, "the first init");
+    let upgrade = arrival(&[
+        "pipeline",
+        "upgrade",
+        "--db",
+        db_text,
+        "--tenant",
+        "xinghe-demo",
+        "--application",
+        "3f6b2c1e-8d4a-4f7b-9c2e-5a1d0e7f9b34",
+        "--material-version",
+        "2",
+    ]);
+    assert_status(&upgrade, 0, "upgrade to version 2");
+    let again = arrival(&init);
+    assert_status(&again, 2, "init over an existing inbox");
+    let message = stderr(&again);
+    assert!(
+        message.contains(db_text) && message.contains("exists") && message.contains("delete"),
+        "the refusal names the file and says how to start over: {message}"
+    );
+    let status = stdout(&arrival(&["pipeline", "status", "--db", db_text]));
+    assert!(
+        status.contains("3f6b2c1e-8d4a-4f7b-9c2e-5a1d0e7f9b34 v2"),
+        "the application stays at version 2: {status}"
+    );
+    // Any other file at that path is refused too, and not turned into an inbox.
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, b"keep me").unwrap();
+    let output = arrival(&[
+        "pipeline",
+        "init",
+        "--db",
+        other.to_str().unwrap(),
+        "--fixture",
+        "fixtures/acmeflow-wf14.json",
+        "--keys-out",
+        keys_text,
+    ]);
+    assert_status(&output, 2, "init over another file");
+    assert_eq!(std::fs::read(&other).unwrap(), b"keep me");
+}
+
+/// `serve` is the production receiver: one flag must not turn it into a wrong one. The
+/// refusal comes before any file is read, and says where mutants belong.
+#[test]
+fn pipeline_serve_refuses_a_mutant_and_says_where_mutants_belong() {
+    let output = arrival(&[
+        "pipeline",
+        "serve",
+        "--db",
+        "/nonexistent/inbox.db",
+        "--keys",
+        "/nonexistent/keys.json",
+        "--mutant",
+        "ack-before-commit",
+    ]);
+    assert_status(&output, 2, "serve --mutant");
+    let message = stderr(&output);
+    assert!(
+        message.contains("--mutant")
+            && message.contains("production")
+            && message.contains("pipeline drill"),
+        "{message}"
+    );
+}

@@ -5,10 +5,14 @@
 //! - `store`: the card store on SQLite and PostgreSQL, each test written once and run on
 //!   both backends (`backend_test!`), with the crash and concurrency drills.
 //! - `pipeline`: the facts pipeline (axum + Redis + SQLite) and its kill drills.
+//! - `inbox`: the pipeline's inbox schema under versioned migrations (SQLite only).
+//! - `poison`: per-entry poison isolation in the consumer, against the real Redis.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../util/mod.rs"]
 mod util;
 
+mod inbox;
 mod pipeline;
+mod poison;
 mod store;

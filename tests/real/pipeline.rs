@@ -13,7 +13,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn redis_url() -> String {
+/// The Redis the tests use; fails, saying what to start, when none answers.
+pub fn redis_url() -> String {
     let url =
         std::env::var("ARRIVAL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let reachable = stream::connect(&url, Duration::from_secs(2))
@@ -486,5 +487,88 @@ fn a_re_sent_variant_is_a_duplicate_in_the_pipeline_as_in_the_model() {
     assert!(
         text.contains("1 duplicate"),
         "the re-send is a duplicate:\n{text}"
+    );
+}
+
+/// Two `serve` processes share one group: their consumers must be two consumers to Redis,
+/// not one name read by both (each process names its own `<host>-<pid>-<n>`). A graceful
+/// stop removes a consumer that holds nothing, so names do not pile up in the group.
+#[test]
+fn two_serve_processes_on_one_group_read_as_distinct_consumers() {
+    let url = redis_url();
+    let dir = temp_dir("pipeline");
+    let now = store::now_ms() / 1000;
+    let (apps, requests) = drill::requests(5, 12, now);
+    let conn = {
+        let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+        store::put_applications(&mut conn, &apps).unwrap();
+        conn
+    };
+    write_drill_keys(dir.path());
+    let names = Names {
+        stream: unique("arrival-test"),
+        group: "inbox".into(),
+    };
+    let one = ["--consumers", "1", "--count", "4"];
+    let (mut first, first_addr) = serve_with(dir.path(), &names, &url, &one);
+    let (mut second, second_addr) = serve_with(dir.path(), &names, &url, &one);
+    let rt = runtime();
+    let mut accepted = 0;
+    for (index, request) in requests.iter().enumerate() {
+        let addr = if index % 2 == 0 {
+            first_addr
+        } else {
+            second_addr
+        };
+        let reply = rt
+            .block_on(Client::new(addr).post(
+                request.source.as_deref(),
+                request.signature.as_deref(),
+                &request.body,
+            ))
+            .unwrap();
+        accepted += usize::from(reply.entry.is_some());
+    }
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store::verdict_count(&conn).unwrap() < accepted && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let consumers = stream::consumer_names(&mut redis, &names).unwrap();
+    let mut stopped = Vec::new();
+    for child in [&mut first, &mut second] {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        stopped.push(child.wait().unwrap().success());
+    }
+    let left = stream::consumer_names(&mut redis, &names).unwrap();
+    let pending = stream::pending_count(&mut redis, &names).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+    assert!(accepted > 0);
+    assert_eq!(store::verdict_count(&conn).unwrap(), accepted);
+    assert_eq!(
+        consumers.len(),
+        2,
+        "two processes, two consumers: {consumers:?}"
+    );
+    for (child, pid) in [("first", first.id()), ("second", second.id())] {
+        assert!(
+            consumers
+                .iter()
+                .any(|name| name.ends_with(&format!("-{pid}-1"))),
+            "the {child} serve's consumer is named after its pid {pid}: {consumers:?}"
+        );
+    }
+    assert_eq!(
+        stopped,
+        [true, true],
+        "SIGTERM stops each serve with exit 0"
+    );
+    assert_eq!(pending, 0);
+    assert!(
+        left.is_empty(),
+        "idle consumers leave the group on a graceful stop: {left:?}"
     );
 }
