@@ -261,6 +261,15 @@ impl Applications {
         Ok(())
     }
 
+    /// For the mutant catalogue only: the registry with every termination forgotten.
+    pub(super) fn all_active(&self) -> Applications {
+        let mut copy = self.clone();
+        for application in copy.by_key.values_mut() {
+            application.terminated = None;
+        }
+        copy
+    }
+
     /// For the mutant catalogue only: sets an application's material version, whatever it
     /// was (version 1's `init` run again).
     pub(super) fn overwrite(&mut self, key: &AppKey, application: Application) {

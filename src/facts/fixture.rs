@@ -994,14 +994,6 @@ fn typed_expect(
         sort_facts(&mut facts);
         facts
     });
-    if let Some(facts) = &facts {
-        if let Some(pair) = facts.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err((
-                "facts".into(),
-                format!("[{}, {}] is listed twice", pair[0].0, pair[0].1),
-            ));
-        }
-    }
     if let Some(ready) = &expect.ready {
         let known: BTreeSet<&String> = labels.values().collect();
         if let Some(label) = ready.keys().find(|label| !known.contains(label)) {

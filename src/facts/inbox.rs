@@ -211,6 +211,7 @@ pub struct Inbox {
     ready: BTreeSet<AppKey>,
     counters: Counters,
     deliveries: BTreeSet<(FactId, i64)>,
+    unloaded_conflicts: BTreeSet<AppKey>,
 }
 
 /// An inbox as a durable store keeps it (see [`Inbox::restore`]).
@@ -228,6 +229,9 @@ pub struct Parts {
     pub ready: BTreeSet<AppKey>,
     /// The counters.
     pub counters: Counters,
+    /// Applications with an open conflict on an identity this transaction did not load (a
+    /// durable store loads only the identity it decides); always empty in a model.
+    pub unloaded_conflicts: BTreeSet<AppKey>,
 }
 
 impl Inbox {
@@ -259,6 +263,7 @@ impl Inbox {
             ready: parts.ready,
             counters: parts.counters,
             deliveries: BTreeSet::new(),
+            unloaded_conflicts: parts.unloaded_conflicts,
         }
     }
 
@@ -332,14 +337,17 @@ impl Inbox {
             .values()
             .filter(|conflict| conflict.is_open())
             .flat_map(|conflict| conflict.applications.iter().cloned())
+            .chain(self.unloaded_conflicts.iter().cloned())
             .collect()
     }
 
     /// Whether `app` has an open conflict.
     pub fn has_open_conflict(&self, app: &AppKey) -> bool {
-        self.conflicts
-            .values()
-            .any(|conflict| conflict.is_open() && conflict.applications.contains(app))
+        self.unloaded_conflicts.contains(app)
+            || self
+                .conflicts
+                .values()
+                .any(|conflict| conflict.is_open() && conflict.applications.contains(app))
     }
 
     /// Whether an accepted withdrawal of the fact's tenant and source names its event id.

@@ -77,11 +77,14 @@ pub enum Mutant {
     /// key of another tenant learns from `business_key_mismatch` or
     /// `material_version_mismatch` that an application exists.
     CorrelationBeforeTenant,
+    /// Contract version 1 had no termination: the consumer treats a terminated application
+    /// as active, so facts that arrive after it make it READY.
+    TerminationIgnored,
 }
 
 impl Mutant {
     /// The catalogue.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::AckBeforeCommit,
         Mutant::DedupeByStreamEntry,
         Mutant::BusinessKeyCorrelation,
@@ -101,6 +104,7 @@ impl Mutant {
         Mutant::PoisonStallsBatch,
         Mutant::IdOnlyDedupe,
         Mutant::CorrelationBeforeTenant,
+        Mutant::TerminationIgnored,
     ];
 
     /// The name in model files and on the command line.
@@ -125,6 +129,7 @@ impl Mutant {
             Mutant::PoisonStallsBatch => "poison-stalls-batch",
             Mutant::IdOnlyDedupe => "id-only-dedupe",
             Mutant::CorrelationBeforeTenant => "correlation-before-tenant",
+            Mutant::TerminationIgnored => "termination-ignored",
         }
     }
 
@@ -150,6 +155,7 @@ impl Mutant {
             Mutant::PoisonStallsBatch => Some(Property::NoLoss),
             Mutant::IdOnlyDedupe => Some(Property::ConflictVisible),
             Mutant::CorrelationBeforeTenant => Some(Property::TenantIsolated),
+            Mutant::TerminationIgnored => Some(Property::Correlated),
         }
     }
 }
@@ -371,6 +377,7 @@ pub fn consume_under(
             inbox.refresh_ready(apps);
             Verdict::Duplicate
         }
+        (Mutant::TerminationIgnored, _) => inbox::consume(inbox, &apps.all_active(), at, envelope),
         _ => inbox::consume(inbox, apps, at, envelope),
     }
 }

@@ -114,10 +114,47 @@ fn end_lines(out: &mut String, end: &EndReport) {
     if !end.open_conflicts.is_empty() {
         let _ = writeln!(out, "conflicts:    {}", end.open_conflicts.join(", "));
     }
+    let history: Vec<String> = end
+        .ready_history
+        .iter()
+        .map(|change| {
+            let cause = change
+                .entry
+                .map_or_else(String::new, |entry| format!(" by entry {entry}"));
+            let word = if change.ready { "READY" } else { "not ready" };
+            format!("step {} {} {word}{cause}", change.step, change.application)
+        })
+        .collect();
+    if !history.is_empty() {
+        let _ = writeln!(out, "ready history: {}", history.join("; "));
+    }
+    let parked: Vec<String> = end
+        .parked
+        .iter()
+        .map(|parked| {
+            format!(
+                "entry {} {} ({})",
+                parked.entry, parked.state, parked.identity
+            )
+        })
+        .collect();
+    if !parked.is_empty() {
+        let _ = writeln!(out, "parked:       {}", parked.join(", "));
+    }
     let dead: Vec<String> = end
         .dead_letter
         .iter()
-        .map(|dead| format!("entry {} ({})", dead.entry, fit(&dead.reason, 90)))
+        .map(|dead| {
+            let identity = dead.identity.as_deref().unwrap_or("no identity");
+            let text = format!(
+                "entry {} {} after {} deliveries, {identity} ({})",
+                dead.entry,
+                dead.category.as_str(),
+                dead.deliveries,
+                dead.reason
+            );
+            fit(&text, 100)
+        })
         .collect();
     let _ = writeln!(out, "pending:      {}", end.pending);
     let _ = writeln!(out, "dead letter:  {}", list(&dead));

@@ -235,6 +235,11 @@ pub(super) fn load(
             .iter()
             .any(|key| open_conflicts.contains(key))
     });
+    let unloaded_conflicts = open_conflicts
+        .iter()
+        .filter(|key| !conflicts.values().any(|c| c.applications.contains(*key)))
+        .cloned()
+        .collect();
     let inbox = Inbox::restore(Parts {
         facts,
         variants: evidence,
@@ -242,6 +247,7 @@ pub(super) fn load(
         parked: BTreeMap::new(),
         ready,
         counters: counters(conn)?,
+        unloaded_conflicts,
     });
     Ok((apps, inbox, loaded))
 }

@@ -285,7 +285,7 @@ fn a_missing_inbox_is_bad_input_and_is_not_created() {
     // one with no applications (every fact would then wait for ever).
     let dir = temp_dir("missing-inbox");
     let keys = dir.path().join("keys.json");
-    std::fs::write(&keys, r#"{"finance":["k1"],"contracts":["k2"]}"#).unwrap();
+    std::fs::write(&keys, r#"{"finance":["finance-test-key-0000000001"],"contracts":["contracts-test-key-000000001"]}"#).unwrap();
     let missing = dir.path().join("typo.db");
     let db = missing.to_str().unwrap();
     let keys = keys.to_str().unwrap();

@@ -136,9 +136,9 @@ pub struct DrillOptions {
 }
 
 /// The finance key of the drills.
-pub const KEY_FINANCE: &str = "drill-finance-key";
+pub const KEY_FINANCE: &str = "drill-finance-key-0000000";
 /// The contracts key of the drills.
-pub const KEY_CONTRACTS: &str = "drill-contracts-key";
+pub const KEY_CONTRACTS: &str = "drill-contracts-key-00000";
 
 impl DrillReport {
     /// An empty report of drill `name` over `requests` requests.
