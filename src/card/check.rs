@@ -189,7 +189,7 @@ pub fn run_with(
             };
             trace::report(
                 &part,
-                Property::ALL[index],
+                Property::at(index),
                 steps,
                 options.trace_out.as_deref(),
             )

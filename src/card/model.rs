@@ -453,6 +453,13 @@ impl Protocol for ReceiverModel {
         world.violation.map(|property| property as usize)
     }
 
+    fn panicked(&self, world: &World) -> World {
+        World {
+            violation: Some(Property::Panic),
+            ..world.clone()
+        }
+    }
+
     fn checks(&self, index: usize) -> bool {
         let property = Property::ALL[index];
         property.is_explored() && self.checked.contains(property)
@@ -460,7 +467,7 @@ impl Protocol for ReceiverModel {
 
     fn only(&self, index: usize) -> ReceiverModel {
         ReceiverModel {
-            checked: Properties::only(Property::ALL[index]),
+            checked: Properties::only(Property::at(index)),
             coverage: Arc::default(),
             ..self.clone()
         }

@@ -40,6 +40,10 @@ pub enum Mutant {
     /// Holds an event of an unsupported type but applies its state anyway (a "tolerant
     /// reader" that flags what it should have refused).
     ApplyUnsupportedType,
+    /// Not in the catalogue: a probe of the checker itself. Assumes an event id never comes
+    /// back with a changed payload and panics when one does (an `unreachable!` where the
+    /// contract records a conflict), so that tests can see a panic reported as a finding.
+    PanicOnChangedPayload,
 }
 
 impl Mutant {
@@ -59,6 +63,10 @@ impl Mutant {
         Mutant::ApplyUnsupportedType,
     ];
 
+    /// Wrong receivers that test the checker rather than the contract: accepted by name,
+    /// left out of the catalogue, the sweep's default policies and the docs' counts.
+    pub const PROBES: [Mutant; 1] = [Mutant::PanicOnChangedPayload];
+
     /// The name used in model files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -74,6 +82,7 @@ impl Mutant {
             Mutant::ReevaluateConflictedFirst => "reevaluate-conflicted-first",
             Mutant::PauseOnRedelivery => "pause-on-redelivery",
             Mutant::ApplyUnsupportedType => "apply-unsupported-type",
+            Mutant::PanicOnChangedPayload => "panic-on-changed-payload",
         }
     }
 
@@ -102,6 +111,7 @@ impl Mutant {
             Mutant::ReevaluateConflictedFirst => Property::Convergence,
             Mutant::PauseOnRedelivery => Property::DuplicateNoEffect,
             Mutant::ApplyUnsupportedType => Property::HeldChangesNothing,
+            Mutant::PanicOnChangedPayload => Property::Panic,
         }
     }
 }
@@ -142,6 +152,9 @@ impl Policy for Option<Mutant> {
             Some(Mutant::OverwriteFirstRecord) => {
                 identity.first = record;
                 0
+            }
+            Some(Mutant::PanicOnChangedPayload) => {
+                unreachable!("an event id never comes back with a changed payload")
             }
             _ => Spec.keep_variant(identity, record),
         }

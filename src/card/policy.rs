@@ -41,6 +41,7 @@ impl FromStr for PolicyName {
         }
         Mutant::ALL
             .into_iter()
+            .chain(Mutant::PROBES)
             .find(|mutant| mutant.name() == text)
             .map(|mutant| PolicyName(Some(mutant)))
             .ok_or_else(|| {

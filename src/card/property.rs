@@ -38,7 +38,14 @@ pub enum Property {
     /// card's initial version and every decidable version delivered for that card. A
     /// property of the fixture, checked before any state is explored.
     AuthorityCurrent,
+    /// Not a rule of the contract but the harness's: no step panics (a panic in the
+    /// decision function or a check is a finding, reported with the path to it). Always
+    /// checked; not in [`Property::ALL`], whose length is its index.
+    Panic,
 }
+
+// The harness reports a panicking step as the property just past the protocol's own.
+const _: () = assert!(Property::Panic as usize == Property::ALL.len());
 
 impl Property {
     /// Every property, in the order checks run (and violations are reported).
@@ -73,7 +80,16 @@ impl Property {
 
     /// The property's name in model files and reports.
     pub fn name(self) -> &'static str {
-        Property::NAMES[self as usize]
+        match self {
+            Property::Panic => crate::harness::panic::PANIC,
+            property => Property::NAMES[property as usize],
+        }
+    }
+
+    /// The property with harness index `index`: one of [`Property::ALL`], or `panic` just
+    /// past them.
+    pub fn at(index: usize) -> Property {
+        Property::ALL.get(index).copied().unwrap_or(Property::Panic)
     }
 
     /// Whether the model checker evaluates the property on explored states and steps
@@ -135,9 +151,14 @@ impl FromStr for Property {
     fn from_str(text: &str) -> Result<Property, String> {
         Property::ALL
             .into_iter()
+            .chain([Property::Panic])
             .find(|property| property.name() == text)
             .ok_or_else(|| {
-                let names: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
+                let names: Vec<&str> = Property::ALL
+                    .iter()
+                    .chain(&[Property::Panic])
+                    .map(|p| p.name())
+                    .collect();
                 format!(
                     "unknown property `{text}`; expected one of: {}",
                     names.join(", ")

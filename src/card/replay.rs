@@ -147,6 +147,9 @@ pub struct ViolationReport {
     pub property: String,
     /// The 1-based step that broke it.
     pub step: usize,
+    /// For `panic`: the panic's message (the walk stops at that step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// How the end of the run compares with the fixture's `expect`.
@@ -288,13 +291,29 @@ pub fn replay_steps<P: Policy>(
         Properties::SPEC.with(shown.violates)
     });
     for (index, &step) in steps.iter().enumerate() {
-        let (next, effect) =
-            properties::checked_transition(scenario, policy, checked, &world, step);
+        let taken = crate::harness::panic::catching(|| {
+            properties::checked_transition(scenario, policy, checked, &world, step)
+        });
+        let (next, effect) = match taken {
+            Ok(taken) => taken,
+            Err(message) => {
+                // Nothing after a panicking step can be trusted: the walk ends before it.
+                if world.violation.is_none() {
+                    violations.push(ViolationReport {
+                        property: Property::Panic.name().into(),
+                        step: index + 1,
+                        message: Some(message),
+                    });
+                }
+                break;
+            }
+        };
         journal.observe(index, step, &effect, &next.receiver);
         if let (None, Some(property)) = (world.violation, next.violation) {
             violations.push(ViolationReport {
                 property: property.name().into(),
                 step: index + 1,
+                message: None,
             });
         }
         world = next;

@@ -316,8 +316,13 @@ fn layout(report: &Report, wide: bool) -> String {
     for violation in &report.violations {
         let _ = writeln!(
             out,
-            "VIOLATED {} at step {}",
-            violation.property, violation.step
+            "VIOLATED {} at step {}{}",
+            violation.property,
+            violation.step,
+            violation
+                .message
+                .as_ref()
+                .map_or_else(String::new, |message| format!(": {message}"))
         );
     }
     match &report.expect {

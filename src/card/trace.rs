@@ -220,8 +220,8 @@ pub fn diagram(
     };
     let mut rows = Vec::new();
     let mut before = visible_initially(scenario);
-    for (index, step) in steps.iter().enumerate() {
-        let report = &replayed.steps[index];
+    // A walk that panicked stops before the step that panicked.
+    for (step, report) in steps.iter().zip(&replayed.steps) {
         let after = visible(report);
         let changed = changes(&before, &after);
         before = after;

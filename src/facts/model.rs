@@ -33,6 +33,8 @@ pub struct State {
     pub operator_done: u16,
     /// The first property broken on the way here.
     pub violation: Option<Property>,
+    /// A step on the way here panicked (the harness's `panic`).
+    pub panicked: bool,
 }
 
 /// Verdicts, answers and poison handling met on explored transitions.
@@ -162,6 +164,7 @@ impl Protocol for FactsModel {
             budgets: self.budgets,
             operator_done: 0,
             violation: None,
+            panicked: false,
         }
     }
 
@@ -301,7 +304,17 @@ impl Protocol for FactsModel {
     }
 
     fn violation(state: &State) -> Option<usize> {
+        if state.panicked {
+            return Some(Property::ALL.len());
+        }
         state.violation.map(|property| property as usize)
+    }
+
+    fn panicked(&self, state: &State) -> State {
+        State {
+            panicked: true,
+            ..state.clone()
+        }
     }
 
     fn checks(&self, index: usize) -> bool {
@@ -310,7 +323,9 @@ impl Protocol for FactsModel {
 
     fn only(&self, index: usize) -> FactsModel {
         FactsModel {
-            checked: Properties::only(Property::ALL[index]),
+            checked: Property::ALL
+                .get(index)
+                .map_or(Properties::NONE, |&property| Properties::only(property)),
             coverage: Arc::default(),
             ..self.clone()
         }

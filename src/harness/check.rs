@@ -93,7 +93,7 @@ fn exhaust<Q: Protocol>(
     tally.add(&run, settings);
     let mut found = Vec::new();
     for (name, steps) in run.discoveries {
-        let Some(index) = Q::PROPERTIES.iter().position(|known| *known == name) else {
+        let Some(index) = super::property_index::<Q>(&name) else {
             continue;
         };
         if wanted(index) {
@@ -106,6 +106,34 @@ fn exhaust<Q: Protocol>(
     found
 }
 
+/// The protocol's counterexample report for `steps`; should the protocol panic while
+/// replaying them (it walks the same steps again), the steps in its words and the message.
+fn traced<P: Protocol>(
+    trace: &mut impl FnMut(&P, usize, &[P::Step]) -> Result<TraceReport, InputError>,
+    part: &P,
+    index: usize,
+    steps: &[P::Step],
+) -> Result<TraceReport, InputError> {
+    match super::panic::catching(|| trace(part, index, steps)) {
+        Ok(report) => report,
+        Err(message) => Ok(TraceReport {
+            mermaid: String::new(),
+            steps: steps.iter().map(|step| part.describe_step(step)).collect(),
+            fixture: None,
+            table: format!("(no table: replaying the trace panicked: {message})\n"),
+            shortest: true,
+        }),
+    }
+}
+
+/// Keeps the message of the panic `steps` end in, when `index` is `panic` (the first one
+/// found stays).
+fn note_panic<P: Protocol>(kept: &mut Option<String>, part: &P, index: usize, steps: &[P::Step]) {
+    if index == P::PROPERTIES.len() && kept.is_none() {
+        *kept = super::panic::message(part, steps);
+    }
+}
+
 /// Like [`check_parts`], covering the model as `mode` says.
 pub fn check_parts_with<P: Protocol>(
     subject: Subject,
@@ -114,7 +142,13 @@ pub fn check_parts_with<P: Protocol>(
     mode: &Mode,
     mut trace: impl FnMut(&P, usize, &[P::Step]) -> Result<TraceReport, InputError>,
 ) -> Result<ModelReport, InputError> {
-    let checked = |index: usize| parts.first().is_some_and(|part| part.checks(index));
+    let checked = |index: usize| {
+        parts
+            .first()
+            .is_some_and(|part| super::is_checked(part, index))
+    };
+    // The message of a step that panicked, found by walking its trace again.
+    let mut panicked: Option<String> = None;
     let selected: Vec<usize> = match mode {
         Mode::Shard(spec) if parts.len() > 1 => {
             (0..parts.len()).filter(|&part| spec.takes(part)).collect()
@@ -147,7 +181,8 @@ pub fn check_parts_with<P: Protocol>(
                 });
                 let wanted = |index| checked(index) && !traces.contains_key(&index);
                 for (index, steps, shortest) in exhaust(&restricted, settings, &mut tally, wanted) {
-                    let mut report = trace(part, index, &steps)?;
+                    note_panic(&mut panicked, part, index, &steps);
+                    let mut report = traced(&mut trace, part, index, &steps)?;
                     report.shortest = shortest;
                     traces.insert(index, report);
                 }
@@ -155,7 +190,8 @@ pub fn check_parts_with<P: Protocol>(
             Mode::Exhaustive | Mode::Shard(_) => {
                 let wanted = |index| checked(index) && !traces.contains_key(&index);
                 for (index, steps, shortest) in exhaust(part, settings, &mut tally, wanted) {
-                    let mut report = trace(part, index, &steps)?;
+                    note_panic(&mut panicked, part, index, &steps);
+                    let mut report = traced(&mut trace, part, index, &steps)?;
                     report.shortest = shortest;
                     traces.insert(index, report);
                 }
@@ -201,14 +237,15 @@ pub fn check_parts_with<P: Protocol>(
                         _ => (sample.steps, false),
                     };
                     report.violations.push(SampledViolation {
-                        property: P::PROPERTIES[index].into(),
+                        property: super::property_name::<P>(index).into(),
                         part: number,
                         walk: sample.walk,
                         walked: sample.walked,
                         trace_steps: steps.len(),
                         shortest: is_shortest,
                     });
-                    let mut trace = trace(part, index, &steps)?;
+                    note_panic(&mut panicked, part, index, &steps);
+                    let mut trace = traced(&mut trace, part, index, &steps)?;
                     trace.shortest = is_shortest;
                     traces.insert(index, trace);
                 }
@@ -235,7 +272,8 @@ pub fn check_parts_with<P: Protocol>(
     let sampled = simulation.is_some();
     let mut properties = Vec::new();
     let mut violated = Vec::new();
-    for (index, &name) in P::PROPERTIES.iter().enumerate() {
+    for index in 0..=P::PROPERTIES.len() {
+        let name = super::property_name::<P>(index);
         let trace = traces.remove(&index);
         let status = match (&trace, tally.complete) {
             _ if !checked(index) => Status::NotChecked,
@@ -252,7 +290,11 @@ pub fn check_parts_with<P: Protocol>(
             kind: Kind::Always,
             status,
             trace,
-            detail: None,
+            detail: if index == P::PROPERTIES.len() {
+                panicked.take()
+            } else {
+                None
+            },
         });
     }
     for (name, count) in &coverage {
@@ -311,13 +353,12 @@ pub fn precondition_failed<P: Protocol>(
     property: &'static str,
     detail: String,
 ) -> ModelReport {
-    let properties = P::PROPERTIES
-        .iter()
-        .enumerate()
-        .map(|(index, &name)| {
+    let properties = (0..=P::PROPERTIES.len())
+        .map(|index| {
+            let name = super::property_name::<P>(index);
             let status = if name == property {
                 Status::Violated
-            } else if checks(index) {
+            } else if index == P::PROPERTIES.len() || checks(index) {
                 Status::Unknown
             } else {
                 Status::NotChecked

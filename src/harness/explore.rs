@@ -77,10 +77,17 @@ impl<S> Run<S> {
 
 /// Explores `protocol` exhaustively (or up to the state limit).
 pub fn explore<P: Protocol>(protocol: P, settings: &Settings) -> Run<P::Step> {
+    explore_checking(protocol, settings, true)
+}
+
+/// Explores `protocol`, checking `panic` too if `panics`.
+fn explore_checking<P: Protocol>(protocol: P, settings: &Settings, panics: bool) -> Run<P::Step> {
     if settings.engine == Engine::Arrival {
-        return explore_fast(Checked(protocol), settings);
+        return explore_fast(Checked(protocol, panics), settings);
     }
-    let mut builder = Checked(protocol).checker().threads(settings.threads);
+    let mut builder = Checked(protocol, panics)
+        .checker()
+        .threads(settings.threads);
     if let Some(limit) = settings.state_limit {
         builder = builder.target_state_count(limit);
     }
@@ -103,9 +110,11 @@ pub fn shortest<P: Protocol>(
         threads: 1,
         ..settings.clone()
     };
-    explore(protocol.only(index), &alone)
+    // The search for `panic` checks it alone; one for the protocol's own leaves it out.
+    let panics = index == P::PROPERTIES.len();
+    explore_checking(protocol.only(index), &alone, panics)
         .discoveries
-        .remove(P::PROPERTIES[index])
+        .remove(super::property_name::<P>(index))
 }
 
 fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::Step> {

@@ -80,9 +80,7 @@ impl<P: Protocol> stateright::Model for ExplorerModel<P> {
     }
 
     fn next_state(&self, state: &Shown<P>, step: P::Step) -> Option<Shown<P>> {
-        self.0
-            .next(&state.world, &step)
-            .map(|world| self.show(world))
+        super::panic::next(&*self.0, &state.world, &step).map(|world| self.show(world))
     }
 
     fn format_action(&self, step: &P::Step) -> String {
@@ -94,7 +92,7 @@ impl<P: Protocol> stateright::Model for ExplorerModel<P> {
     }
 
     fn properties(&self) -> Vec<stateright::Property<Self>> {
-        properties(&*self.0)
+        properties(&*self.0, true)
     }
 }
 
@@ -145,6 +143,9 @@ mod tests {
         fn violation(world: &Self::World) -> Option<usize> {
             world.1
         }
+        fn panicked(&self, world: &Self::World) -> Self::World {
+            (world.0, Some(1))
+        }
         fn checks(&self, _: usize) -> bool {
             true
         }
@@ -185,7 +186,10 @@ mod tests {
     #[test]
     fn explorer_model_finds_what_the_checked_model_finds() {
         let explorer = ExplorerModel::new(Counter).checker().spawn_bfs().join();
-        let checked = super::super::Checked(Counter).checker().spawn_bfs().join();
+        let checked = super::super::Checked(Counter, true)
+            .checker()
+            .spawn_bfs()
+            .join();
         assert_eq!(explorer.unique_state_count(), checked.unique_state_count());
         let path = explorer
             .discovery("below two")

@@ -23,6 +23,7 @@ pub mod input;
 pub mod junit;
 pub mod merge;
 pub mod model_file;
+pub mod panic;
 pub mod report;
 pub mod rng;
 pub mod shard;
@@ -58,11 +59,16 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     fn next(&self, world: &Self::World, step: &Self::Step) -> Option<Self::World>;
     /// The index of the property a step on the way to `world` broke, if any.
     fn violation(world: &Self::World) -> Option<usize>;
-    /// Whether this model checks property `index` on explored states.
+    /// `world` marked as the end of a step that panicked: [`Protocol::violation`] of the
+    /// result is `Some(Self::PROPERTIES.len())`, the harness's [`panic::PANIC`].
+    fn panicked(&self, world: &Self::World) -> Self::World;
+    /// Whether this model checks property `index` on explored states (asked only for the
+    /// protocol's own properties: `panic` is always checked).
     fn checks(&self, index: usize) -> bool;
     /// The same model checking only property `index`: with one open property stateright
     /// 0.31 stops at the first violation, which breadth-first search finds on a shortest
-    /// path.
+    /// path. `index` may be `PROPERTIES.len()`: then none of the protocol's own properties
+    /// is checked, only `panic`.
     fn only(&self, index: usize) -> Self;
     /// Describes a step in domain terms.
     fn describe_step(&self, step: &Self::Step) -> String;
@@ -97,13 +103,34 @@ impl<P: Protocol> checker::Commute<P::Step> for Checked<P> {
     }
 }
 
-/// How many properties one protocol may have.
+/// How many properties one protocol may have, `panic` included.
 pub const MAX_PROPERTIES: usize = 16;
 
+/// The name of property `index`: one of the protocol's, or `panic` just past them.
+pub fn property_name<P: Protocol>(index: usize) -> &'static str {
+    P::PROPERTIES.get(index).copied().unwrap_or(panic::PANIC)
+}
+
+/// The index of the property called `name` (`panic` included).
+pub fn property_index<P: Protocol>(name: &str) -> Option<usize> {
+    if name == panic::PANIC {
+        return Some(P::PROPERTIES.len());
+    }
+    P::PROPERTIES.iter().position(|known| *known == name)
+}
+
+/// Whether `protocol` checks property `index`: `panic` always, its own as it says.
+pub fn is_checked<P: Protocol>(protocol: &P, index: usize) -> bool {
+    index == P::PROPERTIES.len() || protocol.checks(index)
+}
+
 /// A protocol as a stateright model: what the checker explores. Explorer serves
-/// [`explorer::ExplorerModel`] instead, whose states print in domain terms.
+/// [`explorer::ExplorerModel`] instead, whose states print in domain terms. The second
+/// field says whether `panic` is checked: always, except in the search for a shortest path
+/// to one of the protocol's own properties (with two properties open, stateright 0.31's
+/// paths are not always shortest).
 #[derive(Clone, Debug)]
-pub struct Checked<P>(pub P);
+pub struct Checked<P>(pub P, pub bool);
 
 /// A stateright model over a protocol's worlds: it can read the violation marker in its
 /// states, so the same property table serves the checker's model and Explorer's.
@@ -150,12 +177,20 @@ fn condition<M: Marked>(index: usize) -> Condition<M> {
     all[index]
 }
 
-/// The properties `protocol` checks, as stateright properties of model `M`.
-fn properties<P: Protocol, M: Marked>(protocol: &P) -> Vec<stateright::Property<M>> {
-    debug_assert!(P::PROPERTIES.len() <= MAX_PROPERTIES);
-    (0..P::PROPERTIES.len())
-        .filter(|&index| protocol.checks(index))
-        .map(|index| stateright::Property::always(P::PROPERTIES[index], condition::<M>(index)))
+/// The properties `protocol` checks, and `panic` last if `panics`, as stateright properties
+/// of model `M`.
+fn properties<P: Protocol, M: Marked>(protocol: &P, panics: bool) -> Vec<stateright::Property<M>> {
+    debug_assert!(P::PROPERTIES.len() < MAX_PROPERTIES);
+    let own = P::PROPERTIES.len();
+    (0..=own)
+        .filter(|&index| {
+            if index == own {
+                panics
+            } else {
+                protocol.checks(index)
+            }
+        })
+        .map(|index| stateright::Property::always(property_name::<P>(index), condition::<M>(index)))
         .collect()
 }
 
@@ -174,7 +209,7 @@ impl<P: Protocol> stateright::Model for Checked<P> {
     }
 
     fn next_state(&self, world: &P::World, step: P::Step) -> Option<P::World> {
-        self.0.next(world, &step)
+        panic::next(&self.0, world, &step)
     }
 
     fn format_action(&self, step: &P::Step) -> String {
@@ -182,6 +217,6 @@ impl<P: Protocol> stateright::Model for Checked<P> {
     }
 
     fn properties(&self) -> Vec<stateright::Property<Self>> {
-        properties(&self.0)
+        properties(&self.0, self.1)
     }
 }

@@ -163,7 +163,7 @@ impl<P: Protocol> Shard<P> {
                 }
                 let mut ends = true;
                 for step in &buffer {
-                    let Some(next) = inner.next(&world, step) else {
+                    let Some(next) = super::panic::next(&inner, &world, step) else {
                         continue;
                     };
                     let same = seen.entry(fingerprint(&next)).or_default();
@@ -285,6 +285,13 @@ impl<P: Protocol> Protocol for Shard<P> {
         P::violation(&world.world)
     }
 
+    fn panicked(&self, world: &Self::World) -> Self::World {
+        ShardWorld {
+            world: self.inner.panicked(&world.world),
+            node: world.node,
+        }
+    }
+
     fn checks(&self, index: usize) -> bool {
         self.inner.checks(index)
     }
@@ -368,6 +375,9 @@ mod tests {
         }
         fn violation(_: &(u8, u8)) -> Option<usize> {
             None
+        }
+        fn panicked(&self, world: &(u8, u8)) -> (u8, u8) {
+            *world
         }
         fn checks(&self, _: usize) -> bool {
             true

@@ -84,8 +84,8 @@ fn fingerprint<W: Hash>(world: &W) -> u64 {
 /// seeds the walks).
 pub fn simulate<P: Protocol>(protocol: &P, part: usize, simulation: &Simulation) -> Walks<P::Step> {
     let start = Instant::now();
-    let wanted = (0..P::PROPERTIES.len())
-        .filter(|&index| protocol.checks(index))
+    let wanted = (0..=P::PROPERTIES.len())
+        .filter(|&index| super::is_checked(protocol, index))
         .count();
     let mut walks = Walks {
         walks: 0,
@@ -119,7 +119,7 @@ pub fn simulate<P: Protocol>(protocol: &P, part: usize, simulation: &Simulation)
                 walks.counted_all = false;
             }
             if let Some(index) = P::violation(&world) {
-                if protocol.checks(index) && !walks.found.contains_key(&index) {
+                if super::is_checked(protocol, index) && !walks.found.contains_key(&index) {
                     walks.found.insert(
                         index,
                         Sample {
@@ -142,7 +142,7 @@ pub fn simulate<P: Protocol>(protocol: &P, part: usize, simulation: &Simulation)
                     break None;
                 }
                 let step = steps.swap_remove(generator.scaled_below(steps.len()));
-                if let Some(next) = protocol.next(&world, &step) {
+                if let Some(next) = super::panic::next(protocol, &world, &step) {
                     break Some((step, next));
                 }
             };
@@ -188,7 +188,7 @@ fn loop_free<P: Protocol>(
     let shorter: Vec<P::Step> = kept.iter().map(|&step| path[step].clone()).collect();
     let mut world = protocol.init();
     for step in &shorter {
-        match protocol.next(&world, step) {
+        match super::panic::next(protocol, &world, step) {
             Some(next) => world = next,
             None => return path.to_vec(),
         }
@@ -230,6 +230,9 @@ mod tests {
         }
         fn violation(world: &u8) -> Option<usize> {
             (*world >= 7).then_some(0)
+        }
+        fn panicked(&self, _: &u8) -> u8 {
+            7
         }
         fn checks(&self, _: usize) -> bool {
             true

@@ -791,13 +791,14 @@ fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_fail
     validate_junit(&file);
     let xml = std::fs::read_to_string(&file).unwrap();
     assert_eq!(xml.matches("<testsuite ").count(), 3);
-    // Ten properties, the opt-in one and the verdict for each card model.
+    // Ten properties, the opt-in one, the harness's `panic` and the verdict for each card
+    // model.
     let cases = |suite: &str| {
         let start = xml.find(&format!("<testsuite name=\"{suite}\"")).unwrap();
         let end = start + xml[start..].find("</testsuite>").unwrap();
         xml[start..end].matches("<testcase ").count()
     };
-    assert_eq!(cases("models/b62-15-split.toml"), 12);
+    assert_eq!(cases("models/b62-15-split.toml"), 13);
     assert!(!xml[..xml.find("models/mutant-ignore-pause.toml").unwrap()].contains("<failure"));
     // The mutant's violation is a failure carrying its shortest trace in domain terms.
     assert!(

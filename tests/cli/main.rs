@@ -4,6 +4,8 @@
 //!   shown in docs/ci.md as they are.
 //! - `cli`: exit statuses, error messages, malformed inputs, JUnit and output files.
 //! - `explorer`: `check --explore` served to headless chromium through chromedriver.
+//! - `panics`: a policy whose decision function panics, through `check`, the sweep,
+//!   `--simulate` and `replay`: a finding with a trace, never a crash.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../util/mod.rs"]
@@ -12,3 +14,4 @@ mod util;
 mod ci_workflows;
 mod cli;
 mod explorer;
+mod panics;
