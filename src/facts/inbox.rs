@@ -473,18 +473,42 @@ pub fn consume(inbox: &mut Inbox, apps: &Applications, at: At, entry: &Envelope)
 /// Consumer steps 1 and 2 (READY is not recomputed here): park the entry when its
 /// application is unknown, no longer matches or is terminated; else the identity rule.
 pub(super) fn decide(inbox: &mut Inbox, apps: &Applications, at: At, entry: &Envelope) -> Verdict {
+    // An expired quarantine entry stays expired, whatever a redelivery finds now.
+    let expired = inbox
+        .parked
+        .get(&at.entry)
+        .is_some_and(|parked| parked.why == Parking::QuarantineExpired);
+    if expired {
+        inbox.counters.count(Verdict::Quarantined);
+        return Verdict::Quarantined;
+    }
     let (verdict, parking) = match now_of(apps, entry) {
         Now::Unknown => (Verdict::Quarantined, Parking::Quarantined),
         Now::Mismatch(mismatch) => (Verdict::LateMismatch, Parking::LateMismatch(mismatch)),
         Now::Terminated => (Verdict::AfterTermination, Parking::AfterTermination),
         Now::Active(key) => return identity(inbox, key, entry),
     };
-    inbox.park(at, entry, parking);
+    // A redelivery of an entry whose content already counted (accepted before a
+    // termination or an upgrade) is not parked: it is that fact, not history beside it.
+    if !inbox.holds_content(entry) {
+        inbox.park(at, entry, parking);
+    }
     inbox.counters.count(verdict);
     verdict
 }
 
 impl Inbox {
+    /// Whether `entry`'s content is recorded under its identity (as the fact or a variant).
+    pub fn holds_content(&self, entry: &Envelope) -> bool {
+        let id = entry.fact_id();
+        self.facts
+            .get(&id)
+            .is_some_and(|fact| fact.same_content(entry))
+            || self
+                .variants_of(&id)
+                .any(|variant| variant.same_content(entry))
+    }
+
     /// Keeps `entry` parked under its stream entry (a redelivery rewrites its own row).
     pub(super) fn park(&mut self, at: At, entry: &Envelope, why: Parking) {
         let parked = Parked {

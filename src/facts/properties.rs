@@ -339,7 +339,8 @@ pub fn check_state(
         let expected = match (converges, expect) {
             (true, Some(expect)) => {
                 let facts_match = expect.facts.as_ref().is_none_or(|facts| {
-                    let held: BTreeSet<(String, String)> = world
+                    // One pair per fact held: two tenants holding a pair count twice.
+                    let mut held: Vec<(String, String)> = world
                         .inbox
                         .facts()
                         .map(|fact| {
@@ -349,10 +350,12 @@ pub fn check_state(
                             )
                         })
                         .collect();
-                    let wanted: BTreeSet<(String, String)> = facts
+                    let mut wanted: Vec<(String, String)> = facts
                         .iter()
                         .map(|(source, id)| (source.as_str().to_owned(), id.clone()))
                         .collect();
+                    held.sort();
+                    wanted.sort();
                     held == wanted
                 });
                 let ready_match = expect.ready.as_ref().is_none_or(|ready| {

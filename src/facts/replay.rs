@@ -471,7 +471,11 @@ fn operator_note(scenario: &Scenario, outcome: &StepOutcome) -> String {
             format!("{} terminated", scenario.label(application))
         }
         StepOutcome::Resolved { fact, kept } => {
-            format!("conflict on {} resolved: kept {kept:?}", describe(fact)).to_lowercase()
+            let kept = match kept {
+                super::inbox::Kept::First => "the fact as it stood",
+                super::inbox::Kept::Variant => "the variant",
+            };
+            format!("conflict on {} resolved: kept {kept}", describe(fact))
         }
         StepOutcome::Expired { entries } => format!("quarantine expired: {entries:?}"),
         StepOutcome::OperatorRefused { step, why } => format!("{step} refused: {why}"),

@@ -125,8 +125,9 @@ fn end_lines(out: &mut String, end: &EndReport) {
             format!("step {} {} {word}{cause}", change.step, change.application)
         })
         .collect();
-    if !history.is_empty() {
-        let _ = writeln!(out, "ready history: {}", history.join("; "));
+    for (index, change) in history.iter().enumerate() {
+        let head = if index == 0 { "ready history:" } else { "" };
+        let _ = writeln!(out, "{head:<15}{change}");
     }
     let parked: Vec<String> = end
         .parked

@@ -215,7 +215,7 @@ fn the_contract_v2_models_pass_and_reach_what_they_are_about() {
         ),
         (
             "models/acmeflow-lifecycle.toml",
-            2_014,
+            1_906,
             &["after_termination", "terminated"],
         ),
         (
