@@ -226,9 +226,8 @@ impl Applications {
         }
     }
 
-    /// A material upgrade: the application's current version moves to `to`, which must be
-    /// newer; refused for a terminated application. Returns the previous version.
-    pub fn upgrade(&mut self, key: &AppKey, to: u64) -> Result<u64, LifecycleError> {
+    /// The active application under `key`, to change; unknown and terminated are refused.
+    fn active_mut(&mut self, key: &AppKey) -> Result<&mut Application, LifecycleError> {
         let application = self
             .by_key
             .get_mut(key)
@@ -236,6 +235,13 @@ impl Applications {
         if !application.is_active() {
             return Err(LifecycleError::Terminated(key.clone()));
         }
+        Ok(application)
+    }
+
+    /// A material upgrade: the application's current version moves to `to`, which must be
+    /// newer; refused for a terminated application. Returns the previous version.
+    pub fn upgrade(&mut self, key: &AppKey, to: u64) -> Result<u64, LifecycleError> {
+        let application = self.active_mut(key)?;
         if to <= application.material_version {
             return Err(LifecycleError::NotNewer {
                 current: application.material_version,
@@ -247,13 +253,7 @@ impl Applications {
 
     /// Terminates an application (final).
     pub fn terminate(&mut self, key: &AppKey, reason: &str, at: i64) -> Result<(), LifecycleError> {
-        let application = self
-            .by_key
-            .get_mut(key)
-            .ok_or_else(|| LifecycleError::Unknown(key.clone()))?;
-        if !application.is_active() {
-            return Err(LifecycleError::Terminated(key.clone()));
-        }
+        let application = self.active_mut(key)?;
         application.terminated = Some(Termination {
             reason: reason.to_owned(),
             at,
