@@ -841,7 +841,12 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
         // other step there is a dropped redelivery or leads back to the same world, so
         // nothing lies behind them and the counts stay equal.
         assert_eq!(full.unique_states, asleep.unique_states, "{what}");
-        assert!(asleep.states <= full.states, "{what}");
+        // Explored states (repeats included) are exact on one thread only: two threads may
+        // both expand a state before either marks it seen, so there the count varies from
+        // run to run (seen once in CI: seed 5, budgets 0/2/1, End).
+        if loaded.file.threads == 1 {
+            assert!(asleep.states <= full.states, "{what}");
+        }
         (full.states, asleep.states)
     };
     let (mut fewer, mut failed) = (0, 0);
