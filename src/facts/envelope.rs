@@ -506,6 +506,14 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// The envelope in `body`, parsed for the source the body itself names (no ingress, no
+/// header): what a stored entry or a test step carries. `None` if it is not a valid one.
+pub fn envelope_in(body: &[u8]) -> Option<Envelope> {
+    let value = parse_json_object(body).ok()?;
+    let source = Source::from_wire(value.get("source")?.as_str()?)?;
+    Envelope::parse(body, source).ok()
+}
+
 /// Strict JSON: valid UTF-8, one value and nothing after it but whitespace, no key twice
 /// in one object, at most [`MAX_DEPTH`] levels of objects and arrays.
 pub fn parse_json_object(body: &[u8]) -> Result<Value, String> {

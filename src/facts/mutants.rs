@@ -236,9 +236,7 @@ pub fn admit_under(
 
 /// The request's envelope, parsed without ingress (the body names its source).
 fn body_envelope(request: &Request<'_>) -> Option<Envelope> {
-    let value = super::envelope::parse_json_object(request.body).ok()?;
-    let source = super::envelope::Source::from_wire(value.get("source")?.as_str()?)?;
-    Envelope::parse(request.body, source).ok()
+    super::envelope::envelope_in(request.body)
 }
 
 fn accept_by_business_key(

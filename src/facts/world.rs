@@ -524,9 +524,7 @@ pub fn transition<P: Policy>(setup: &Setup<P>, world: &mut World, step: &Step) -
 
 /// The envelope a request carries, parsed without ingress (its body names its source).
 pub fn envelope_of(posted: &PostedRequest) -> Option<Envelope> {
-    let value = parse_json_object(&posted.body).ok()?;
-    let source = Source::from_wire(value.get("source")?.as_str()?)?;
-    Envelope::parse(&posted.body, source).ok()
+    super::envelope::envelope_in(&posted.body)
 }
 
 /// The operator's steps, each one inbox transaction with READY recomputed.
