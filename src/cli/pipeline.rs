@@ -1,6 +1,7 @@
 //! `arrival pipeline ...`: the command line of the real facts pipeline.
 //!
-//! Its commands: init, serve, status, upgrade, run, the hidden consumer step, drill, load.
+//! Its commands: init, serve, status, run, the hidden consumer step, drill, load; the
+//! operator's (applications, conflicts, quarantine) are [`super::operator`]'s.
 //! Bad input is an [`InputError`] (exit 2); Redis, the inbox database, a port, the tokio
 //! runtime or a child process failing is an [`EnvironmentError`] (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).
@@ -120,17 +121,21 @@ pub enum PipelineCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Move an application to a newer material version (READY recomputed).
+    /// Register, upgrade or terminate an application (one transaction each).
+    #[command(subcommand)]
+    Applications(super::operator::ApplicationsCommand),
+    /// List conflicts, or resolve one (a person's decision, kept with its reason).
+    #[command(subcommand)]
+    Conflicts(super::operator::ConflictsCommand),
+    /// List quarantined entries, or expire those older than the quarantine period.
+    #[command(subcommand)]
+    Quarantine(super::operator::QuarantineCommand),
+    /// The older spelling of `applications upgrade`.
+    #[command(hide = true)]
     Upgrade {
-        /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
-        /// The application id.
-        #[arg(long)]
-        application: String,
+        /// The inbox and the application.
+        #[command(flatten)]
+        target: super::operator::Target,
         /// The new material version.
         #[arg(long)]
         material_version: u64,
@@ -178,6 +183,9 @@ pub enum PipelineCommand {
         /// A mutant's name.
         #[arg(long)]
         mutant: Option<String>,
+        /// A stream entry whose decision fails (a fixture's `undecidable` step; repeatable).
+        #[arg(long)]
+        undecidable: Vec<String>,
     },
     /// A drill against real Redis and SQLite: `kill`, `redis-down`, `db-locked`, `poison`.
     Drill(DrillArgs),
@@ -307,12 +315,22 @@ pub struct LoadArgs {
     pub json: bool,
 }
 
-/// Kills this very process with SIGKILL at the chosen point.
-struct SelfKill(Point);
+/// A `pipeline step`'s injected faults: SIGKILL of this very process at the chosen point,
+/// and the entries a fixture's schedule made undecidable.
+struct StepFaults {
+    kill: Option<Point>,
+    undecidable: std::collections::BTreeSet<String>,
+}
 
-impl Faults for SelfKill {
+impl Faults for StepFaults {
+    fn fail_decision(&self, item: &crate::pipeline::batch::Item) -> Option<String> {
+        self.undecidable
+            .contains(&item.entry)
+            .then(|| "the fixture made this entry undecidable".to_owned())
+    }
+
     fn kill_at(&self, _: &str, point: Point, _: usize) -> bool {
-        if point == self.0 {
+        if Some(point) == self.kill {
             let _ = std::io::stdout().flush();
             // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
             unsafe {
@@ -340,7 +358,7 @@ fn redis_url(text: &str) -> Result<String, String> {
         .map_err(|error| format!("not a Redis URL: {error}"))
 }
 
-fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
+pub(super) fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
     EnvironmentError::new(format!("pipeline {}", what.display()), error).into()
 }
 
@@ -350,7 +368,7 @@ fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
 /// inbox is a SQLite database with the `applications` table; the check opens the file
 /// without the right to create it and only reads. An inbox written by a newer arrival
 /// (a schema version this build does not know) is bad input too.
-fn existing_inbox(db: &Path) -> Result<(), InputError> {
+pub(super) fn existing_inbox(db: &Path) -> Result<(), InputError> {
     use rusqlite::OpenFlags;
     let refuse = |what: String| {
         InputError::invalid(
@@ -411,12 +429,13 @@ pub fn run(command: PipelineCommand) -> Outcome {
         } => init(&db, &fixture, &keys_out),
         PipelineCommand::Serve { .. } => serve(command),
         PipelineCommand::Status { db, json } => status(&db, json),
+        PipelineCommand::Applications(command) => super::operator::applications(command),
+        PipelineCommand::Conflicts(command) => super::operator::conflicts(command),
+        PipelineCommand::Quarantine(command) => super::operator::quarantine(command),
         PipelineCommand::Upgrade {
-            db,
-            tenant,
-            application,
+            target,
             material_version,
-        } => upgrade(&db, tenant, application, material_version),
+        } => super::operator::upgrade(&target, material_version),
         PipelineCommand::Run {
             fixture,
             json,
@@ -441,7 +460,7 @@ fn refuse_existing(db: &Path) -> InputError {
             "the file exists; `pipeline init` creates a new inbox and never changes one. \
              To start over, stop every `pipeline serve` that uses it and delete {shown} \
              (with {shown}-wal and {shown}-shm if they exist), or give init another path; \
-             to move an application to a newer material version use `arrival pipeline upgrade`"
+             to move an application to a newer material version use `arrival pipeline applications upgrade`"
         ),
     )
 }
@@ -645,28 +664,6 @@ fn status(db: &Path, json: bool) -> Outcome {
     Ok(true)
 }
 
-/// `pipeline upgrade`: an application to a newer material version.
-fn upgrade(db: &Path, tenant: String, application: String, material_version: u64) -> Outcome {
-    existing_inbox(db)?;
-    let mut conn =
-        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
-    let key = crate::facts::application::AppKey {
-        tenant_id: tenant,
-        application_id: application,
-    };
-    match pstore::upgrade(&mut conn, &key, material_version, None)
-        .map_err(|error| env_error(db, error))?
-    {
-        Ok(from) => {
-            eprintln!("arrival pipeline: {key} v{from} -> v{material_version}");
-            Ok(true)
-        }
-        Err(why) => {
-            Err(InputError::invalid(Path::new("--material-version"), "command line", why).into())
-        }
-    }
-}
-
 /// `pipeline run`: a facts fixture against real HTTP, Redis and SQLite.
 fn run_fixture(fixture: &Path, json: bool, redis_url: String, name: Option<&str>) -> Outcome {
     let scenario = crate::pipeline::run::load(fixture)?;
@@ -700,6 +697,7 @@ fn step(command: PipelineCommand) -> Outcome {
         crash,
         max_deliveries,
         mutant: name,
+        undecidable,
     } = command
     else {
         unreachable!("step is called with `pipeline step`");
@@ -717,11 +715,13 @@ fn step(command: PipelineCommand) -> Outcome {
         busy_timeout_ms: pstore::DEFAULT_BUSY_TIMEOUT_MS,
         mutant: mutant(name.as_deref())?,
     };
-    let faults: Arc<dyn Faults> = match crash {
-        None => Arc::new(crate::pipeline::consumer::NoFaults),
-        Some(CrashAt::BeforeCommit) => Arc::new(SelfKill(Point::BeforeCommit)),
-        Some(CrashAt::AfterCommit) => Arc::new(SelfKill(Point::AfterCommit)),
-    };
+    let faults: Arc<dyn Faults> = Arc::new(StepFaults {
+        kill: crash.map(|crash| match crash {
+            CrashAt::BeforeCommit => Point::BeforeCommit,
+            CrashAt::AfterCommit => Point::AfterCommit,
+        }),
+        undecidable: undecidable.into_iter().collect(),
+    });
     let mut consumer = Consumer::connect(options, faults).map_err(|error| env_error(&db, error))?;
     let read = consumer
         .read_one(mode.into())

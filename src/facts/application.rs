@@ -87,6 +87,17 @@ pub enum Registered {
     },
 }
 
+impl Registered {
+    /// The word in reports: `new`, `unchanged`, `upgraded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Registered::New => "new",
+            Registered::Unchanged => "unchanged",
+            Registered::Upgraded { .. } => "upgraded",
+        }
+    }
+}
+
 /// Why an operator step on the registry was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum LifecycleError {

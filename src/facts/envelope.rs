@@ -660,7 +660,22 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        Value::Number(number) => write_number(number, out),
         scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// A number as the IEEE double it denotes (RFC 8785's rule): `100`, `100.0` and `1e2` are
+/// one value and one text (`100`); integral values below 1e21 are written as integers, the
+/// rest in Rust's shortest round-trip form. Integers beyond 2^53 collapse to their nearest
+/// double, as they do for every JavaScript sender.
+fn write_number(number: &serde_json::Number, out: &mut String) {
+    use std::fmt::Write;
+    let value = number.as_f64().unwrap_or(0.0);
+    if value == value.trunc() && value.abs() < 1e21 {
+        let _ = write!(out, "{}", value as i128);
+    } else {
+        let _ = write!(out, "{value}");
     }
 }
 

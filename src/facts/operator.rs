@@ -96,6 +96,19 @@ pub fn resolve(
     Ok(kept)
 }
 
+/// The only content recorded under `id` beside its fact: what "keep the variant" keeps
+/// when no content is named. Refused when there is none, or several.
+pub fn only_variant(inbox: &Inbox, id: &FactId) -> Result<Envelope, String> {
+    let mut variants = inbox.variants_of(id);
+    match (variants.next(), variants.next()) {
+        (Some(only), None) => Ok(only.clone()),
+        (None, _) => Err("no variant is recorded".into()),
+        (Some(_), Some(_)) => {
+            Err("several variants are recorded: name the content of the one to keep".into())
+        }
+    }
+}
+
 /// Expires, at `now`, the entries quarantined for longer than `period` seconds: they
 /// become `quarantine_expired`, listed for a person, never facts.
 pub fn expire_quarantine(inbox: &mut Inbox, now: i64, period: i64) -> Vec<EntryId> {

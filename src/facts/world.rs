@@ -594,19 +594,10 @@ fn operate<P: Policy>(setup: &Setup<P>, world: &mut World, step: &Step) -> StepO
         Step::Resolve { fact, keep, reason } => {
             let content = match keep {
                 Keep::First => None,
-                Keep::Variant => {
-                    let mut variants = inbox.variants_of(fact);
-                    match (variants.next(), variants.next()) {
-                        (Some(only), None) => Some(only.clone()),
-                        (None, _) => {
-                            return refused("resolve", "no variant is recorded".into());
-                        }
-                        (Some(_), Some(_)) => {
-                            let why = "several variants are recorded: name the request of the one to keep";
-                            return refused("resolve", why.into());
-                        }
-                    }
-                }
+                Keep::Variant => match operator::only_variant(inbox, fact) {
+                    Ok(only) => Some(only),
+                    Err(why) => return refused("resolve", why),
+                },
                 Keep::VariantOf(number) => match setup.requests.get(number).and_then(envelope_of) {
                     Some(envelope) => Some(envelope),
                     None => {

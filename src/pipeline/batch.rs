@@ -150,7 +150,12 @@ fn decide_one(
     fail: FailHook<'_>,
 ) -> Result<Verdict, EntryError> {
     let keys = BTreeSet::from([AppKey::of(&item.envelope)]);
-    let (apps, mut inbox, loaded) = load(conn, &keys, Some(&item.envelope.fact_id()))?;
+    let (apps, mut inbox, loaded) = load(
+        conn,
+        &keys,
+        &[item.envelope.fact_id()],
+        std::slice::from_ref(&item.entry),
+    )?;
     let seen = conn
         .prepare_cached("SELECT 1 FROM verdicts WHERE entry = ?1")?
         .query_row([&item.entry], |_| Ok(()))

@@ -49,9 +49,21 @@ impl Client {
         signature: Option<&str>,
         body: &[u8],
     ) -> std::io::Result<Reply> {
+        let mut headers = Vec::with_capacity(2);
+        headers.extend(source.map(|source| ("X-Acme-Source", source)));
+        headers.extend(signature.map(|signature| ("X-Acme-Signature", signature)));
+        self.post_with(&headers, body).await
+    }
+
+    /// Posts `body` with these extra headers (a Standard Webhooks sender's, say).
+    pub async fn post_with(
+        &mut self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Reply> {
         // A kept-alive connection the server closed is retried once on a new one.
         for attempt in 0..2 {
-            match self.try_post(source, signature, body).await {
+            match self.try_post(headers, body).await {
                 Ok(reply) => return Ok(reply),
                 Err(error) if attempt == 0 => {
                     self.stream = None;
@@ -63,12 +75,7 @@ impl Client {
         unreachable!("the loop returns")
     }
 
-    async fn try_post(
-        &mut self,
-        source: Option<&str>,
-        signature: Option<&str>,
-        body: &[u8],
-    ) -> std::io::Result<Reply> {
+    async fn try_post(&mut self, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<Reply> {
         if self.stream.is_none() {
             let stream = TcpStream::connect(self.addr).await?;
             stream.set_nodelay(true)?;
@@ -81,11 +88,8 @@ impl Client {
             self.addr,
             body.len()
         );
-        if let Some(source) = source {
-            head.push_str(&format!("X-Acme-Source: {source}\r\n"));
-        }
-        if let Some(signature) = signature {
-            head.push_str(&format!("X-Acme-Signature: {signature}\r\n"));
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
         let mut request = head.into_bytes();

@@ -64,6 +64,15 @@ impl Clock {
         }
     }
 
+    /// Now, in Unix milliseconds (the receive time written with each stream entry).
+    pub fn now_ms(&self) -> i64 {
+        let shift = self
+            .shift
+            .as_ref()
+            .map_or(0, |shift| shift.load(Ordering::SeqCst));
+        store::now_ms() + shift * 1000
+    }
+
     /// Now, in Unix seconds.
     pub fn now(&self) -> i64 {
         let shift = self
@@ -226,7 +235,7 @@ async fn webhook(
         &state.names,
         admitted.envelope.source().as_str(),
         &bytes,
-        store::now_ms(),
+        state.clock.now_ms(),
     );
     let mut redis = state.redis.clone();
     match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {

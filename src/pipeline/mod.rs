@@ -5,7 +5,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | the inbox in SQLite: the parts one decision loads and writes back, the upgrade, snapshots |
+//! | [`store`] | the inbox in SQLite: the parts one transaction loads and writes back (READY history included), snapshots |
+//! | [`operator`] | the operator's steps on the inbox (register, upgrade, terminate, resolve, expire quarantine) and the lists read before them |
 //! | [`batch`] | one batch's `BEGIN IMMEDIATE` transaction, each entry under its own savepoint: an undecidable entry is rolled back and recorded, the rest decided |
 //! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
@@ -22,6 +23,7 @@ pub mod consumer;
 pub mod drill;
 pub mod ingress;
 pub mod load;
+pub mod operator;
 pub mod run;
 pub mod schema;
 pub mod store;

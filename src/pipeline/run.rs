@@ -9,15 +9,20 @@
 use super::client::Client;
 use super::consumer::{BatchResult, ReadKind};
 use super::ingress::{start, PipelineError, ServeOptions};
+use super::operator as op;
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::AppKey;
+use crate::facts::envelope::envelope_in;
 use crate::facts::envelope::{Envelope, Source};
 use crate::facts::fixture::{response_from_parts, sort_facts, Scenario, DEFAULT_CONSUMER};
+use crate::facts::inbox::describe;
 use crate::facts::inbox::{ready, Inbox, Parts, PoisonCategory};
 use crate::facts::ingress::Response;
-use crate::facts::replay::{compare, replay, DeadLetterReport, EndReport, Report, StepReport};
-use crate::facts::step::{Consumer, Crash, PostFault, Step};
+use crate::facts::replay::{
+    compare, replay, DeadLetterReport, EndReport, ParkedReport, Report, StepReport,
+};
+use crate::facts::step::{Consumer, Crash, Keep, PostFault, Step};
 use crate::facts::world::{Read, POISON_BODY};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -74,6 +79,7 @@ struct Runner<'a> {
     responses: BTreeMap<u32, Response>,
     owed: BTreeSet<u32>,
     down: BTreeSet<String>,
+    undecidable: Vec<String>,
     steps: Vec<StepReport>,
 }
 
@@ -125,6 +131,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, Pi
         responses: BTreeMap::new(),
         owed: BTreeSet::new(),
         down: BTreeSet::new(),
+        undecidable: Vec::new(),
         steps: Vec::new(),
     };
     let result = runner.walk_all(&running, &mut client, &mut conn).await;
@@ -229,13 +236,18 @@ impl Runner<'_> {
                     .state
                     .stream_down
                     .store(down, std::sync::atomic::Ordering::SeqCst);
-                let reply = client
-                    .post(
-                        posted.source.as_deref(),
-                        posted.signature.as_deref(),
-                        &posted.body,
-                    )
-                    .await?;
+                let [webhook_id, webhook_timestamp, webhook_signature] = &posted.webhook;
+                let headers: Vec<(&str, &str)> = [
+                    ("X-Acme-Source", &posted.source),
+                    ("X-Acme-Signature", &posted.signature),
+                    ("Webhook-Id", webhook_id),
+                    ("Webhook-Timestamp", webhook_timestamp),
+                    ("Webhook-Signature", webhook_signature),
+                ]
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value.as_deref()?)))
+                .collect();
+                let reply = client.post_with(&headers, &posted.body).await?;
                 running
                     .state
                     .stream_down
@@ -282,31 +294,29 @@ impl Runner<'_> {
                 self.child_step(&mut report, &consumer.0, "recover", *crash)
                     .await?;
             }
-            Step::Upgrade {
-                application,
-                material_version,
-            } => {
-                report.note = Some(
-                    match store::upgrade(conn, application, *material_version, self.options.mutant)?
-                    {
-                        Ok(from) => format!("material v{from} -> v{material_version}"),
-                        Err(why) => format!(
-                            "upgrade of {} refused: {why}",
-                            self.scenario.label(application)
-                        ),
-                    },
-                );
-            }
-            other @ (Step::Undecidable { .. }
+            Step::Upgrade { .. }
             | Step::Register { .. }
             | Step::Terminate { .. }
             | Step::Resolve { .. }
-            | Step::ExpireQuarantine { .. }) => {
-                return Err(PipelineError::Other(format!(
-                    "`pipeline run` does not play the step `{}` yet: the contract v2 operator \
-                     steps and undecidable entries are in the model and `replay` only",
-                    label(self.scenario, other)
-                )));
+            | Step::ExpireQuarantine { .. } => {
+                report.note = Some(self.operate(conn, step)?);
+            }
+            Step::Undecidable { request } => {
+                let posted = &self.scenario.setup.requests[request];
+                let source = envelope_in(&posted.body)
+                    .map_or("finance", |envelope| envelope.source().as_str());
+                let id: String = stream::xadd_command(
+                    &self.names,
+                    source,
+                    &posted.body,
+                    posted.received_at * 1000,
+                )
+                .query(&mut self.redis)?;
+                self.ids.push(id.clone());
+                self.accepted.insert(id.clone());
+                self.undecidable.push(id.clone());
+                report.entry = self.ordinal(&id);
+                report.note = Some(format!("request {request}'s envelope, undecidable"));
             }
             Step::Poison => {
                 let id: String = redis::cmd("XADD")
@@ -330,6 +340,101 @@ impl Runner<'_> {
             .collect();
         self.steps.push(report);
         Ok(())
+    }
+
+    /// An operator step, as the operator's command runs it: one inbox transaction.
+    fn operate(
+        &self,
+        conn: &mut rusqlite::Connection,
+        step: &Step,
+    ) -> Result<String, PipelineError> {
+        let scenario = self.scenario;
+        let refused = |what: &str, why: String| format!("{what} refused: {why}");
+        Ok(match step {
+            Step::Upgrade {
+                application,
+                material_version,
+            } => match op::upgrade(conn, application, *material_version, self.options.mutant)? {
+                Ok(from) => format!("material v{from} -> v{material_version}"),
+                Err(why) => refused("upgrade", why.to_string()),
+            },
+            Step::Register {
+                application,
+                business_key,
+                material_version,
+            } => match op::register(
+                conn,
+                application,
+                business_key,
+                *material_version,
+                self.options.mutant,
+            )? {
+                Ok(done) => {
+                    let released: Vec<String> = done
+                        .released
+                        .iter()
+                        .map(|(entry, verdict)| {
+                            let number = self.ordinal(entry).unwrap_or_default();
+                            format!("entry {number} {}", verdict.as_str())
+                        })
+                        .collect();
+                    format!(
+                        "{} {}; released: {}",
+                        scenario.label(application),
+                        done.registered.as_str(),
+                        if released.is_empty() {
+                            "none".into()
+                        } else {
+                            released.join(", ")
+                        }
+                    )
+                }
+                Err(why) => refused("register", why.to_string()),
+            },
+            Step::Terminate {
+                application,
+                reason,
+                at,
+            } => match op::terminate(conn, application, reason, *at)? {
+                Ok(()) => format!("{} terminated", scenario.label(application)),
+                Err(why) => refused("terminate", why.to_string()),
+            },
+            Step::Resolve { fact, keep, reason } => {
+                let keep = match keep {
+                    Keep::First => op::Keep::First,
+                    Keep::Variant => op::Keep::OnlyVariant,
+                    Keep::VariantOf(number) => {
+                        match scenario
+                            .setup
+                            .requests
+                            .get(number)
+                            .and_then(|posted| envelope_in(&posted.body))
+                        {
+                            Some(envelope) => op::Keep::Variant(Box::new(envelope)),
+                            None => {
+                                return Ok(refused(
+                                    "resolve",
+                                    format!("request {number} is not an envelope"),
+                                ))
+                            }
+                        }
+                    }
+                };
+                match op::resolve(conn, fact, &keep, reason)? {
+                    Ok(kept) => format!(
+                        "{} resolved: kept the {}",
+                        describe(fact),
+                        store::kept_word(kept)
+                    ),
+                    Err(why) => refused("resolve", why),
+                }
+            }
+            Step::ExpireQuarantine { at } => {
+                let expired = op::expire_quarantine(conn, *at, scenario.setup.quarantine_seconds)?;
+                format!("{} quarantined entries expired", expired.len())
+            }
+            _ => unreachable!("operate is called with operator steps"),
+        })
     }
 
     async fn child_step(
@@ -362,6 +467,9 @@ impl Runner<'_> {
         }
         if let Some(mutant) = self.options.mutant {
             command.args(["--mutant", mutant.name()]);
+        }
+        for entry in &self.undecidable {
+            command.args(["--undecidable", entry]);
         }
         let output = command.output().await?;
         let text = String::from_utf8_lossy(&output.stdout);
@@ -424,6 +532,39 @@ impl Runner<'_> {
         Ok(())
     }
 
+    /// The parked entries at the end, in entry order, as the replay reports them.
+    fn parked(&self, conn: &rusqlite::Connection) -> Result<Vec<ParkedReport>, PipelineError> {
+        let states = [
+            "quarantined",
+            "quarantine_expired",
+            "late_mismatch",
+            "after_termination",
+        ];
+        let mut out: Vec<ParkedReport> = op::parked(conn, &states)?
+            .into_iter()
+            .filter_map(|row| {
+                let state = states.into_iter().find(|state| *state == row.state)?;
+                let tenant = row
+                    .identity
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                Some(ParkedReport {
+                    entry: self.ordinal(&row.entry)?,
+                    state,
+                    identity: row.identity,
+                    application: self.scenario.label(&AppKey {
+                        tenant_id: tenant,
+                        application_id: row.application_id,
+                    }),
+                })
+            })
+            .collect();
+        out.sort_by_key(|parked| parked.entry);
+        Ok(out)
+    }
+
     fn report(&mut self, conn: &mut rusqlite::Connection) -> Result<Report, PipelineError> {
         let snapshot = store::snapshot(conn)?;
         let apps = store::applications(conn)?;
@@ -435,16 +576,33 @@ impl Runner<'_> {
         sort_facts(&mut facts);
         let dead: Vec<stream::RawEntry> =
             stream::range_all(&mut self.redis, &self.names.dead_letter())?;
+        let text = |entry: &stream::RawEntry, name: &str| {
+            entry
+                .field(name)
+                .map(|value| String::from_utf8_lossy(value).into_owned())
+        };
         let mut dead_letter: Vec<DeadLetterReport> = dead
             .iter()
             .filter_map(|entry| {
-                let original = String::from_utf8_lossy(entry.field("entry")?).into_owned();
+                let original = text(entry, "entry")?;
+                let identity = match (text(entry, "tenant_id"), text(entry, "event_id")) {
+                    (Some(tenant), Some(event)) => Some(format!(
+                        "{tenant}/{}/{event}",
+                        text(entry, "source").unwrap_or_default()
+                    )),
+                    _ => None,
+                };
                 Some(DeadLetterReport {
                     entry: self.ordinal(&original)?,
-                    category: PoisonCategory::Unparseable,
-                    deliveries: 0,
-                    identity: None,
-                    reason: String::from_utf8_lossy(entry.field("reason")?).into_owned(),
+                    category: match text(entry, "category").as_deref() {
+                        Some("undecidable") => PoisonCategory::Undecidable,
+                        _ => PoisonCategory::Unparseable,
+                    },
+                    deliveries: text(entry, "deliveries")
+                        .and_then(|count| count.parse().ok())
+                        .unwrap_or(0),
+                    identity,
+                    reason: text(entry, "reason")?,
                 })
             })
             .collect();
@@ -471,9 +629,7 @@ impl Runner<'_> {
                 .iter()
                 .map(|key| self.scenario.label(key))
                 .collect(),
-            ready: self
-                .scenario
-                .applications
+            ready: apps
                 .iter()
                 .map(|(key, _)| (self.scenario.label(key), snapshot.ready.contains(key)))
                 .collect(),
@@ -481,7 +637,7 @@ impl Runner<'_> {
             dead_letter,
             owed: self.owed.iter().copied().collect(),
             unsettled,
-            parked: Vec::new(),
+            parked: self.parked(conn)?,
             ready_history: Vec::new(),
         };
         let inbox = Inbox::restore(Parts {
@@ -584,9 +740,20 @@ pub fn model_differences(model: &EndReport, real: &EndReport) -> Vec<String> {
     let dead = |end: &EndReport| {
         end.dead_letter
             .iter()
-            .map(|dead| dead.entry)
+            .map(|dead| (dead.entry, dead.category, dead.identity.clone()))
             .collect::<Vec<_>>()
     };
+    let parked = |end: &EndReport| {
+        end.parked
+            .iter()
+            .map(|parked| (parked.entry, parked.state, parked.identity.clone()))
+            .collect::<Vec<_>>()
+    };
+    check(
+        "parked entries",
+        format!("{:?}", parked(model)),
+        format!("{:?}", parked(real)),
+    );
     check(
         "dead letters",
         format!("{:?}", dead(model)),
@@ -601,13 +768,8 @@ pub fn model_differences(model: &EndReport, real: &EndReport) -> Vec<String> {
 }
 
 fn verdict_of(word: &str) -> crate::facts::inbox::Verdict {
-    use crate::facts::inbox::Verdict;
-    match word {
-        "accepted" => Verdict::Accepted,
-        "duplicate" => Verdict::Duplicate,
-        "conflict" => Verdict::Conflict,
-        _ => Verdict::LateMismatch,
-    }
+    crate::facts::inbox::Verdict::from_word(word)
+        .unwrap_or(crate::facts::inbox::Verdict::LateMismatch)
 }
 
 fn label(scenario: &Scenario, step: &Step) -> String {

@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "parked",
         sql: include_str!("migrations/0003_parked.sql"),
     },
+    Migration {
+        version: 4,
+        name: "lifecycle",
+        sql: include_str!("migrations/0004_lifecycle.sql"),
+    },
 ];
 
 /// The schema version this build writes: the last migration's.

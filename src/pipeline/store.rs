@@ -6,13 +6,15 @@
 //! are [`schema`]'s.
 
 use super::schema::{self, SchemaError};
-use crate::facts::application::{AppKey, Application, Applications, Mismatch};
+use crate::facts::application::{AppKey, Application, Applications, Mismatch, Termination};
 use crate::facts::envelope::{Envelope, FactId, Source};
-use crate::facts::inbox::{Conflict, Counters, Inbox, LateMismatch, Parts};
-use crate::facts::mutants::{upgrade_refreshes_ready, Mutant};
+use crate::facts::inbox::{
+    Conflict, Counters, EntryId, Inbox, Kept, LateMismatch, Parked, Parking, Parts,
+};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The default busy timeout: how long a writer waits for the lock.
@@ -65,7 +67,8 @@ pub fn put_applications(conn: &mut Connection, apps: &Applications) -> rusqlite:
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for (key, app) in apps.iter() {
         tx.execute(
-            "INSERT INTO applications VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO applications (tenant_id, application_id, business_key, material_version)
+             VALUES (?1, ?2, ?3, ?4)",
             params![
                 key.tenant_id,
                 key.application_id,
@@ -78,7 +81,8 @@ pub fn put_applications(conn: &mut Connection, apps: &Applications) -> rusqlite:
     tx.commit()
 }
 
-fn bump_applications(tx: &Connection) -> rusqlite::Result<()> {
+/// Bumps the version of the application table, which ingress caches against.
+pub(super) fn bump_applications(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO meta VALUES ('applications', 1)
          ON CONFLICT DO UPDATE SET value = value + 1",
@@ -101,15 +105,16 @@ pub fn applications_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// Every application.
 pub fn applications(conn: &Connection) -> rusqlite::Result<Applications> {
     let mut statement = conn.prepare_cached(
-        "SELECT tenant_id, application_id, business_key, material_version FROM applications",
+        "SELECT business_key, material_version, terminated_reason, terminated_at,
+                tenant_id, application_id FROM applications",
     )?;
     let rows = statement.query_map([], |row| {
         Ok((
             AppKey {
-                tenant_id: row.get(0)?,
-                application_id: row.get(1)?,
+                tenant_id: row.get(4)?,
+                application_id: row.get(5)?,
             },
-            Application::active(row.get::<_, String>(2)?, row.get::<_, i64>(3)? as u64),
+            application_of(row)?,
         ))
     })?;
     let mut apps = Applications::new();
@@ -122,16 +127,24 @@ pub fn applications(conn: &Connection) -> rusqlite::Result<Applications> {
 
 fn application(conn: &Connection, key: &AppKey) -> rusqlite::Result<Option<Application>> {
     conn.prepare_cached(
-        "SELECT business_key, material_version FROM applications
-         WHERE tenant_id = ?1 AND application_id = ?2",
+        "SELECT business_key, material_version, terminated_reason, terminated_at
+         FROM applications WHERE tenant_id = ?1 AND application_id = ?2",
     )?
-    .query_row(params![key.tenant_id, key.application_id], |row| {
-        Ok(Application::active(
-            row.get::<_, String>(0)?,
-            row.get::<_, i64>(1)? as u64,
-        ))
-    })
+    .query_row(params![key.tenant_id, key.application_id], application_of)
     .optional()
+}
+
+/// An application from a row `(business_key, material_version, terminated_reason,
+/// terminated_at)`.
+fn application_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Application> {
+    let mut application =
+        Application::active(row.get::<_, String>(0)?, row.get::<_, i64>(1)? as u64);
+    let reason: Option<String> = row.get(2)?;
+    application.terminated = reason.map(|reason| Termination {
+        reason,
+        at: row.get::<_, Option<i64>>(3).ok().flatten().unwrap_or(0),
+    });
+    Ok(application)
 }
 
 fn counters(conn: &Connection) -> rusqlite::Result<Counters> {
@@ -155,99 +168,235 @@ fn counters(conn: &Connection) -> rusqlite::Result<Counters> {
     Ok(counters)
 }
 
-fn has_key(conn: &Connection, table: &str, key: &AppKey) -> rusqlite::Result<bool> {
-    let sql = format!("SELECT 1 FROM {table} WHERE tenant_id = ?1 AND application_id = ?2");
-    conn.prepare_cached(&sql)?
+/// What a transaction loaded, so that its write-back knows which rows it owns.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Loaded {
+    /// The applications read from the registry (their READY marks are written back).
+    pub apps: BTreeSet<AppKey>,
+    /// The stream entries loaded as parked: entry `n` of the pure inbox is `entries[n - 1]`.
+    pub entries: Vec<String>,
+    /// Each loaded conflict's state as it was read (`true`: open).
+    conflicts: BTreeMap<FactId, bool>,
+}
+
+impl Loaded {
+    /// The stream entry behind the pure inbox's entry `id`, if it was loaded.
+    pub fn entry(&self, id: EntryId) -> Option<&str> {
+        let index = (id as usize).checked_sub(1)?;
+        self.entries.get(index).map(String::as_str)
+    }
+}
+
+/// Stream ids in stream order (`ms-seq`, compared as numbers, not as text).
+pub(super) fn sort_stream_ids(ids: &mut [String]) {
+    ids.sort_by(|a, b| super::stream::id_order(a, b));
+}
+
+fn parking_of(state: &str, mismatch: Option<&str>) -> Parking {
+    match state {
+        "quarantined" => Parking::Quarantined,
+        "quarantine_expired" => Parking::QuarantineExpired,
+        "after_termination" => Parking::AfterTermination,
+        _ => Parking::LateMismatch(mismatch.map_or(Mismatch::MaterialVersionMismatch, mismatch_of)),
+    }
+}
+
+fn parked_row(conn: &Connection, entry: &str) -> rusqlite::Result<Option<Parked>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT state, mismatch, source, canonical, since FROM parked WHERE entry = ?1",
+        )?
+        .query_row([entry], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<String>>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, i64>(4)?,
+            ))
+        })
+        .optional()?;
+    let Some((state, mismatch, source, canonical, since)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(Parked {
+        envelope: Arc::new(envelope_of(&source, &canonical)?),
+        why: parking_of(&state, mismatch.as_deref()),
+        since,
+    }))
+}
+
+fn first_fact(conn: &Connection, id: &FactId) -> rusqlite::Result<Option<Envelope>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT source, canonical FROM facts
+             WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
+        )?
+        .query_row(
+            params![id.tenant_id, id.source.as_str(), id.event_id],
+            |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+        )
+        .optional()?;
+    row.map(|(source, canonical)| envelope_of(&source, &canonical))
+        .transpose()
+}
+
+/// The applications a conflict on `id` stops.
+fn conflict_apps(conn: &Connection, id: &FactId) -> rusqlite::Result<BTreeSet<AppKey>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT application_id FROM conflicts
+         WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
+    )?;
+    let rows = statement.query_map(
+        params![id.tenant_id, id.source.as_str(), id.event_id],
+        |row| row.get::<_, String>(0),
+    )?;
+    rows.map(|row| {
+        row.map(|application_id| AppKey {
+            tenant_id: id.tenant_id.clone(),
+            application_id,
+        })
+    })
+    .collect()
+}
+
+/// The last state change of the conflict on `id`: `None` when it never changed (open).
+fn resolution(conn: &Connection, id: &FactId) -> rusqlite::Result<Option<(Kept, Arc<str>)>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT kept, reason FROM resolutions
+             WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3
+             ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row(
+            params![id.tenant_id, id.source.as_str(), id.event_id],
+            |row| Ok((row.get::<_, Option<String>>(0)?, row.get::<_, String>(1)?)),
+        )
+        .optional()?;
+    Ok(row.and_then(|(kept, reason)| {
+        let kept = match kept.as_deref()? {
+            "variant" => Kept::Variant,
+            _ => Kept::First,
+        };
+        Some((kept, Arc::from(reason)))
+    }))
+}
+
+/// The identities with a conflict on `key`.
+fn conflicts_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<FactId>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT source, event_id FROM conflicts WHERE tenant_id = ?1 AND application_id = ?2",
+    )?;
+    let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    let mut ids = Vec::new();
+    for row in rows {
+        let (source, event_id) = row?;
+        ids.push(FactId {
+            tenant_id: key.tenant_id.clone(),
+            source: source_of(&source)?,
+            event_id,
+        });
+    }
+    Ok(ids)
+}
+
+fn facts_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envelope>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND application_id = ?2",
+    )?;
+    let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    let mut facts = Vec::new();
+    for row in rows {
+        let (source, canonical) = row?;
+        facts.push(envelope_of(&source, &canonical)?);
+    }
+    Ok(facts)
+}
+
+fn is_ready(conn: &Connection, key: &AppKey) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM ready WHERE tenant_id = ?1 AND application_id = ?2")?
         .query_row(params![key.tenant_id, key.application_id], |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
 }
 
-/// The part of the inbox a decision on `envelope` (or an upgrade of `keys`) needs: the
-/// applications named, their facts, the fact already filed under the envelope's identity,
-/// their open conflicts and READY marks, and the counters.
+/// The part of the inbox a transaction needs: the stream `entries` kept parked (as the
+/// pure inbox's entries 1, 2, ...), the `identities` it decides or resolves (their first
+/// facts and every other content recorded under them), the applications named by `keys`,
+/// by those facts, by those entries and by those identities' conflicts (each with its
+/// facts, its READY mark and every conflict on it, with its resolution), and the counters.
 pub(super) fn load(
     conn: &Connection,
     keys: &BTreeSet<AppKey>,
-    identity: Option<&FactId>,
-) -> rusqlite::Result<(Applications, Inbox, BTreeSet<AppKey>)> {
+    identities: &[FactId],
+    entries: &[String],
+) -> rusqlite::Result<(Applications, Inbox, Loaded)> {
     let mut keys = keys.clone();
-    let mut facts = Vec::new();
-    let mut evidence = Vec::new();
-    if let Some(id) = identity {
-        let first = conn
-            .prepare_cached(
-                "SELECT source, canonical FROM facts
-                 WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
-            )?
-            .query_row(
-                params![id.tenant_id, id.source.as_str(), id.event_id],
-                |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-            )
-            .optional()?;
-        if let Some((source, canonical)) = first {
-            let fact = envelope_of(&source, &canonical)?;
-            keys.insert(AppKey::of(&fact));
+    let mut identities: BTreeSet<FactId> = identities.iter().cloned().collect();
+    let mut parked = BTreeMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if let Some(row) = parked_row(conn, entry)? {
+            keys.insert(AppKey::of(&row.envelope));
+            identities.insert(row.envelope.fact_id());
+            parked.insert(index as EntryId + 1, row);
         }
-        evidence = evidence_of(conn, id)?;
+    }
+    let mut facts = BTreeMap::new();
+    let mut variants = Vec::new();
+    for id in &identities {
+        if let Some(fact) = first_fact(conn, id)? {
+            keys.insert(AppKey::of(&fact));
+            facts.insert(id.clone(), fact);
+        }
+        variants.extend(evidence_of(conn, id)?);
+        keys.extend(conflict_apps(conn, id)?);
     }
     let mut apps = Applications::new();
-    let mut open_conflicts = BTreeSet::new();
     let mut ready = BTreeSet::new();
-    let mut loaded = BTreeSet::new();
+    let mut loaded = Loaded {
+        entries: entries.to_vec(),
+        ..Loaded::default()
+    };
+    let mut conflict_ids: BTreeSet<FactId> = identities.clone();
     for key in &keys {
         let Some(app) = application(conn, key)? else {
             continue;
         };
         apps.insert(key.clone(), app);
-        loaded.insert(key.clone());
-        let mut statement = conn.prepare_cached(
-            "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND application_id = ?2",
-        )?;
-        let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })?;
-        for row in rows {
-            let (source, canonical) = row?;
-            facts.push(envelope_of(&source, &canonical)?);
+        loaded.apps.insert(key.clone());
+        for fact in facts_of(conn, key)? {
+            facts.insert(fact.fact_id(), fact);
         }
-        if has_key(conn, "open_conflicts", key)? {
-            open_conflicts.insert(key.clone());
-        }
-        if has_key(conn, "ready", key)? {
+        conflict_ids.extend(conflicts_of(conn, key)?);
+        if is_ready(conn, key)? {
             ready.insert(key.clone());
         }
     }
-    // The pipeline never resolves a conflict yet: an identity with variants has an open
-    // one, on the applications of its fact and of its variants.
-    let mut conflicts: BTreeMap<FactId, Conflict> = BTreeMap::new();
-    for variant in &evidence {
-        let conflict = conflicts.entry(variant.fact_id()).or_default();
-        conflict.applications.insert(AppKey::of(variant));
-        let first = facts
-            .iter()
-            .find(|fact| fact.fact_id() == variant.fact_id());
-        conflict.applications.extend(first.map(AppKey::of));
+    let mut conflicts = BTreeMap::new();
+    for id in conflict_ids {
+        let applications = conflict_apps(conn, &id)?;
+        if applications.is_empty() {
+            continue;
+        }
+        let conflict = Conflict {
+            applications,
+            resolution: resolution(conn, &id)?,
+        };
+        loaded.conflicts.insert(id.clone(), conflict.is_open());
+        conflicts.insert(id, conflict);
     }
-    conflicts.retain(|_, conflict| {
-        conflict
-            .applications
-            .iter()
-            .any(|key| open_conflicts.contains(key))
-    });
-    let unloaded_conflicts = open_conflicts
-        .iter()
-        .filter(|key| !conflicts.values().any(|c| c.applications.contains(*key)))
-        .cloned()
-        .collect();
     let inbox = Inbox::restore(Parts {
-        facts,
-        variants: evidence,
+        facts: facts.into_values().collect(),
+        variants,
         conflicts,
-        parked: BTreeMap::new(),
+        parked,
         ready,
         counters: counters(conn)?,
-        unloaded_conflicts,
+        unloaded_conflicts: BTreeSet::new(),
     });
     Ok((apps, inbox, loaded))
 }
@@ -273,13 +422,15 @@ fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>
     Ok(variants)
 }
 
-/// Writes back what a decision changed: new facts, evidence, late mismatches, conflicts,
-/// the READY marks of the applications loaded, the counters.
+/// Writes back what a transaction changed: new facts and evidence (filed under `cause`,
+/// the stream entry decided or the operator step), late mismatches, the parked entries it
+/// loaded or made, conflicts and every change of their state, the READY marks of the
+/// applications loaded (each change a READY history row naming `cause`), the counters.
 pub(super) fn write_back(
     conn: &Connection,
     inbox: &Inbox,
-    loaded: &BTreeSet<AppKey>,
-    entry: &str,
+    loaded: &Loaded,
+    cause: &str,
 ) -> rusqlite::Result<()> {
     for fact in inbox.facts() {
         conn.prepare_cached(
@@ -291,7 +442,7 @@ pub(super) fn write_back(
             fact.tenant_id(),
             fact.application_id(),
             fact.canonical(),
-            entry
+            cause
         ])?;
     }
     for variant in inbox.evidence() {
@@ -315,36 +466,9 @@ pub(super) fn write_back(
             late.mismatch.as_str()
         ])?;
     }
-    for parked in inbox.parked().values() {
-        let envelope = &parked.envelope;
-        conn.prepare_cached(
-            "INSERT INTO parked VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT DO UPDATE SET state = ?2",
-        )?
-        .execute(params![
-            entry,
-            parked.why.as_str(),
-            envelope.tenant_id(),
-            envelope.source().as_str(),
-            envelope.event_id(),
-            envelope.application_id(),
-            envelope.canonical(),
-            parked.since
-        ])?;
-    }
-    for key in inbox.open_conflicts() {
-        conn.prepare_cached("INSERT INTO open_conflicts VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-            .execute(params![key.tenant_id, key.application_id])?;
-    }
-    for key in loaded {
-        if inbox.marked_ready(key) {
-            conn.prepare_cached("INSERT INTO ready VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-                .execute(params![key.tenant_id, key.application_id])?;
-        } else {
-            conn.prepare_cached("DELETE FROM ready WHERE tenant_id = ?1 AND application_id = ?2")?
-                .execute(params![key.tenant_id, key.application_id])?;
-        }
-    }
+    write_parked(conn, inbox, loaded, cause)?;
+    write_conflicts(conn, inbox, loaded, cause)?;
+    write_ready(conn, inbox, loaded, cause)?;
     let counters = inbox.counters();
     for (name, value) in [
         ("accepted", counters.accepted),
@@ -362,38 +486,132 @@ pub(super) fn write_back(
     Ok(())
 }
 
+fn write_parked(
+    conn: &Connection,
+    inbox: &Inbox,
+    loaded: &Loaded,
+    cause: &str,
+) -> rusqlite::Result<()> {
+    for (&id, parked) in inbox.parked() {
+        let envelope = &parked.envelope;
+        let mismatch = match parked.why {
+            Parking::LateMismatch(mismatch) => Some(mismatch.as_str()),
+            _ => None,
+        };
+        conn.prepare_cached(
+            "INSERT INTO parked VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT DO UPDATE SET state = ?2, mismatch = ?9",
+        )?
+        .execute(params![
+            loaded.entry(id).unwrap_or(cause),
+            parked.why.as_str(),
+            envelope.tenant_id(),
+            envelope.source().as_str(),
+            envelope.event_id(),
+            envelope.application_id(),
+            envelope.canonical(),
+            parked.since,
+            mismatch
+        ])?;
+    }
+    for (index, entry) in loaded.entries.iter().enumerate() {
+        if !inbox.parked().contains_key(&(index as EntryId + 1)) {
+            conn.prepare_cached("DELETE FROM parked WHERE entry = ?1")?
+                .execute([entry])?;
+        }
+    }
+    Ok(())
+}
+
+fn write_conflicts(
+    conn: &Connection,
+    inbox: &Inbox,
+    loaded: &Loaded,
+    cause: &str,
+) -> rusqlite::Result<()> {
+    for (id, conflict) in inbox.conflicts() {
+        for key in &conflict.applications {
+            conn.prepare_cached(
+                "INSERT INTO conflicts VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![
+                id.tenant_id,
+                id.source.as_str(),
+                id.event_id,
+                key.application_id
+            ])?;
+        }
+        let was_open = loaded.conflicts.get(id).copied();
+        let (kept, reason) = match (&conflict.resolution, was_open) {
+            // Resolved in this transaction.
+            (Some((kept, reason)), None | Some(true)) => {
+                (Some(kept_word(*kept)), reason.to_string())
+            }
+            // Opened again by a content never seen under the identity.
+            (None, Some(false)) => (None, format!("reopened by {cause}")),
+            _ => continue,
+        };
+        conn.prepare_cached(
+            "INSERT INTO resolutions (tenant_id, source, event_id, kept, reason, at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            id.tenant_id,
+            id.source.as_str(),
+            id.event_id,
+            kept,
+            reason,
+            now_ms()
+        ])?;
+    }
+    Ok(())
+}
+
+/// The word a resolution is stored under.
+pub fn kept_word(kept: Kept) -> &'static str {
+    match kept {
+        Kept::First => "first",
+        Kept::Variant => "variant",
+    }
+}
+
+fn write_ready(
+    conn: &Connection,
+    inbox: &Inbox,
+    loaded: &Loaded,
+    cause: &str,
+) -> rusqlite::Result<()> {
+    for key in &loaded.apps {
+        let ready = inbox.marked_ready(key);
+        let changed = if ready {
+            conn.prepare_cached("INSERT INTO ready VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
+                .execute(params![key.tenant_id, key.application_id])?
+        } else {
+            conn.prepare_cached("DELETE FROM ready WHERE tenant_id = ?1 AND application_id = ?2")?
+                .execute(params![key.tenant_id, key.application_id])?
+        };
+        if changed > 0 {
+            conn.prepare_cached(
+                "INSERT INTO ready_history (tenant_id, application_id, ready, cause, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                key.tenant_id,
+                key.application_id,
+                ready,
+                cause,
+                now_ms()
+            ])?;
+        }
+    }
+    Ok(())
+}
+
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
-
-/// A material upgrade in one transaction: the application's version moves forward and its
-/// READY mark is recomputed. `Ok(Err(why))` when the upgrade is refused.
-pub fn upgrade(
-    conn: &mut Connection,
-    key: &AppKey,
-    to: u64,
-    mutant: Option<Mutant>,
-) -> rusqlite::Result<Result<u64, String>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (mut apps, mut inbox, loaded) = load(&tx, &BTreeSet::from([key.clone()]), None)?;
-    let from = match apps.upgrade(key, to) {
-        Ok(from) => from,
-        Err(error) => return Ok(Err(error.to_string())),
-    };
-    tx.execute(
-        "UPDATE applications SET material_version = ?3 WHERE tenant_id = ?1 AND application_id = ?2",
-        params![key.tenant_id, key.application_id, to as i64],
-    )?;
-    if upgrade_refreshes_ready(mutant) {
-        inbox.refresh_ready(&apps);
-    }
-    write_back(&tx, &inbox, &loaded, "")?;
-    bump_applications(&tx)?;
-    tx.commit()?;
-    Ok(Ok(from))
 }
 
 /// What the inbox holds, read in one snapshot: for reports, drills and `status`.

@@ -479,3 +479,54 @@ fn a_resolution_keeps_one_content_and_both_stay_recorded() {
     assert_eq!(consume(&mut inbox, &apps, at(5), &other), Verdict::Conflict);
     assert!(!inbox.marked_ready(&key()));
 }
+
+/// A payment whose `data.amount` is the raw JSON number text `amount`.
+fn payment_with_amount(amount: &str) -> Envelope {
+    let text = format!(
+        r#"{{"schema_version":"1","source":"finance","event_id":"PAY-N","event_type":"PAYMENT_CONFIRMED","sent_at":"2024-06-03T09:00:00Z","tenant_id":"{T}","application_id":"{APP}","business_key":"K","material_version":1,"data":{{"amount":{amount}}}}}"#
+    );
+    Envelope::parse(text.as_bytes(), Source::Finance).unwrap_or_else(|error| panic!("{error}"))
+}
+
+#[test]
+fn numbers_are_one_content_when_they_denote_one_value() {
+    let apps = apps();
+    let cases: &[(&str, &[&str], &[Verdict])] = &[
+        (
+            "one value, three spellings",
+            &["100", "100.0", "1e2"],
+            &[Verdict::Accepted, Verdict::Duplicate, Verdict::Duplicate],
+        ),
+        (
+            "a fraction and its exponent form",
+            &["0.25", "2.5e-1"],
+            &[Verdict::Accepted, Verdict::Duplicate],
+        ),
+        (
+            "minus zero is zero",
+            &["0", "-0.0"],
+            &[Verdict::Accepted, Verdict::Duplicate],
+        ),
+        (
+            "another value is a conflict",
+            &["100", "100.5"],
+            &[Verdict::Accepted, Verdict::Conflict],
+        ),
+        (
+            "a large integer keeps its digits up to 2^53",
+            &["9007199254740991", "9007199254740990"],
+            &[Verdict::Accepted, Verdict::Conflict],
+        ),
+    ];
+    for (what, amounts, verdicts) in cases {
+        let envelopes: Vec<Envelope> = amounts
+            .iter()
+            .map(|amount| payment_with_amount(amount))
+            .collect();
+        let mut inbox = Inbox::new();
+        assert_eq!(feed(&mut inbox, &apps, &envelopes), *verdicts, "{what}");
+    }
+    assert!(payment_with_amount("1e2")
+        .canonical()
+        .contains(r#""amount":100"#));
+}

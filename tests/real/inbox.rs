@@ -81,6 +81,57 @@ fn a_version_1_inbox_is_migrated_in_place_and_keeps_what_it_held() {
 }
 
 #[test]
+fn an_open_conflict_of_a_version_1_inbox_stays_open_and_can_be_resolved_after_migration() {
+    let dir = temp_dir("inbox-v1-conflict");
+    let path = dir.path().join("inbox.db");
+    version_1_inbox(&path);
+    let variant = r#"{"application_id":"app-1","business_key":"APP-1","data":{"amount":"2"},"event_id":"PAY-1","event_type":"PAYMENT_CONFIRMED","material_version":1,"schema_version":"1","sent_at":"2024-05-01T10:00:00Z","source":"finance","tenant_id":"t-1"}"#;
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO evidence VALUES (?1, 'finance', 'PAY-1')",
+            [variant],
+        )
+        .unwrap();
+        conn.execute("INSERT INTO open_conflicts VALUES ('t-1', 'app-1')", [])
+            .unwrap();
+    }
+    let mut conn = store::open(&path, 5_000).unwrap();
+    let app = arrival::facts::application::AppKey {
+        tenant_id: "t-1".into(),
+        application_id: "app-1".into(),
+    };
+    let snapshot = store::snapshot(&mut conn).unwrap();
+    assert_eq!(snapshot.open_conflicts, [app.clone()].into());
+    let id = arrival::facts::envelope::FactId {
+        tenant_id: "t-1".into(),
+        source: Source::Finance,
+        event_id: "PAY-1".into(),
+    };
+    let kept = arrival::pipeline::operator::resolve(
+        &mut conn,
+        &id,
+        &arrival::pipeline::operator::Keep::OnlyVariant,
+        "the variant carries the amount",
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(kept, arrival::facts::inbox::Kept::Variant);
+    let snapshot = store::snapshot(&mut conn).unwrap();
+    assert!(snapshot.open_conflicts.is_empty());
+    assert!(
+        snapshot.facts[0].2.contains("\"amount\":\"2\""),
+        "{:?}",
+        snapshot.facts
+    );
+    assert_eq!(
+        snapshot.evidence.len(),
+        1,
+        "the first content stays recorded"
+    );
+}
+
+#[test]
 fn an_inbox_from_a_newer_arrival_is_refused_with_exit_2_and_left_as_it_was() {
     let dir = temp_dir("inbox-newer");
     let path = dir.path().join("inbox.db");

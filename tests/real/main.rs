@@ -6,6 +6,8 @@
 //!   both backends (`backend_test!`), with the crash and concurrency drills.
 //! - `pipeline`: the facts pipeline (axum + Redis + SQLite) and its kill drills.
 //! - `inbox`: the pipeline's inbox schema under versioned migrations (SQLite only).
+//! - `operator`: the operator's commands on a real inbox, and every facts fixture played
+//!   against the real pipeline.
 //! - `poison`: per-entry poison isolation in the consumer, against the real Redis.
 
 #[allow(dead_code, unused_imports)]
@@ -13,6 +15,7 @@
 mod util;
 
 mod inbox;
+mod operator;
 mod pipeline;
 mod poison;
 mod store;

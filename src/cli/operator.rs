@@ -1,0 +1,366 @@
+//! `arrival pipeline applications|conflicts|quarantine ...`: the operator's commands on a
+//! real inbox, each one transaction of [`crate::pipeline::operator`]. A refused step (a
+//! downgrade, another business key, a terminated application, no open conflict) is bad
+//! input naming the flag (exit 2) and leaves the inbox as it was; an inbox that fails is
+//! the environment (exit 3).
+
+use super::pipeline::{env_error, existing_inbox};
+use super::{pretty_json, print, Error, Outcome};
+use crate::facts::application::AppKey;
+use crate::facts::envelope::{Envelope, FactId, Source};
+use crate::facts::operator::DEFAULT_QUARANTINE_SECONDS;
+use crate::harness::timestamp::{format_rfc3339, parse_rfc3339};
+use crate::harness::InputError;
+use crate::pipeline::operator::{self as op, Keep};
+use crate::pipeline::store as pstore;
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+
+/// The inbox and an application of it.
+#[derive(Args, Clone, Debug)]
+pub struct Target {
+    /// The inbox database.
+    #[arg(long, env = "ARRIVAL_DB")]
+    pub db: PathBuf,
+    /// The tenant.
+    #[arg(long)]
+    pub tenant: String,
+    /// The application id.
+    #[arg(long)]
+    pub application: String,
+}
+
+impl Target {
+    fn key(&self) -> AppKey {
+        AppKey {
+            tenant_id: self.tenant.clone(),
+            application_id: self.application.clone(),
+        }
+    }
+}
+
+/// `arrival pipeline applications ...`.
+#[derive(Subcommand, Debug)]
+pub enum ApplicationsCommand {
+    /// Register an application, or register it again at a newer material version; its
+    /// quarantined entries are decided again in the same transaction.
+    Register {
+        /// The inbox and the application.
+        #[command(flatten)]
+        target: Target,
+        /// Its business key (checked against every fact; never changes).
+        #[arg(long)]
+        business_key: String,
+        /// Its material version (never moves backwards).
+        #[arg(long)]
+        material_version: u64,
+        /// Print what it did as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move an application to a newer material version (READY recomputed).
+    Upgrade {
+        /// The inbox and the application.
+        #[command(flatten)]
+        target: Target,
+        /// The new material version.
+        #[arg(long)]
+        material_version: u64,
+    },
+    /// Terminate an application: final, READY false for ever, later facts kept aside.
+    Terminate {
+        /// The inbox and the application.
+        #[command(flatten)]
+        target: Target,
+        /// Why (kept with the termination).
+        #[arg(long)]
+        reason: String,
+        /// When (RFC 3339; now when left out).
+        #[arg(long)]
+        at: Option<String>,
+    },
+}
+
+/// `arrival pipeline conflicts ...`.
+#[derive(Subcommand, Debug)]
+pub enum ConflictsCommand {
+    /// Every identity with a conflict, open ones first, with the contents recorded.
+    List {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve the open conflict of one identity; both contents stay recorded.
+    Resolve {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// The identity, `TENANT/SOURCE/EVENT_ID`.
+        #[arg(long)]
+        event: String,
+        /// `first` (the first content stays the fact) or `variant` (a recorded variant
+        /// becomes it).
+        #[arg(long, value_enum)]
+        keep: KeepArg,
+        /// With `--keep variant` when several variants are recorded: a file holding the
+        /// content of the one to keep (an envelope body; `sent_at` is not compared).
+        #[arg(long)]
+        content: Option<PathBuf>,
+        /// Why (kept with the resolution).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// What a person keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeepArg {
+    /// The first content.
+    First,
+    /// A recorded variant.
+    Variant,
+}
+
+/// `arrival pipeline quarantine ...`.
+#[derive(Subcommand, Debug)]
+pub enum QuarantineCommand {
+    /// Entries waiting for their application (and those whose wait expired), oldest first.
+    List {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Expire entries quarantined longer than the period: kept for a person, never facts.
+    Expire {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// The quarantine period in seconds.
+        #[arg(long, default_value_t = DEFAULT_QUARANTINE_SECONDS)]
+        older_than_seconds: i64,
+        /// The sweep's clock (RFC 3339; now when left out).
+        #[arg(long)]
+        now: Option<String>,
+    },
+}
+
+fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
+    existing_inbox(db)?;
+    pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
+}
+
+fn refused(flag: &str, why: impl std::fmt::Display) -> Error {
+    InputError::invalid(Path::new(flag), "command line", why.to_string()).into()
+}
+
+fn time_flag(flag: &str, text: Option<&str>) -> Result<i64, Error> {
+    match text {
+        None => Ok(op::now_seconds()),
+        Some(text) => parse_rfc3339(text)
+            .ok_or_else(|| refused(flag, format!("`{text}` is not an RFC 3339 time"))),
+    }
+}
+
+/// Runs an `applications` command.
+pub fn applications(command: ApplicationsCommand) -> Outcome {
+    match command {
+        ApplicationsCommand::Register {
+            target,
+            business_key,
+            material_version,
+            json,
+        } => {
+            let mut conn = open(&target.db)?;
+            let key = target.key();
+            let done = op::register(&mut conn, &key, &business_key, material_version, None)
+                .map_err(|error| env_error(&target.db, error))?
+                .map_err(|why| refused("--material-version", why))?;
+            if json {
+                print(&pretty_json(&done));
+            } else {
+                let mut out = format!("{key} v{material_version}: {}\n", done.registered.as_str());
+                for (entry, verdict) in &done.released {
+                    out += &format!("  released {entry}: {}\n", verdict.as_str());
+                }
+                print(&out);
+            }
+            Ok(true)
+        }
+        ApplicationsCommand::Upgrade {
+            target,
+            material_version,
+        } => upgrade(&target, material_version),
+        ApplicationsCommand::Terminate { target, reason, at } => {
+            let at = time_flag("--at", at.as_deref())?;
+            let mut conn = open(&target.db)?;
+            let key = target.key();
+            op::terminate(&mut conn, &key, &reason, at)
+                .map_err(|error| env_error(&target.db, error))?
+                .map_err(|why| refused("--application", why))?;
+            print(&format!("{key}: terminated at {}\n", format_rfc3339(at)));
+            Ok(true)
+        }
+    }
+}
+
+/// `applications upgrade` (and the older `pipeline upgrade`).
+pub fn upgrade(target: &Target, material_version: u64) -> Outcome {
+    let mut conn = open(&target.db)?;
+    let key = target.key();
+    let from = op::upgrade(&mut conn, &key, material_version, None)
+        .map_err(|error| env_error(&target.db, error))?
+        .map_err(|why| refused("--material-version", why))?;
+    print(&format!("{key} v{from} -> v{material_version}\n"));
+    Ok(true)
+}
+
+fn identity(text: &str) -> Result<FactId, Error> {
+    let mut parts = text.splitn(3, '/');
+    let (Some(tenant_id), Some(source), Some(event_id)) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(refused(
+            "--event",
+            format!("`{text}` is not TENANT/SOURCE/EVENT_ID"),
+        ));
+    };
+    let source = Source::from_wire(source).ok_or_else(|| {
+        refused(
+            "--event",
+            format!("`{source}` is not a source (finance or contracts)"),
+        )
+    })?;
+    Ok(FactId {
+        tenant_id: tenant_id.to_owned(),
+        source,
+        event_id: event_id.to_owned(),
+    })
+}
+
+/// Runs a `conflicts` command.
+pub fn conflicts(command: ConflictsCommand) -> Outcome {
+    match command {
+        ConflictsCommand::List { db, json } => {
+            let mut conn = open(&db)?;
+            let rows = op::conflicts(&mut conn).map_err(|error| env_error(&db, error))?;
+            if json {
+                print(&pretty_json(&rows));
+            } else if rows.is_empty() {
+                print("no conflicts\n");
+            } else {
+                let mut out = String::new();
+                for row in &rows {
+                    out += &format!(
+                        "{} ({}): stops {}\n",
+                        row.identity,
+                        row.state,
+                        row.applications.join(", ")
+                    );
+                    if let Some(fact) = &row.fact {
+                        out += &format!("  fact:    {fact}\n");
+                    }
+                    for variant in &row.variants {
+                        out += &format!("  variant: {variant}\n");
+                    }
+                    if let Some(reason) = &row.reason {
+                        out += &format!("  reason:  {reason}\n");
+                    }
+                }
+                print(&out);
+            }
+            Ok(true)
+        }
+        ConflictsCommand::Resolve {
+            db,
+            event,
+            keep,
+            content,
+            reason,
+        } => {
+            let id = identity(&event)?;
+            let keep = match (keep, content) {
+                (KeepArg::First, None) => Keep::First,
+                (KeepArg::First, Some(_)) => {
+                    return Err(refused(
+                        "--content",
+                        "`--content` names a variant: use it with `--keep variant`",
+                    ));
+                }
+                (KeepArg::Variant, None) => Keep::OnlyVariant,
+                (KeepArg::Variant, Some(file)) => {
+                    let bytes = std::fs::read(&file).map_err(|source| InputError::Io {
+                        file: file.clone(),
+                        source,
+                    })?;
+                    let envelope = Envelope::parse(&bytes, id.source).map_err(|error| {
+                        InputError::invalid(&file, "--content", error.to_string())
+                    })?;
+                    Keep::Variant(Box::new(envelope))
+                }
+            };
+            let mut conn = open(&db)?;
+            let kept = op::resolve(&mut conn, &id, &keep, &reason)
+                .map_err(|error| env_error(&db, error))?
+                .map_err(|why| refused("--event", why))?;
+            print(&format!(
+                "{event}: resolved, kept the {}\n",
+                pstore::kept_word(kept)
+            ));
+            Ok(true)
+        }
+    }
+}
+
+/// Runs a `quarantine` command.
+pub fn quarantine(command: QuarantineCommand) -> Outcome {
+    match command {
+        QuarantineCommand::List { db, json } => {
+            let conn = open(&db)?;
+            let rows = op::parked(&conn, &["quarantined", "quarantine_expired"])
+                .map_err(|error| env_error(&db, error))?;
+            if json {
+                print(&pretty_json(&rows));
+            } else if rows.is_empty() {
+                print("nothing quarantined\n");
+            } else {
+                let mut out = String::new();
+                for row in &rows {
+                    out += &format!(
+                        "{} {} {} application {} since {}\n",
+                        row.entry,
+                        row.state,
+                        row.identity,
+                        row.application_id,
+                        format_rfc3339(row.since)
+                    );
+                }
+                print(&out);
+            }
+            Ok(true)
+        }
+        QuarantineCommand::Expire {
+            db,
+            older_than_seconds,
+            now,
+        } => {
+            if older_than_seconds < 0 {
+                return Err(refused("--older-than-seconds", "a period is not negative"));
+            }
+            let now = time_flag("--now", now.as_deref())?;
+            let mut conn = open(&db)?;
+            let expired = op::expire_quarantine(&mut conn, now, older_than_seconds)
+                .map_err(|error| env_error(&db, error))?;
+            print(&format!("{} entries expired\n", expired.len()));
+            for entry in expired {
+                print(&format!("  {entry}\n"));
+            }
+            Ok(true)
+        }
+    }
+}
