@@ -11,6 +11,7 @@
 //! | [`gen`] | `arrival gen` |
 //! | [`store`] | `arrival store ...` |
 //! | [`pipeline`] | `arrival pipeline ...` |
+//! | [`inbox`] | the pipeline commands' shared edge: an existing inbox, a failing part named |
 //! | [`operator`] | `arrival pipeline applications\|conflicts\|quarantine ...` |
 //! | [`error`] | the one error type: bad input apart from a failing environment |
 //! | [`exit`] | the exit statuses |
@@ -19,6 +20,7 @@ pub mod check;
 pub mod error;
 pub mod exit;
 pub mod gen;
+pub mod inbox;
 pub mod merge;
 pub mod operator;
 pub mod pipeline;

@@ -4,7 +4,7 @@
 //! input naming the flag (exit 2) and leaves the inbox as it was; an inbox that fails is
 //! the environment (exit 3).
 
-use super::pipeline::{env_error, existing_inbox};
+use super::inbox::{env_error, existing_inbox};
 use super::{pretty_json, print, Error, Outcome};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{Envelope, FactId, Source};

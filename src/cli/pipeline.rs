@@ -6,7 +6,8 @@
 //! runtime or a child process failing is an [`EnvironmentError`] (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).
 
-use super::{print, EnvironmentError, Error, Outcome};
+use super::inbox::{env_error, existing_inbox};
+use super::{print, Error, Outcome};
 use crate::facts::mutants::Mutant;
 use crate::harness::InputError;
 use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, Point, StepMode};
@@ -349,66 +350,12 @@ fn mutant(name: Option<&str>) -> Result<Option<Mutant>, InputError> {
     .transpose()
 }
 
-/// The environment failed while working on `what` (the inbox, Redis, a fixture's run).
 /// Reads `--redis-url`: a URL that does not parse is bad input (exit 2), not a Redis that
 /// does not answer.
 fn redis_url(text: &str) -> Result<String, String> {
     redis::Client::open(text)
         .map(|_| text.to_owned())
         .map_err(|error| format!("not a Redis URL: {error}"))
-}
-
-pub(super) fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
-    EnvironmentError::new(format!("pipeline {}", what.display()), error).into()
-}
-
-/// Refuses a `--db` that is not an inbox yet: only `pipeline init` creates one, so a
-/// mistyped path, or another file (empty, or a database of something else), is bad input
-/// (exit 2) rather than becoming a new, empty inbox with no applications registered. An
-/// inbox is a SQLite database with the `applications` table; the check opens the file
-/// without the right to create it and only reads. An inbox written by a newer arrival
-/// (a schema version this build does not know) is bad input too.
-pub(super) fn existing_inbox(db: &Path) -> Result<(), InputError> {
-    use rusqlite::OpenFlags;
-    let refuse = |what: String| {
-        InputError::invalid(
-            Path::new("--db"),
-            "command line",
-            format!(
-                "{what}: run `arrival pipeline init --db {} --fixture FIXTURE --keys-out KEYS` first",
-                db.display()
-            ),
-        )
-    };
-    if !db.exists() {
-        return Err(refuse(format!("no inbox at {}", db.display())));
-    }
-    let version = rusqlite::Connection::open_with_flags(
-        db,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .and_then(|conn| crate::pipeline::schema::version(&conn))
-    .map_err(|error| {
-        refuse(format!(
-            "{} is not an arrival inbox ({error})",
-            db.display()
-        ))
-    })?;
-    if version == 0 {
-        return Err(refuse(format!(
-            "{} is not an arrival inbox (it has no applications table)",
-            db.display()
-        )));
-    }
-    let known = crate::pipeline::schema::CURRENT;
-    if version > known {
-        let newer = crate::pipeline::schema::SchemaError::Newer {
-            found: version,
-            known,
-        };
-        return Err(InputError::invalid(db, "--db", newer.to_string()));
-    }
-    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
