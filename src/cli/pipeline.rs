@@ -3,7 +3,7 @@
 //! Its commands: init, serve, status, run, the hidden consumer step, drill, load; the
 //! operator's (applications, conflicts, quarantine) are [`super::operator`]'s.
 //! Bad input is an [`InputError`] (exit 2); Redis, the inbox database, a port, the tokio
-//! runtime or a child process failing is an [`EnvironmentError`] (exit 3); a run whose
+//! runtime or a child process failing is an [`EnvironmentError`](super::EnvironmentError) (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).
 
 use super::inbox::{env_error, existing_inbox};
