@@ -180,7 +180,7 @@ pub fn applications(command: ApplicationsCommand) -> Outcome {
             let key = target.key();
             let done = op::register(&mut conn, &key, &business_key, material_version, None)
                 .map_err(|error| env_error(&target.db, error))?
-                .map_err(|why| refused("--material-version", why))?;
+                .map_err(|why| refused(why.flag(), why))?;
             if json {
                 print(&pretty_json(&done));
             } else {
@@ -202,7 +202,7 @@ pub fn applications(command: ApplicationsCommand) -> Outcome {
             let key = target.key();
             op::terminate(&mut conn, &key, &reason, at)
                 .map_err(|error| env_error(&target.db, error))?
-                .map_err(|why| refused("--application", why))?;
+                .map_err(|why| refused(why.flag(), why))?;
             print(&format!("{key}: terminated at {}\n", format_rfc3339(at)));
             Ok(true)
         }
@@ -215,32 +215,44 @@ pub fn upgrade(target: &Target, material_version: u64) -> Outcome {
     let key = target.key();
     let from = op::upgrade(&mut conn, &key, material_version, None)
         .map_err(|error| env_error(&target.db, error))?
-        .map_err(|why| refused("--material-version", why))?;
+        .map_err(|why| refused(why.flag(), why))?;
     print(&format!("{key} v{from} -> v{material_version}\n"));
     Ok(true)
 }
 
+/// `TENANT/SOURCE/EVENT_ID`, where the tenant and the event id may hold `/` themselves:
+/// the source is the one part that is `finance` or `contracts`. Refused when no split, or
+/// more than one, reads so.
 fn identity(text: &str) -> Result<FactId, Error> {
-    let mut parts = text.splitn(3, '/');
-    let (Some(tenant_id), Some(source), Some(event_id)) =
-        (parts.next(), parts.next(), parts.next())
-    else {
-        return Err(refused(
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices('/') {
+        let (tenant_id, rest) = (&text[..at], &text[at + 1..]);
+        let Some((source, event_id)) = rest.split_once('/') else {
+            continue;
+        };
+        if let (Some(source), false, false) = (
+            Source::from_wire(source),
+            tenant_id.is_empty(),
+            event_id.is_empty(),
+        ) {
+            found.push(FactId {
+                tenant_id: tenant_id.to_owned(),
+                source,
+                event_id: event_id.to_owned(),
+            });
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(refused(
             "--event",
-            format!("`{text}` is not TENANT/SOURCE/EVENT_ID"),
-        ));
-    };
-    let source = Source::from_wire(source).ok_or_else(|| {
-        refused(
+            format!("`{text}` is not TENANT/SOURCE/EVENT_ID with SOURCE finance or contracts"),
+        )),
+        _ => Err(refused(
             "--event",
-            format!("`{source}` is not a source (finance or contracts)"),
-        )
-    })?;
-    Ok(FactId {
-        tenant_id: tenant_id.to_owned(),
-        source,
-        event_id: event_id.to_owned(),
-    })
+            format!("`{text}` splits into TENANT/SOURCE/EVENT_ID in more than one way"),
+        )),
+    }
 }
 
 /// Runs a `conflicts` command.

@@ -87,6 +87,26 @@ pub enum Registered {
     },
 }
 
+impl LifecycleError {
+    /// The command-line flag an operator would correct.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            LifecycleError::Unknown(_) | LifecycleError::Terminated(_) => "--application",
+            LifecycleError::NotNewer { .. } | LifecycleError::Backwards { .. } => {
+                "--material-version"
+            }
+            LifecycleError::OtherBusinessKey { .. } => "--business-key",
+            LifecycleError::Invalid { field, .. } => match *field {
+                "tenant_id" => "--tenant",
+                "application_id" => "--application",
+                "business_key" => "--business-key",
+                "reason" => "--reason",
+                _ => "--material-version",
+            },
+        }
+    }
+}
+
 impl Registered {
     /// The word in reports: `new`, `unchanged`, `upgraded`.
     pub fn as_str(self) -> &'static str {
@@ -133,6 +153,40 @@ pub enum LifecycleError {
     /// Termination is final.
     #[error("application {0} is terminated")]
     Terminated(AppKey),
+    /// A value no envelope could ever match (or an empty reason): refused before anything
+    /// is kept, because a registration cannot be taken back.
+    #[error("{field}: {problem}")]
+    Invalid {
+        /// `tenant_id`, `application_id`, `business_key`, `material_version` or `reason`.
+        field: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Refuses an id an envelope could not carry: empty, or longer than
+/// [`MAX_ID_BYTES`](super::envelope::MAX_ID_BYTES).
+fn valid_id(field: &'static str, text: &str) -> Result<(), LifecycleError> {
+    let max = super::envelope::MAX_ID_BYTES;
+    if text.is_empty() || text.len() > max {
+        return Err(LifecycleError::Invalid {
+            field,
+            problem: format!("{} bytes; an envelope carries 1 to {max}", text.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a material version an envelope could not carry.
+fn valid_version(version: u64) -> Result<(), LifecycleError> {
+    let max = super::envelope::MAX_MATERIAL_VERSION;
+    if !(1..=max).contains(&version) {
+        return Err(LifecycleError::Invalid {
+            field: "material_version",
+            problem: format!("{version} is not from 1 to {max}"),
+        });
+    }
+    Ok(())
 }
 
 /// Why an envelope does not belong to an application as it stands (ingress check 9, and
@@ -209,6 +263,10 @@ impl Applications {
         business_key: &str,
         material_version: u64,
     ) -> Result<Registered, LifecycleError> {
+        valid_id("tenant_id", &key.tenant_id)?;
+        valid_id("application_id", &key.application_id)?;
+        valid_id("business_key", business_key)?;
+        valid_version(material_version)?;
         let Some(current) = self.by_key.get_mut(key) else {
             self.by_key.insert(
                 key.clone(),
@@ -252,6 +310,7 @@ impl Applications {
     /// A material upgrade: the application's current version moves to `to`, which must be
     /// newer; refused for a terminated application. Returns the previous version.
     pub fn upgrade(&mut self, key: &AppKey, to: u64) -> Result<u64, LifecycleError> {
+        valid_version(to)?;
         let application = self.active_mut(key)?;
         if to <= application.material_version {
             return Err(LifecycleError::NotNewer {
@@ -264,6 +323,12 @@ impl Applications {
 
     /// Terminates an application (final).
     pub fn terminate(&mut self, key: &AppKey, reason: &str, at: i64) -> Result<(), LifecycleError> {
+        if reason.trim().is_empty() {
+            return Err(LifecycleError::Invalid {
+                field: "reason",
+                problem: "a termination keeps its reason: give one".into(),
+            });
+        }
         let application = self.active_mut(key)?;
         application.terminated = Some(Termination {
             reason: reason.to_owned(),

@@ -293,10 +293,10 @@ impl Envelope {
             None => return Err(missing("material_version")),
             Some(value) => value
                 .as_u64()
-                .filter(|&version| version >= 1)
+                .filter(|&version| (1..=MAX_MATERIAL_VERSION).contains(&version))
                 .ok_or_else(|| EnvelopeError::Field {
                     field: "material_version",
-                    problem: format!("{value} is not an integer >= 1"),
+                    problem: format!("{value} is not an integer from 1 to {MAX_MATERIAL_VERSION}"),
                 })?,
         };
         let data = match object.get("data") {
@@ -619,6 +619,9 @@ impl<'de> Visitor<'de> for StrictValue {
     }
 }
 
+/// The largest material version: what SQLite and PostgreSQL store as a signed 64-bit integer.
+pub const MAX_MATERIAL_VERSION: u64 = i64::MAX as u64;
+
 /// The canonical text of an envelope object without its `sent_at`.
 fn content_text(object: &Map<String, Value>) -> String {
     let mut rest = object.clone();
@@ -665,12 +668,16 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// A number as the IEEE double it denotes (RFC 8785's rule): `100`, `100.0` and `1e2` are
-/// one value and one text (`100`); integral values below 1e21 are written as integers, the
-/// rest in Rust's shortest round-trip form. Integers beyond 2^53 collapse to their nearest
-/// double, as they do for every JavaScript sender.
+/// A number by the value it denotes: an integer written as an integer (`100`) is kept
+/// exactly; a number written with a fraction or an exponent (`100.0`, `1e2`, `0.25`) is read
+/// as an IEEE double, and written as an integer when that double is integral (so `100`,
+/// `100.0` and `1e2` are one value and one text), else in Rust's shortest round-trip form.
 fn write_number(number: &serde_json::Number, out: &mut String) {
     use std::fmt::Write;
+    if number.is_u64() || number.is_i64() {
+        let _ = write!(out, "{number}");
+        return;
+    }
     let value = number.as_f64().unwrap_or(0.0);
     if value == value.trunc() && value.abs() < 1e21 {
         let _ = write!(out, "{}", value as i128);
@@ -702,7 +709,7 @@ mod tests {
 
     #[test]
     fn material_version_must_be_a_positive_integer() {
-        for bad in ["0", "1.0", "-1", "\"1\"", "null"] {
+        for bad in ["0", "1.0", "-1", "\"1\"", "null", "9223372036854775808"] {
             let error = Envelope::parse(body(bad).as_bytes(), Source::Finance).unwrap_err();
             assert!(
                 matches!(

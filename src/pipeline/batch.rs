@@ -8,7 +8,7 @@
 //! ends the whole transaction: it is nobody's entry's fault, and the caller keeps every
 //! entry pending.
 
-use super::store::{load, now_ms, write_back};
+use super::store::{identities_of, load, now_ms, write_back};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::Envelope;
 use crate::facts::inbox::{At, Verdict};
@@ -153,7 +153,7 @@ fn decide_one(
     let (apps, mut inbox, loaded) = load(
         conn,
         &keys,
-        &[item.envelope.fact_id()],
+        &identities_of(&item.envelope),
         std::slice::from_ref(&item.entry),
     )?;
     let seen = conn

@@ -105,7 +105,7 @@ pub fn register(
         &tx,
         &inbox,
         &loaded,
-        &format!("register v{material_version}"),
+        &format!("register {key} v{material_version}"),
     )?;
     bump_applications(&tx)?;
     tx.commit()?;
@@ -117,7 +117,8 @@ pub fn register(
 
 fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO facts VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+        "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
     )?
     .execute(params![
         fact.source().as_str(),
@@ -125,7 +126,8 @@ fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> rusqlite::Res
         fact.tenant_id(),
         fact.application_id(),
         fact.canonical(),
-        entry
+        entry,
+        fact.withdraws()
     ])?;
     Ok(())
 }
@@ -151,7 +153,7 @@ pub fn upgrade(
     if upgrade_refreshes_ready(mutant) {
         inbox.refresh_ready(&apps);
     }
-    write_back(&tx, &inbox, &loaded, &format!("upgrade to v{to}"))?;
+    write_back(&tx, &inbox, &loaded, &format!("upgrade {key} to v{to}"))?;
     bump_applications(&tx)?;
     tx.commit()?;
     Ok(Ok(from))
@@ -175,7 +177,7 @@ pub fn terminate(
          WHERE tenant_id = ?1 AND application_id = ?2",
         params![key.tenant_id, key.application_id, reason, at],
     )?;
-    write_back(&tx, &inbox, &loaded, "terminate")?;
+    write_back(&tx, &inbox, &loaded, &format!("terminate {key}"))?;
     bump_applications(&tx)?;
     tx.commit()?;
     Ok(Ok(()))
@@ -214,17 +216,20 @@ pub fn resolve(
         Ok(kept) => kept,
         Err(why) => return Ok(Err(why)),
     };
+    let cause = format!("resolve {}", describe(id));
     if kept == Kept::Variant {
         let fact = inbox.fact(id).expect("a resolved identity holds a fact");
         tx.execute(
-            "UPDATE facts SET canonical = ?4, application_id = ?5
+            "UPDATE facts SET canonical = ?4, application_id = ?5, entry = ?6, withdraws = ?7
              WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
             params![
                 id.tenant_id,
                 id.source.as_str(),
                 id.event_id,
                 fact.canonical(),
-                fact.application_id()
+                fact.application_id(),
+                cause,
+                fact.withdraws()
             ],
         )?;
         tx.execute(
@@ -232,7 +237,7 @@ pub fn resolve(
             [fact.canonical()],
         )?;
     }
-    write_back(&tx, &inbox, &loaded, &format!("resolve {}", describe(id)))?;
+    write_back(&tx, &inbox, &loaded, &cause)?;
     tx.commit()?;
     Ok(Ok(kept))
 }

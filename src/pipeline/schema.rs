@@ -20,6 +20,8 @@ pub struct Migration {
     pub name: &'static str,
     /// The SQL, several statements.
     pub sql: &'static str,
+    /// A step in Rust after the SQL, in the same transaction (data the SQL cannot rewrite).
+    pub then: Option<fn(&Connection) -> rusqlite::Result<()>>,
 }
 
 /// The inbox's migrations, in order. Version 1 is the schema from before versioning.
@@ -28,23 +30,93 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "inbox",
         sql: include_str!("migrations/0001_inbox.sql"),
+        then: None,
     },
     Migration {
         version: 2,
         name: "decision_failures",
         sql: include_str!("migrations/0002_decision_failures.sql"),
+        then: None,
     },
     Migration {
         version: 3,
         name: "parked",
         sql: include_str!("migrations/0003_parked.sql"),
+        then: None,
     },
     Migration {
         version: 4,
         name: "lifecycle",
         sql: include_str!("migrations/0004_lifecycle.sql"),
+        then: Some(recanonicalize),
     },
 ];
+
+/// Migration 4's data step: stored contents rewritten in the canonical text of this build
+/// (numbers by the value they denote), and every variant whose content now equals its
+/// identity's fact dropped with the conflict it alone had opened: an older build could
+/// record `100.0` beside `100` as a conflict; this one reads them as one content.
+fn recanonicalize(conn: &Connection) -> rusqlite::Result<()> {
+    use crate::facts::envelope::{Envelope, Source};
+    let parse = |source: &str, canonical: &str| {
+        Source::from_wire(source)
+            .and_then(|source| Envelope::parse(canonical.as_bytes(), source).ok())
+    };
+    let rows = |sql: &str| -> rusqlite::Result<Vec<(String, String, String)>> {
+        let mut statement = conn.prepare(sql)?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        rows.collect()
+    };
+    for (key, source, canonical) in
+        rows("SELECT CAST(rowid AS TEXT), source, canonical FROM facts")?
+    {
+        if let Some(envelope) = parse(&source, &canonical).filter(|e| e.canonical() != canonical) {
+            conn.execute(
+                "UPDATE facts SET canonical = ?1 WHERE rowid = ?2",
+                params![envelope.canonical(), key.parse::<i64>().unwrap_or(-1)],
+            )?;
+        }
+    }
+    for (key, source, canonical) in rows("SELECT entry, source, canonical FROM parked")? {
+        if let Some(envelope) = parse(&source, &canonical).filter(|e| e.canonical() != canonical) {
+            conn.execute(
+                "UPDATE parked SET canonical = ?1 WHERE entry = ?2",
+                params![envelope.canonical(), key],
+            )?;
+        }
+    }
+    for (canonical, source, _) in rows("SELECT canonical, source, '' FROM evidence")? {
+        let Some(variant) = parse(&source, &canonical) else {
+            continue;
+        };
+        let id = variant.fact_id();
+        let fact: Option<(String, String)> = conn
+            .query_row(
+                "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
+                params![id.tenant_id, id.source.as_str(), id.event_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        let same = fact
+            .and_then(|(source, text)| parse(&source, &text))
+            .is_some_and(|fact| fact.same_content(&variant));
+        if same || variant.canonical() != canonical {
+            conn.execute("DELETE FROM evidence WHERE canonical = ?1", [&canonical])?;
+        }
+        if !same && variant.canonical() != canonical {
+            conn.execute(
+                "INSERT OR IGNORE INTO evidence VALUES (?1, ?2, ?3)",
+                params![variant.canonical(), source, id.event_id],
+            )?;
+        }
+    }
+    conn.execute_batch(
+        "DELETE FROM conflicts WHERE NOT EXISTS (
+           SELECT 1 FROM evidence e
+           WHERE e.source = conflicts.source AND e.event_id = conflicts.event_id
+             AND json_extract(e.canonical, '$.tenant_id') = conflicts.tenant_id)",
+    )
+}
 
 /// The schema version this build writes: the last migration's.
 pub const CURRENT: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -123,6 +195,9 @@ pub fn migrate_with(conn: &mut Connection, migrations: &[Migration]) -> Result<i
     for migration in migrations {
         if migration.version > found {
             tx.execute_batch(migration.sql)?;
+            if let Some(then) = migration.then {
+                then(&tx)?;
+            }
         }
         // A version-1 inbox from before versioning has no record of what it already has.
         if migration.version > found || unrecorded {
@@ -175,11 +250,13 @@ mod tests {
                 version: 2,
                 name: "good part",
                 sql: "CREATE TABLE half_done(x INTEGER);",
+                then: None,
             },
             Migration {
                 version: 3,
                 name: "broken",
                 sql: "CREATE TABLE nonsense(",
+                then: None,
             },
         ];
         assert!(matches!(

@@ -306,15 +306,7 @@ fn facts_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envelope>> 
     let mut statement = conn.prepare_cached(
         "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND application_id = ?2",
     )?;
-    let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut facts = Vec::new();
-    for row in rows {
-        let (source, canonical) = row?;
-        facts.push(envelope_of(&source, &canonical)?);
-    }
-    Ok(facts)
+    rows_of(&mut statement, params![key.tenant_id, key.application_id])
 }
 
 fn is_ready(conn: &Connection, key: &AppKey) -> rusqlite::Result<bool> {
@@ -324,36 +316,93 @@ fn is_ready(conn: &Connection, key: &AppKey) -> rusqlite::Result<bool> {
         .map(|found| found.is_some())
 }
 
+/// The identities a decision on `envelope` reads: its own, and for a withdrawal the one it
+/// names (whose application's READY the withdrawal changes).
+pub(super) fn identities_of(envelope: &Envelope) -> Vec<FactId> {
+    let mut ids = vec![envelope.fact_id()];
+    if let Some(event_id) = envelope.withdraws() {
+        ids.push(FactId {
+            tenant_id: envelope.tenant_id().to_owned(),
+            source: envelope.source(),
+            event_id: event_id.to_owned(),
+        });
+    }
+    ids
+}
+
+fn rows_of(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    args: impl rusqlite::Params,
+) -> rusqlite::Result<Vec<Envelope>> {
+    let rows = statement.query_map(args, |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (source, canonical) = row?;
+        out.push(envelope_of(&source, &canonical)?);
+    }
+    Ok(out)
+}
+
+/// The accepted withdrawals naming `id` (from any application of its tenant).
+fn withdrawals_naming(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND source = ?2 AND withdraws = ?3",
+    )?;
+    rows_of(
+        &mut statement,
+        params![id.tenant_id, id.source.as_str(), id.event_id],
+    )
+}
+
+/// The accepted withdrawals naming any fact of `key` (from any application of its tenant).
+fn withdrawals_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envelope>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT w.source, w.canonical FROM facts f JOIN facts w
+           ON w.tenant_id = f.tenant_id AND w.source = f.source AND w.withdraws = f.event_id
+         WHERE f.tenant_id = ?1 AND f.application_id = ?2",
+    )?;
+    rows_of(&mut statement, params![key.tenant_id, key.application_id])
+}
+
 /// The part of the inbox a transaction needs: the stream `entries` kept parked (as the
 /// pure inbox's entries 1, 2, ...), the `identities` it decides or resolves (their first
-/// facts and every other content recorded under them), the applications named by `keys`,
-/// by those facts, by those entries and by those identities' conflicts (each with its
-/// facts, its READY mark and every conflict on it, with its resolution), and the counters.
+/// facts, every other content recorded under them, the withdrawals naming them), and every
+/// application those name, by their facts, entries and conflicts, each loaded whole: its
+/// facts, the withdrawals naming them (and those withdrawals' applications, in turn), its
+/// READY mark and every conflict on it with its resolution; and the counters.
 pub(super) fn load(
     conn: &Connection,
     keys: &BTreeSet<AppKey>,
     identities: &[FactId],
     entries: &[String],
 ) -> rusqlite::Result<(Applications, Inbox, Loaded)> {
-    let mut keys = keys.clone();
+    let mut pending = keys.clone();
     let mut identities: BTreeSet<FactId> = identities.iter().cloned().collect();
     let mut parked = BTreeMap::new();
     for (index, entry) in entries.iter().enumerate() {
         if let Some(row) = parked_row(conn, entry)? {
-            keys.insert(AppKey::of(&row.envelope));
-            identities.insert(row.envelope.fact_id());
+            pending.insert(AppKey::of(&row.envelope));
+            identities.extend(identities_of(&row.envelope));
             parked.insert(index as EntryId + 1, row);
         }
     }
     let mut facts = BTreeMap::new();
     let mut variants = Vec::new();
+    let mut keep = |fact: Envelope, pending: &mut BTreeSet<AppKey>| {
+        pending.insert(AppKey::of(&fact));
+        facts.insert(fact.fact_id(), fact);
+    };
     for id in &identities {
         if let Some(fact) = first_fact(conn, id)? {
-            keys.insert(AppKey::of(&fact));
-            facts.insert(id.clone(), fact);
+            keep(fact, &mut pending);
+        }
+        for withdrawal in withdrawals_naming(conn, id)? {
+            keep(withdrawal, &mut pending);
         }
         variants.extend(evidence_of(conn, id)?);
-        keys.extend(conflict_apps(conn, id)?);
+        pending.extend(conflict_apps(conn, id)?);
     }
     let mut apps = Applications::new();
     let mut ready = BTreeSet::new();
@@ -362,19 +411,26 @@ pub(super) fn load(
         ..Loaded::default()
     };
     let mut conflict_ids: BTreeSet<FactId> = identities.clone();
-    for key in &keys {
-        let Some(app) = application(conn, key)? else {
+    let mut seen = BTreeSet::new();
+    while let Some(key) = pending.pop_first() {
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let Some(app) = application(conn, &key)? else {
             continue;
         };
         apps.insert(key.clone(), app);
-        loaded.apps.insert(key.clone());
-        for fact in facts_of(conn, key)? {
-            facts.insert(fact.fact_id(), fact);
+        for fact in facts_of(conn, &key)?
+            .into_iter()
+            .chain(withdrawals_of(conn, &key)?)
+        {
+            keep(fact, &mut pending);
         }
-        conflict_ids.extend(conflicts_of(conn, key)?);
-        if is_ready(conn, key)? {
+        conflict_ids.extend(conflicts_of(conn, &key)?);
+        if is_ready(conn, &key)? {
             ready.insert(key.clone());
         }
+        loaded.apps.insert(key);
     }
     let mut conflicts = BTreeMap::new();
     for id in conflict_ids {
@@ -434,7 +490,8 @@ pub(super) fn write_back(
 ) -> rusqlite::Result<()> {
     for fact in inbox.facts() {
         conn.prepare_cached(
-            "INSERT INTO facts VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
         )?
         .execute(params![
             fact.source().as_str(),
@@ -442,7 +499,8 @@ pub(super) fn write_back(
             fact.tenant_id(),
             fact.application_id(),
             fact.canonical(),
-            cause
+            cause,
+            fact.withdraws()
         ])?;
     }
     for variant in inbox.evidence() {

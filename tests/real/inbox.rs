@@ -132,6 +132,42 @@ fn an_open_conflict_of_a_version_1_inbox_stays_open_and_can_be_resolved_after_mi
 }
 
 #[test]
+fn a_variant_an_older_build_recorded_for_a_number_spelled_otherwise_is_no_conflict_after_migration()
+{
+    let dir = temp_dir("inbox-v1-numbers");
+    let path = dir.path().join("inbox.db");
+    version_1_inbox(&path);
+    let spelled = |amount: &str| {
+        format!(
+            r#"{{"application_id":"app-1","business_key":"APP-1","data":{{"amount":{amount}}},"event_id":"PAY-2","event_type":"PAYMENT_CONFIRMED","material_version":1,"schema_version":"1","sent_at":"2024-05-01T10:00:00Z","source":"finance","tenant_id":"t-1"}}"#
+        )
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO facts VALUES ('finance', 'PAY-2', 't-1', 'app-1', ?1, '1714557600001-0')",
+            [spelled("100")],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO evidence VALUES (?1, 'finance', 'PAY-2')",
+            [spelled("100.0")],
+        )
+        .unwrap();
+        conn.execute("INSERT INTO open_conflicts VALUES ('t-1', 'app-1')", [])
+            .unwrap();
+    }
+    let mut conn = store::open(&path, 5_000).unwrap();
+    let snapshot = store::snapshot(&mut conn).unwrap();
+    assert!(
+        snapshot.open_conflicts.is_empty(),
+        "{:?}",
+        snapshot.open_conflicts
+    );
+    assert!(snapshot.evidence.is_empty(), "{:?}", snapshot.evidence);
+}
+
+#[test]
 fn an_inbox_from_a_newer_arrival_is_refused_with_exit_2_and_left_as_it_was() {
     let dir = temp_dir("inbox-newer");
     let path = dir.path().join("inbox.db");

@@ -37,6 +37,12 @@ const FIXTURES: &[&str] = &[
     "fixtures/regressions/probe-unknown-application.json",
     "fixtures/regressions/review-accepted-then-terminated-redelivered.json",
     "fixtures/regressions/review-expired-quarantine-redelivered.json",
+    "fixtures/regressions/review-withdrawal-of-another-application-after-ready.json",
+    "fixtures/regressions/review-withdrawal-of-another-application-before-its-fact.json",
+    "fixtures/regressions/review-withdrawal-of-another-application-released-by-registration.json",
+    "fixtures/regressions/review-material-version-beyond-2-53.json",
+    "fixtures/regressions/review-registration-releases-mixed-entries.json",
+    "fixtures/regressions/review-event-id-reused-across-applications-resolved.json",
 ];
 
 #[test]
@@ -317,7 +323,7 @@ fn operator_commands_register_release_terminate_and_resolve_in_one_transaction_e
             (app(APP), true, app("3-0")),
             (app(APP), false, app("4-0")),
             (app(APP), true, app("resolve xinghe-demo/finance/PAY-014")),
-            (app(APP), false, app("terminate")),
+            (app(APP), false, format!("terminate xinghe-demo/{APP}")),
         ]
     );
 }
@@ -369,5 +375,129 @@ fn quarantine_expires_by_the_sweep_s_clock_and_expired_entries_stay_out_of_regis
     assert!(
         snapshot.facts.is_empty(),
         "an expired entry never becomes a fact"
+    );
+}
+
+#[test]
+fn operator_values_no_envelope_could_match_are_refused_naming_their_flag() {
+    let dir = temp_dir("operator-refusals");
+    let db = dir.path().join("inbox.db");
+    let init = Command::new(ARRIVAL)
+        .args([
+            "pipeline",
+            "init",
+            "--fixture",
+            "fixtures/facts-quarantine.json",
+            "--db",
+        ])
+        .arg(&db)
+        .arg("--keys-out")
+        .arg(dir.path().join("keys.json"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    ok(&init);
+    let register = |tenant: &str, application: &str, business_key: &str, version: &str| {
+        pipeline(
+            &db,
+            &[
+                "applications",
+                "register",
+                "--tenant",
+                tenant,
+                "--application",
+                application,
+                "--business-key",
+                business_key,
+                "--material-version",
+                version,
+            ],
+        )
+    };
+    let long = "x".repeat(129);
+    let cases: &[(&str, &str, &str, &str, &str, &str)] = &[
+        ("xinghe-demo", "app-9", "", "1", "--business-key", "0 bytes"),
+        (
+            "xinghe-demo",
+            "app-9",
+            "BK",
+            "0",
+            "--material-version",
+            "not from 1",
+        ),
+        ("", "app-9", "BK", "1", "--tenant", "0 bytes"),
+        (
+            "xinghe-demo",
+            &long,
+            "BK",
+            "1",
+            "--application",
+            "129 bytes",
+        ),
+        (
+            "xinghe-demo",
+            APP,
+            "APP-EVENT-999",
+            "1",
+            "--business-key",
+            "differs",
+        ),
+    ];
+    for (tenant, application, business_key, version, flag, words) in cases {
+        refused(
+            &register(tenant, application, business_key, version),
+            flag,
+            words,
+        );
+    }
+    let terminate = pipeline(
+        &db,
+        &[
+            "applications",
+            "terminate",
+            "--tenant",
+            "xinghe-demo",
+            "--application",
+            APP,
+            "--reason",
+            " ",
+        ],
+    );
+    refused(&terminate, "--reason", "reason");
+    // A tenant id may hold `/`: the source is the part that names one.
+    let resolve = |event: &str| {
+        pipeline(
+            &db,
+            &[
+                "conflicts",
+                "resolve",
+                "--event",
+                event,
+                "--keep",
+                "first",
+                "--reason",
+                "r",
+            ],
+        )
+    };
+    refused(
+        &resolve("acme/eu/finance/PAY-1"),
+        "--event",
+        "no open conflict on acme/eu/finance/PAY-1",
+    );
+    refused(
+        &resolve("acme/PAY-1"),
+        "--event",
+        "not TENANT/SOURCE/EVENT_ID",
+    );
+    refused(
+        &resolve("t/finance/finance/x"),
+        "--event",
+        "more than one way",
+    );
+    let status = ok(&pipeline(&db, &["status", "--json"]));
+    assert!(
+        !status.contains("app-9"),
+        "nothing was registered: {status}"
     );
 }

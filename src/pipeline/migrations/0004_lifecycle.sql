@@ -48,3 +48,16 @@ CREATE TABLE ready_history(
 CREATE INDEX ready_history_by_application ON ready_history(tenant_id, application_id, seq);
 -- A late mismatch's kind, kept with its parked entry.
 ALTER TABLE parked ADD COLUMN mismatch TEXT;
+-- The event id a withdrawal names, so that loading an application finds the withdrawals of
+-- its facts (which may name it from another application's envelope).
+ALTER TABLE facts ADD COLUMN withdraws TEXT;
+UPDATE facts SET withdraws = json_extract(canonical, '$.data.withdraws')
+  WHERE json_type(canonical, '$.data.withdraws') = 'text';
+CREATE INDEX facts_by_withdrawn ON facts(tenant_id, source, withdraws);
+-- A late mismatch's kind for the entries an older inbox parked.
+UPDATE parked SET mismatch = (
+  SELECT l.mismatch FROM late_mismatches l
+  WHERE l.tenant_id = parked.tenant_id AND l.source = parked.source
+    AND l.event_id = parked.event_id AND l.application_id = parked.application_id
+  LIMIT 1)
+  WHERE state = 'late_mismatch';
