@@ -202,7 +202,7 @@ fn the_kept_facts_traces_still_replay() {
 /// settings).
 #[test]
 fn the_contract_v2_models_pass_and_reach_what_they_are_about() {
-    let rows: [(&str, usize, &[&str]); 6] = [
+    let rows: [(&str, usize, &[&str]); 7] = [
         (
             "models/acmeflow-quarantine.toml",
             7_262,
@@ -232,6 +232,11 @@ fn the_contract_v2_models_pass_and_reach_what_they_are_about() {
             "models/acmeflow-tenant-keys.toml",
             1_363,
             &["http-400", "accepted"],
+        ),
+        (
+            "models/acmeflow-quarantine-expiry.toml",
+            614,
+            &["quarantined", "expired", "registered", "claimed"],
         ),
     ];
     for (path, unique, reached) in rows {
