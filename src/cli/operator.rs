@@ -376,3 +376,44 @@ pub fn quarantine(command: QuarantineCommand) -> Outcome {
         }
     }
 }
+
+/// `pipeline receipts`: what ingress answered, oldest of the newest `limit` first.
+pub fn receipts(db: &Path, event: Option<&str>, limit: usize, json: bool) -> Outcome {
+    let event = event.map(identity).transpose()?;
+    let conn = open(db)?;
+    let rows = crate::pipeline::receipts::list(&conn, event.as_ref(), limit)
+        .map_err(|error| env_error(db, error))?;
+    if json {
+        print(&pretty_json(&rows));
+        return Ok(true);
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let named = match (&r.tenant_id, &r.event_id) {
+            (Some(tenant), Some(event)) => {
+                format!(" {tenant}/{}/{event}", r.source.as_deref().unwrap_or("?"))
+            }
+            _ => String::new(),
+        };
+        out += &format!(
+            "{} {} {}{named}{}{}{}\n",
+            format_rfc3339(r.at_ms / 1000),
+            r.status,
+            r.reason,
+            r.key_id
+                .as_ref()
+                .map_or(String::new(), |key| format!(" key {key}")),
+            r.entry
+                .as_ref()
+                .map_or(String::new(), |entry| format!(" entry {entry}")),
+            r.detail
+                .as_ref()
+                .map_or(String::new(), |detail| format!(": {detail}")),
+        );
+    }
+    if rows.is_empty() {
+        out += "no receipts\n";
+    }
+    print(&out);
+    Ok(true)
+}

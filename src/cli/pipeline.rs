@@ -131,6 +131,21 @@ pub enum PipelineCommand {
     /// List quarantined entries, or expire those older than the quarantine period.
     #[command(subcommand)]
     Quarantine(super::operator::QuarantineCommand),
+    /// The receipts of answered requests, refusals included (newest last).
+    Receipts {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// Only this event's, `TENANT/SOURCE/EVENT_ID`.
+        #[arg(long)]
+        event: Option<String>,
+        /// At most this many (the newest).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The older spelling of `applications upgrade`.
     #[command(hide = true)]
     Upgrade {
@@ -379,6 +394,12 @@ pub fn run(command: PipelineCommand) -> Outcome {
         PipelineCommand::Applications(command) => super::operator::applications(command),
         PipelineCommand::Conflicts(command) => super::operator::conflicts(command),
         PipelineCommand::Quarantine(command) => super::operator::quarantine(command),
+        PipelineCommand::Receipts {
+            db,
+            event,
+            limit,
+            json,
+        } => super::operator::receipts(&db, event.as_deref(), limit, json),
         PipelineCommand::Upgrade {
             target,
             material_version,

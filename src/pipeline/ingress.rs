@@ -6,6 +6,7 @@
 //! returns.
 
 use super::consumer::{Consumer, ConsumerOptions, Faults, Point};
+use super::receipts::{Receipt, Receipts};
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
@@ -140,6 +141,8 @@ pub struct IngressState {
     /// When set, every accepted request is answered 503 as if `XADD` failed (the fixture
     /// runner's `stream_unavailable` step).
     pub stream_down: AtomicBool,
+    /// Where each answered request's receipt goes.
+    pub receipts: Receipts,
 }
 
 impl IngressState {
@@ -186,6 +189,31 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> axum::response::Response {
+    let source = headers
+        .get("x-acme-source")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let (receipt, reply) = judge(&state, &headers, body).await;
+    state.receipts.record(Receipt {
+        at_ms: state.clock.now_ms(),
+        source,
+        ..receipt
+    });
+    reply
+}
+
+/// The answer to one request, and its receipt (without time and source).
+async fn judge(
+    state: &IngressState,
+    headers: &HeaderMap,
+    body: Body,
+) -> (Receipt, axum::response::Response) {
+    let refused = |mut receipt: Receipt, response: Response, detail: Option<String>| {
+        receipt.status = response.status();
+        receipt.reason = response.reason().to_owned();
+        receipt.detail = detail;
+        (receipt, answer(response, None))
+    };
     let too_large = Response::Rejected(Reason::BodyTooLarge);
     let limit = state.config.max_body_bytes;
     let declared = headers
@@ -193,17 +221,40 @@ async fn webhook(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<usize>().ok());
     if declared.is_some_and(|length| length > limit) {
-        return answer(too_large, None);
+        let detail = format!(
+            "Content-Length {} over the limit of {limit} bytes",
+            declared.unwrap_or(0)
+        );
+        return refused(Receipt::default(), too_large, Some(detail));
     }
     let bytes =
         match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, limit)).await {
             Ok(Ok(bytes)) => bytes,
-            Ok(Err(_)) => return answer(too_large, None),
+            Ok(Err(_)) => {
+                let detail = format!("the body ran over the limit of {limit} bytes");
+                return refused(Receipt::default(), too_large, Some(detail));
+            }
             // Nothing was read into the stream: the sender retries as after any failure.
-            Err(_) => return body_timed_out(),
+            Err(_) => {
+                let receipt = Receipt {
+                    status: 408,
+                    reason: "body_timeout".into(),
+                    detail: Some(format!(
+                        "the body did not arrive within {} ms",
+                        state.body_timeout.as_millis()
+                    )),
+                    ..Receipt::default()
+                };
+                return (receipt, body_timed_out());
+            }
         };
-    let Ok(apps) = state.applications() else {
-        return answer(Response::unavailable(), None);
+    let receipt = Receipt::for_body(&bytes);
+    let apps = match state.applications() {
+        Ok(apps) => apps,
+        Err(error) => {
+            let detail = format!("the inbox did not answer: {error}");
+            return refused(receipt, Response::unavailable(), Some(detail));
+        }
     };
     let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     let webhook = WebhookHeaders {
@@ -225,11 +276,22 @@ async fn webhook(
         &apps,
     );
     let admitted = match admission {
-        Admission::Reject(rejection) => return answer(rejection.response(), None),
+        Admission::Reject(rejection) => {
+            let receipt = Receipt {
+                key_id: rejection.key_id.clone(),
+                ..receipt
+            };
+            return refused(receipt, rejection.response(), rejection.detail);
+        }
         Admission::Accept(admitted) => admitted,
     };
+    let receipt = Receipt {
+        key_id: Some(admitted.key_id.clone()),
+        ..receipt
+    };
     if state.stream_down.load(Ordering::SeqCst) {
-        return answer(Response::unavailable(), None);
+        let detail = Some("the stream is down (a fixture's fault)".to_owned());
+        return refused(receipt, Response::unavailable(), detail);
     }
     let command = stream::xadd_command(
         &state.names,
@@ -239,8 +301,27 @@ async fn webhook(
     );
     let mut redis = state.redis.clone();
     match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {
-        Ok(Ok(id)) => answer(admitted.response(), Some(id)),
-        _ => answer(Response::unavailable(), None),
+        Ok(Ok(id)) => {
+            let response = admitted.response();
+            let receipt = Receipt {
+                status: response.status(),
+                reason: response.reason().to_owned(),
+                entry: Some(id.clone()),
+                ..receipt
+            };
+            (receipt, answer(response, Some(id)))
+        }
+        Ok(Err(error)) => {
+            let detail = Some(format!("XADD failed: {error}"));
+            refused(receipt, Response::unavailable(), detail)
+        }
+        Err(_) => {
+            let detail = Some(format!(
+                "XADD took longer than {} ms",
+                XADD_TIMEOUT.as_millis()
+            ));
+            refused(receipt, Response::unavailable(), detail)
+        }
     }
 }
 
@@ -365,6 +446,7 @@ pub async fn start(
         mutant: options.mutant,
         body_timeout: Duration::from_millis(options.body_timeout_ms.max(1)),
         stream_down: AtomicBool::new(false),
+        receipts: Receipts::start(&options.db, options.busy_timeout_ms)?,
     });
     let router = axum::Router::new()
         .route(WEBHOOK_PATH, axum::routing::post(webhook))
@@ -449,6 +531,7 @@ impl Running {
             let _ = tx.send(());
         }
         let _ = self.server.await;
+        self.state.receipts.close();
         self.stop.store(true, Ordering::SeqCst);
         for consumer in self.consumers {
             let _ = consumer.await;

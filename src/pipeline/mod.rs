@@ -12,6 +12,7 @@
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
+//! | [`receipts`] | one receipt per answered request (refusals too), written to the inbox by a writer thread in batches |
 //! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
 //! | [`drill`] | the drills, one file each (`kill`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end) and the end checks they share (`checks`) |
@@ -24,6 +25,7 @@ pub mod drill;
 pub mod ingress;
 pub mod load;
 pub mod operator;
+pub mod receipts;
 pub mod run;
 pub mod schema;
 pub mod store;

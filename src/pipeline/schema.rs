@@ -50,6 +50,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0004_lifecycle.sql"),
         then: Some(recanonicalize),
     },
+    Migration {
+        version: 5,
+        name: "receipts",
+        sql: include_str!("migrations/0005_receipts.sql"),
+        then: None,
+    },
 ];
 
 /// Migration 4's data step: stored contents rewritten in the canonical text of this build

@@ -572,3 +572,87 @@ fn two_serve_processes_on_one_group_read_as_distinct_consumers() {
         "idle consumers leave the group on a graceful stop: {left:?}"
     );
 }
+
+#[test]
+fn every_answer_leaves_a_receipt_and_no_receipt_holds_a_body_or_a_secret() {
+    let url = redis_url();
+    let dir = temp_dir("receipts");
+    let now = store::now_ms() / 1000;
+    let (apps, requests) = drill::requests(5, 6, now);
+    let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+    store::put_applications(&mut conn, &apps).unwrap();
+    write_drill_keys(dir.path());
+    let names = Names {
+        stream: unique("arrival-receipts"),
+        group: "inbox".into(),
+    };
+    let (mut child, addr) = serve_with(
+        dir.path(),
+        &names,
+        &url,
+        &["--consumers", "1", "--max-body-bytes", "4096"],
+    );
+    let rt = runtime();
+    let mut client = Client::new(addr);
+    let good = &requests[0];
+    let post = |client: &mut Client, signature: Option<&str>, body: &[u8]| {
+        rt.block_on(client.post(good.source.as_deref(), signature, body))
+            .unwrap()
+    };
+    let accepted = post(&mut client, good.signature.as_deref(), &good.body);
+    assert_eq!(accepted.status, 202);
+    assert_eq!(
+        post(&mut client, Some(&"0".repeat(64)), &good.body).status,
+        400
+    );
+    assert_eq!(
+        post(&mut client, good.signature.as_deref(), &[b' '; 5000]).status,
+        413
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    assert!(child.wait().unwrap().success());
+    let output = Command::new(ARRIVAL)
+        .args(["pipeline", "receipts", "--json", "--db"])
+        .arg(dir.path().join("inbox.db"))
+        .env_remove("ARRIVAL_DB")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let receipts: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let answers: Vec<(u64, &str, bool, bool)> = receipts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_u64().unwrap(),
+                r["reason"].as_str().unwrap(),
+                r["key_id"].is_string(),
+                r["entry"].is_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            (202, "accepted", true, true),
+            (400, "bad_signature", false, false),
+            (413, "body_too_large", false, false)
+        ]
+    );
+    let event = String::from_utf8_lossy(&good.body);
+    let event_id = serde_json::from_str::<serde_json::Value>(&event).unwrap()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(receipts[0]["event_id"], event_id.as_str());
+    assert_eq!(receipts[0]["entry"].as_str(), accepted.entry.as_deref());
+    assert!(!text.contains(drill::KEY_FINANCE) && !text.contains(drill::KEY_CONTRACTS));
+    assert!(!text.contains(&*event), "a receipt never holds the body");
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+}

@@ -1,0 +1,239 @@
+//! Receipts: one row per request ingress answered, refused ones included, so "the sender
+//! says it sent" can be told apart from "we refused it" and "we answered 503". The handler
+//! hands each receipt to a writer thread, which writes them to the inbox in batches (one
+//! transaction each), so a request never waits for the inbox's write lock. A receipt holds
+//! the time, the source header, the matched key id, the answer with its reason and detail,
+//! the body's SHA-256, and the tenant, application and event id once the body names them;
+//! never the body, never a secret.
+
+use super::store;
+use crate::facts::envelope::parse_json_object;
+use rusqlite::{params, Connection};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How many receipts wait for the writer before the handler logs one instead.
+const QUEUE: usize = 65_536;
+/// The most receipts one transaction writes.
+const BATCH: usize = 512;
+
+/// One answered request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Receipt {
+    /// When it was answered (Unix milliseconds, the receiver's clock).
+    pub at_ms: i64,
+    /// The `X-Acme-Source` header, if any.
+    pub source: Option<String>,
+    /// The key whose signature matched, once check 2 passed.
+    pub key_id: Option<String>,
+    /// The HTTP status.
+    pub status: u16,
+    /// The answer's reason word (`accepted`, `bad_signature`, `body_timeout`, ...).
+    pub reason: String,
+    /// What exactly was wrong, when the check says.
+    pub detail: Option<String>,
+    /// The SHA-256 of the body, lowercase hex; `None` when the body was never read whole.
+    pub body_sha256: Option<String>,
+    /// The tenant the body names.
+    pub tenant_id: Option<String>,
+    /// The application the body names.
+    pub application_id: Option<String>,
+    /// The event id the body names.
+    pub event_id: Option<String>,
+    /// The stream entry, for an answer that appended one.
+    pub entry: Option<String>,
+}
+
+impl Receipt {
+    /// A receipt for `body`: its digest, and the ids it names when it is a JSON object.
+    pub fn for_body(body: &[u8]) -> Receipt {
+        let mut receipt = Receipt {
+            body_sha256: Some(hex(&Sha256::digest(body))),
+            ..Receipt::default()
+        };
+        if let Ok(object) = parse_json_object(body) {
+            let text = |name: &str| object.get(name)?.as_str().map(str::to_owned);
+            receipt.tenant_id = text("tenant_id");
+            receipt.application_id = text("application_id");
+            receipt.event_id = text("event_id");
+        }
+        receipt
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The handler's end of the writer.
+#[derive(Debug)]
+pub struct Receipts {
+    queue: Mutex<Option<SyncSender<Receipt>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Receipts {
+    /// Starts the writer on its own connection to the inbox.
+    pub fn start(db: &Path, busy_timeout_ms: u64) -> Result<Receipts, super::schema::SchemaError> {
+        let conn = store::open(db, busy_timeout_ms)?;
+        let (queue, inbox) = mpsc::sync_channel(QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("arrival-receipts".into())
+            .spawn(move || write_all(conn, &inbox))
+            .map_err(|error| {
+                super::schema::SchemaError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(
+                    error,
+                )))
+            })?;
+        Ok(Receipts {
+            queue: Mutex::new(Some(queue)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// Hands a receipt to the writer; when its queue is full the receipt is logged on
+    /// stderr instead, so it is never lost silently.
+    pub fn record(&self, receipt: Receipt) {
+        let queue = self
+            .queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sent = match queue.as_ref() {
+            Some(queue) => queue.try_send(receipt),
+            None => Err(TrySendError::Disconnected(receipt)),
+        };
+        if let Err(TrySendError::Full(receipt) | TrySendError::Disconnected(receipt)) = sent {
+            let line = serde_json::to_string(&receipt).unwrap_or_default();
+            eprintln!("arrival ingress: receipt not stored: {line}");
+        }
+    }
+
+    /// Writes what is queued and stops the writer.
+    pub fn close(&self) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Drop for Receipts {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn write_all(mut conn: Connection, inbox: &Receiver<Receipt>) {
+    let mut batch: Vec<Receipt> = Vec::new();
+    loop {
+        let open = match inbox.recv_timeout(Duration::from_millis(50)) {
+            Ok(receipt) => {
+                batch.push(receipt);
+                batch.extend(inbox.try_iter().take(BATCH - 1));
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+        };
+        if !batch.is_empty() {
+            match write(&mut conn, &batch) {
+                Ok(()) => batch.clear(),
+                Err(error) if open && batch.len() < QUEUE => {
+                    eprintln!("arrival ingress: receipts wait for the inbox: {error}");
+                }
+                Err(error) => {
+                    for receipt in batch.drain(..) {
+                        let line = serde_json::to_string(&receipt).unwrap_or_default();
+                        eprintln!("arrival ingress: receipt not stored ({error}): {line}");
+                    }
+                }
+            }
+        }
+        if !open && batch.is_empty() {
+            return;
+        }
+    }
+}
+
+fn write(conn: &mut Connection, batch: &[Receipt]) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    for r in batch {
+        tx.prepare_cached(
+            "INSERT INTO receipts (at_ms, source, key_id, status, reason, detail, body_sha256,
+                                   tenant_id, application_id, event_id, entry)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?
+        .execute(params![
+            r.at_ms,
+            r.source,
+            r.key_id,
+            r.status,
+            r.reason,
+            r.detail,
+            r.body_sha256,
+            r.tenant_id,
+            r.application_id,
+            r.event_id,
+            r.entry
+        ])?;
+    }
+    tx.commit()
+}
+
+/// The receipts of one event (`tenant/source/event_id`), or the last `limit` of all, oldest
+/// first.
+pub fn list(
+    conn: &Connection,
+    event: Option<&crate::facts::envelope::FactId>,
+    limit: usize,
+) -> rusqlite::Result<Vec<Receipt>> {
+    let sql = "SELECT at_ms, source, key_id, status, reason, detail, body_sha256, tenant_id,
+                      application_id, event_id, entry FROM receipts";
+    let mut statement;
+    let rows = match event {
+        Some(id) => {
+            statement = conn.prepare(&format!(
+                "{sql} WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY seq DESC LIMIT ?4"
+            ))?;
+            statement.query_map(
+                params![id.tenant_id, id.source.as_str(), id.event_id, limit as i64],
+                row_of,
+            )?
+        }
+        None => {
+            statement = conn.prepare(&format!("{sql} ORDER BY seq DESC LIMIT ?1"))?;
+            statement.query_map([limit as i64], row_of)?
+        }
+    };
+    let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    out.reverse();
+    Ok(out)
+}
+
+fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Receipt> {
+    Ok(Receipt {
+        at_ms: row.get(0)?,
+        source: row.get(1)?,
+        key_id: row.get(2)?,
+        status: row.get(3)?,
+        reason: row.get(4)?,
+        detail: row.get(5)?,
+        body_sha256: row.get(6)?,
+        tenant_id: row.get(7)?,
+        application_id: row.get(8)?,
+        event_id: row.get(9)?,
+        entry: row.get(10)?,
+    })
+}
