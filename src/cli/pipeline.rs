@@ -602,6 +602,7 @@ fn status(db: &Path, json: bool) -> Outcome {
                     "material_version": app.material_version,
                     "ready": snapshot.ready.contains(key),
                     "open_conflict": snapshot.open_conflicts.contains(key),
+                    "terminated": app.terminated.is_some(),
                 })
             })
             .collect();
@@ -620,10 +621,13 @@ fn status(db: &Path, json: bool) -> Outcome {
             c.accepted, c.duplicates, c.conflicts, c.late_mismatches
         );
         for (key, app) in apps.iter() {
-            let state = if snapshot.ready.contains(key) {
-                "READY"
-            } else {
-                "not ready"
+            let state = match &app.terminated {
+                Some(termination) => format!("terminated ({})", termination.reason),
+                None if snapshot.ready.contains(key) => "READY".to_owned(),
+                None if snapshot.open_conflicts.contains(key) => {
+                    "not ready (open conflict)".to_owned()
+                }
+                None => "not ready".to_owned(),
             };
             out += &format!("{key} v{}: {state}\n", app.material_version);
         }

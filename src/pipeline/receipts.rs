@@ -20,6 +20,21 @@ use std::time::Duration;
 const QUEUE: usize = 65_536;
 /// The most receipts one transaction writes.
 const BATCH: usize = 512;
+/// The most bytes of a header or a detail a receipt keeps: an unsigned sender must not be
+/// able to grow the inbox, or to store a body in it through an error message.
+pub const MAX_TEXT_BYTES: usize = 160;
+
+/// `text` cut to at most [`MAX_TEXT_BYTES`] on a character boundary, marked when cut.
+pub fn bounded(text: &str) -> String {
+    if text.len() <= MAX_TEXT_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len())
+}
 
 /// One answered request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -56,7 +71,7 @@ impl Receipt {
             ..Receipt::default()
         };
         if let Ok(object) = parse_json_object(body) {
-            let text = |name: &str| object.get(name)?.as_str().map(str::to_owned);
+            let text = |name: &str| object.get(name)?.as_str().map(bounded);
             receipt.tenant_id = text("tenant_id");
             receipt.application_id = text("application_id");
             receipt.event_id = text("event_id");
@@ -168,6 +183,7 @@ fn write_all(mut conn: Connection, inbox: &Receiver<Receipt>) {
 }
 
 fn write(conn: &mut Connection, batch: &[Receipt]) -> rusqlite::Result<()> {
+    let bound = |text: &Option<String>| text.as_deref().map(bounded);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     for r in batch {
         tx.prepare_cached(
@@ -177,11 +193,11 @@ fn write(conn: &mut Connection, batch: &[Receipt]) -> rusqlite::Result<()> {
         )?
         .execute(params![
             r.at_ms,
-            r.source,
+            bound(&r.source),
             r.key_id,
             r.status,
             r.reason,
-            r.detail,
+            bound(&r.detail),
             r.body_sha256,
             r.tenant_id,
             r.application_id,

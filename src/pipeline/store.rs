@@ -390,18 +390,25 @@ pub(super) fn load(
     }
     let mut facts = BTreeMap::new();
     let mut variants = Vec::new();
-    let mut keep = |fact: Envelope, pending: &mut BTreeSet<AppKey>| {
+    // The facts a loaded withdrawal (or a withdrawal's variant) names: their applications'
+    // READY depends on it, so they are loaded too.
+    let mut targets: Vec<FactId> = Vec::new();
+    let mut keep = |fact: Envelope, pending: &mut BTreeSet<AppKey>, targets: &mut Vec<FactId>| {
         pending.insert(AppKey::of(&fact));
+        targets.extend(identities_of(&fact).into_iter().skip(1));
         facts.insert(fact.fact_id(), fact);
     };
     for id in &identities {
         if let Some(fact) = first_fact(conn, id)? {
-            keep(fact, &mut pending);
+            keep(fact, &mut pending, &mut targets);
         }
         for withdrawal in withdrawals_naming(conn, id)? {
-            keep(withdrawal, &mut pending);
+            keep(withdrawal, &mut pending, &mut targets);
         }
-        variants.extend(evidence_of(conn, id)?);
+        for variant in evidence_of(conn, id)? {
+            targets.extend(identities_of(&variant).into_iter().skip(1));
+            variants.push(variant);
+        }
         pending.extend(conflict_apps(conn, id)?);
     }
     let mut apps = Applications::new();
@@ -412,7 +419,19 @@ pub(super) fn load(
     };
     let mut conflict_ids: BTreeSet<FactId> = identities.clone();
     let mut seen = BTreeSet::new();
-    while let Some(key) = pending.pop_first() {
+    let mut seen_targets = BTreeSet::new();
+    loop {
+        if let Some(target) = targets.pop() {
+            if seen_targets.insert(target.clone()) {
+                if let Some(fact) = first_fact(conn, &target)? {
+                    keep(fact, &mut pending, &mut targets);
+                }
+            }
+            continue;
+        }
+        let Some(key) = pending.pop_first() else {
+            break;
+        };
         if !seen.insert(key.clone()) {
             continue;
         }
@@ -424,7 +443,7 @@ pub(super) fn load(
             .into_iter()
             .chain(withdrawals_of(conn, &key)?)
         {
-            keep(fact, &mut pending);
+            keep(fact, &mut pending, &mut targets);
         }
         conflict_ids.extend(conflicts_of(conn, &key)?);
         if is_ready(conn, &key)? {

@@ -43,6 +43,7 @@ const FIXTURES: &[&str] = &[
     "fixtures/regressions/review-material-version-beyond-2-53.json",
     "fixtures/regressions/review-registration-releases-mixed-entries.json",
     "fixtures/regressions/review-event-id-reused-across-applications-resolved.json",
+    "fixtures/regressions/review-resolving-a-withdrawal-to-a-variant-that-names-another-fact.json",
 ];
 
 #[test]

@@ -609,6 +609,14 @@ fn every_answer_leaves_a_receipt_and_no_receipt_holds_a_body_or_a_secret() {
         post(&mut client, good.signature.as_deref(), &[b' '; 5000]).status,
         413
     );
+    // A new connection (the 413 was answered without reading its body), and a source header
+    // of 20,000 bytes from a sender with no signature.
+    let long_source = "f".repeat(20_000);
+    let mut client = Client::new(addr);
+    let unsigned = rt
+        .block_on(client.post(Some(&long_source), None, &good.body))
+        .unwrap();
+    assert_eq!(unsigned.status, 400, "{}", unsigned.body);
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -641,8 +649,14 @@ fn every_answer_leaves_a_receipt_and_no_receipt_holds_a_body_or_a_secret() {
         [
             (202, "accepted", true, true),
             (400, "bad_signature", false, false),
-            (413, "body_too_large", false, false)
+            (413, "body_too_large", false, false),
+            (400, "bad_signature", false, false)
         ]
+    );
+    let kept = receipts[3]["source"].as_str().unwrap();
+    assert!(
+        kept.len() < 200 && kept.ends_with("(20000 bytes)"),
+        "{kept}"
     );
     let event = String::from_utf8_lossy(&good.body);
     let event_id = serde_json::from_str::<serde_json::Value>(&event).unwrap()["event_id"]
