@@ -108,12 +108,17 @@ impl Event {
 
 impl std::hash::Hash for Record {
     /// The envelope's content id stands for the whole parsed event (every other event
-    /// field is a function of it), which keeps model-state fingerprints cheap. The receive
+    /// field is a function of it, but the bytes it came in, hashed when they are not the
+    /// canonical text), which keeps model-state fingerprints cheap. The receive
     /// time is left out: it is kept for the time-based [`Receiver::expire`], but nothing the
     /// model checker explores reads it (its expiry step ignores time), so two worlds that
     /// differ only in receive times are the same state.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.event.content.hash(state);
+        if !self.event.canonical_bytes() {
+            // Bytes other than the canonical text (a re-encoded copy recorded first).
+            self.event.bytes.hash(state);
+        }
         self.decision.hash(state);
         self.standing.hash(state);
     }
@@ -708,7 +713,7 @@ impl Receiver {
             None => self.anonymous.get(&delivery)?,
             Some(id) => {
                 let identity = self.identities.get(&id)?;
-                identity.record(policy.recognised_record(identity, event.content)?)
+                identity.record(policy.recognised_record(identity, event)?)
             }
         };
         Some(verdict(Verdict::Duplicate(recorded.decision)))
@@ -1171,11 +1176,11 @@ pub trait Policy: Copy {
         None
     }
 
-    /// Rule 1: the record of `identity` that a delivery with `content` repeats, if any (the
-    /// contract: the record with the same content).
+    /// Rule 1: the record of `identity` that the delivered `event` repeats, if any (the
+    /// contract: the record with the same content, whatever bytes either came in).
     #[inline(always)]
-    fn recognised_record(self, identity: &Identity, content: ContentId) -> Option<u32> {
-        identity.position(content)
+    fn recognised_record(self, identity: &Identity, event: &Event) -> Option<u32> {
+        identity.position(event.content)
     }
 
     /// Rule 1, a changed payload: keeps `record` under `identity` and returns its index (the

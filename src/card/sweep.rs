@@ -4,7 +4,7 @@
 //! Hand-made fixtures in `models/` exercise a few arrival patterns; a wrong receiver can
 //! pass all of them. The sweep draws `count` fixtures from [`crate::card::generate::small`] (every
 //! input kind, authority snapshots that satisfy `authority-current`), checks each one with a
-//! duplicate, a lost acknowledgement and a crash in every order, and counts per policy which
+//! duplicate, a re-encoded copy, a lost acknowledgement and a crash in every order, and counts per policy which
 //! properties broke. SPEC must break none; each mutant must be caught by the property the
 //! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture,
 //! except a mutant that only a relaxed precondition reveals
@@ -97,8 +97,8 @@ pub fn fixture_seeds(seed: u64, count: usize) -> Vec<u64> {
     (0..count).map(|_| rng.next_u64() % 1_000_000_000).collect()
 }
 
-/// The model file every sweep fixture is checked with: one duplicate, one lost ack and one
-/// crash, reconciliation interleaved, depth first.
+/// The model file every sweep fixture is checked with: one duplicate, one re-encoded copy,
+/// one lost ack and one crash, reconciliation interleaved, depth first.
 fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
     ModelFile {
         description: None,
@@ -107,6 +107,7 @@ fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
         lost_acks: 1,
         crashes: 1,
         expiries: 0,
+        reencodings: 1,
         reconciliation: Reconciliation::Interleaved,
         policy: policy.to_string(),
         strategy: Strategy::Dfs,
@@ -228,7 +229,7 @@ pub fn render(report: &SweepReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved",
+        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 re-encoding, 1 lost ack, 1 crash, reconciliation interleaved",
         report.count, report.seed
     );
     for policy in &report.policies {
