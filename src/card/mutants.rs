@@ -44,6 +44,9 @@ pub enum Mutant {
     /// content, so the same envelope re-encoded on the way (keys in another order, other
     /// whitespace) is taken for a changed payload.
     DedupeByBodyHash,
+    /// Lets the retention window forget every old event id, unresolved ones too (a TTL on
+    /// the whole dedupe table, held work included), so a held input's evidence vanishes.
+    ExpireUnresolved,
     /// Not in the catalogue: a probe of the checker itself. Assumes an event id never comes
     /// back with a changed payload and panics when one does (an `unreachable!` where the
     /// contract records a conflict), so that tests can see a panic reported as a finding.
@@ -52,7 +55,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in catalogue order.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::LastArrivalWins,
         Mutant::TimestampOrdering,
         Mutant::IdOnlyDedupe,
@@ -66,6 +69,7 @@ impl Mutant {
         Mutant::PauseOnRedelivery,
         Mutant::ApplyUnsupportedType,
         Mutant::DedupeByBodyHash,
+        Mutant::ExpireUnresolved,
     ];
 
     /// Wrong receivers that test the checker rather than the contract: accepted by name,
@@ -88,6 +92,7 @@ impl Mutant {
             Mutant::PauseOnRedelivery => "pause-on-redelivery",
             Mutant::ApplyUnsupportedType => "apply-unsupported-type",
             Mutant::DedupeByBodyHash => "dedupe-by-body-hash",
+            Mutant::ExpireUnresolved => "expire-unresolved",
             Mutant::PanicOnChangedPayload => "panic-on-changed-payload",
         }
     }
@@ -99,6 +104,12 @@ impl Mutant {
     /// its model file relaxes the precondition and catches it.
     pub fn needs_relaxed_precondition(self) -> bool {
         matches!(self, Mutant::ReevaluateConflictedFirst)
+    }
+
+    /// Whether only a model in which the retention window passes can catch the mutant (the
+    /// sweep catches it in its expiry pass).
+    pub fn needs_expiry(self) -> bool {
+        matches!(self, Mutant::ExpireUnresolved)
     }
 
     /// The property that catches this mutant: the catalogue's claim, checked by its model
@@ -118,6 +129,7 @@ impl Mutant {
             Mutant::PauseOnRedelivery => Property::DuplicateNoEffect,
             Mutant::ApplyUnsupportedType => Property::HeldChangesNothing,
             Mutant::DedupeByBodyHash => Property::DuplicateNoEffect,
+            Mutant::ExpireUnresolved => Property::EvidenceRetained,
             Mutant::PanicOnChangedPayload => Property::Panic,
         }
     }
@@ -231,6 +243,11 @@ impl Policy for Option<Mutant> {
     #[inline(always)]
     fn re_evaluates_held(self) -> bool {
         self != Some(Mutant::ForgetHeldAfterReconcile)
+    }
+
+    #[inline(always)]
+    fn forgets_unresolved(self) -> bool {
+        self == Some(Mutant::ExpireUnresolved)
     }
 }
 

@@ -1022,14 +1022,21 @@ impl Receiver {
     /// clock. Returns the forgotten ids, in id order.
     pub fn expire(&mut self, now: i64, retention_seconds: u64) -> Vec<Sym> {
         let horizon = now.saturating_sub(i64::try_from(retention_seconds).unwrap_or(i64::MAX));
-        self.forget(|record| record.recorded_at.is_some_and(|at| at < horizon))
+        self.forget(Spec, |record| {
+            record.recorded_at.is_some_and(|at| at < horizon)
+        })
     }
 
     /// The retention window passes over everything recorded so far (a sender that comes
     /// back after a long outage, a queue replayed from an old offset): every id that may be
     /// forgotten is forgotten, whatever its receive times. The model checker's expiry step.
     pub fn expire_all(&mut self) -> Vec<Sym> {
-        self.forget(|_| true)
+        self.forget(Spec, |_| true)
+    }
+
+    /// [`Receiver::expire_all`] under a policy (a wrong receiver may forget more).
+    pub fn expire_all_under<P: Policy>(&mut self, policy: P) -> Vec<Sym> {
+        self.forget(policy, |_| true)
     }
 
     /// Whether an event id may be forgotten once its records are old: none of them is an
@@ -1047,16 +1054,28 @@ impl Receiver {
             .any(|identity| self.expirable(identity))
     }
 
-    fn forget(&mut self, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
+    fn forget<P: Policy>(&mut self, policy: P, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
         self.fingerprints.clear();
         let gone: Vec<Sym> = self
             .identities
             .iter()
-            .filter(|(_, identity)| identity.records().all(&old) && self.expirable(identity))
+            .filter(|(_, identity)| {
+                identity.records().all(&old)
+                    && (policy.forgets_unresolved() || self.expirable(identity))
+            })
             .map(|(&id, _)| id)
             .collect();
         for id in &gone {
             self.identities.remove(id);
+        }
+        if policy.forgets_unresolved() {
+            // A wrong receiver's table drop takes the holds of what it forgot with it.
+            for keys in self.holds.values_mut() {
+                keys.retain(
+                    |key| !matches!(key, HoldKey::Record { event, .. } if gone.contains(event)),
+                );
+            }
+            self.holds.retain(|_, keys| !keys.is_empty());
         }
         gone
     }
@@ -1236,6 +1255,13 @@ pub trait Policy: Copy {
     #[inline(always)]
     fn re_evaluates_held(self) -> bool {
         true
+    }
+
+    /// Expiry: whether an event id with an unresolved input among its records is forgotten
+    /// too (the contract: never).
+    #[inline(always)]
+    fn forgets_unresolved(self) -> bool {
+        false
     }
 }
 

@@ -213,7 +213,7 @@ pub fn transition<P: Policy>(
         }
         Step::Expire => {
             post.budgets.expiries = post.budgets.expiries.saturating_sub(1);
-            let gone = Arc::make_mut(&mut post.receiver).expire_all();
+            let gone = Arc::make_mut(&mut post.receiver).expire_all_under(policy);
             for (index, delivery) in scenario.deliveries.iter().enumerate() {
                 if delivery
                     .event
