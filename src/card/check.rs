@@ -39,6 +39,7 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
         lost_acks: loaded.file.lost_acks,
         crashes: loaded.file.crashes,
         expiries: loaded.file.expiries,
+        reencodings: loaded.file.reencodings,
     };
     let mut model = ReceiverModel::new(
         Arc::clone(&loaded.scenario),
@@ -100,8 +101,14 @@ fn settings_text(loaded: &LoadedModel) -> String {
             budgets
                 .iter()
                 .map(|(number, budget)| {
+                    // A re-encoding budget is written only when given, so older
+                    // settings read the same.
+                    let reencodings = match budget.reencodings {
+                        0 => String::new(),
+                        n => format!("/{n}r"),
+                    };
                     format!(
-                        "#{number}:{}/{}/{}",
+                        "#{number}:{}/{}/{}{reencodings}",
                         budget.duplicates, budget.lost_acks, budget.crashes
                     )
                 })
@@ -118,13 +125,14 @@ fn settings_text(loaded: &LoadedModel) -> String {
     let merge_paused =
         file.merge_settled && file.merge_paused && loaded.policy.0.is_none() && file.expiries == 0;
     format!(
-        "duplicates={} lost_acks={} crashes={} expiries={} per_delivery={per_delivery} \
-         reconciliation={reconciliation} split={} symmetry={symmetry} merge_settled={} \
+        "duplicates={} lost_acks={} crashes={} expiries={} reencodings={} \
+         per_delivery={per_delivery} reconciliation={reconciliation} split={} symmetry={symmetry} merge_settled={} \
          merge_paused={merge_paused}",
         file.duplicates,
         file.lost_acks,
         file.crashes,
         file.expiries,
+        file.reencodings,
         file.split,
         file.merge_settled,
     )

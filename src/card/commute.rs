@@ -59,7 +59,7 @@ enum Part {
 }
 
 /// A step's class of a delivery: the plain delivery and each fault are separate steps.
-const CLASSES: usize = 4;
+const CLASSES: usize = 5;
 
 fn class(fault: Option<Fault>) -> usize {
     match fault {
@@ -67,6 +67,7 @@ fn class(fault: Option<Fault>) -> usize {
         Some(Fault::AckLost) => 1,
         Some(Fault::Crash) => 2,
         Some(Fault::Duplicate) => 3,
+        Some(Fault::Reencoded) => 4,
     }
 }
 
@@ -167,6 +168,9 @@ impl Commuting {
                 (Some(Fault::AckLost), budgets.lost_acks > 0),
                 (Some(Fault::Crash), budgets.crashes > 0),
                 (Some(Fault::Duplicate), budgets.duplicates > 0),
+                // The same footprint as a duplicate (its records, cards and standing),
+                // with a budget of its own.
+                (Some(Fault::Reencoded), budgets.reencodings > 0),
             ];
             for (fault, possible) in faults {
                 if !possible {

@@ -248,6 +248,11 @@ impl Receiver {
                     | u64::from(standing) << 32
                     | u64::from(decision) << 40,
             );
+            if !record.event.canonical_bytes() {
+                // A record of a re-encoded copy (one recorded after expiry forgot the id):
+                // a wrong receiver may tell it apart by its bytes.
+                state.write_u32(record.event.bytes.0);
+            }
         };
         state.write_usize(self.identities().len());
         for (id, identity) in self.identities().iter() {

@@ -98,6 +98,10 @@ pub struct RawStep {
     /// The receiver crashes before the decision is recorded.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub crash: bool,
+    /// An extra copy made by the network, re-encoded (keys in another order, other
+    /// whitespace; nobody waits for its acknowledgement).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reencoded: bool,
     /// Apply this card's authority snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconcile: Option<String>,
@@ -151,6 +155,11 @@ pub struct Delivery {
     pub ack_lost: bool,
     /// The parsed event.
     pub event: Event,
+    /// The same envelope re-encoded (every object's keys in reverse order, other
+    /// whitespace), as the network's [`Fault::Reencoded`] copy carries it: made when the
+    /// fixture is loaded and parsed by the same wire parser, so it is the same content in
+    /// other bytes.
+    pub reencoded: Event,
 }
 
 /// The expectation, typed.
@@ -251,11 +260,25 @@ impl Scenario {
                     )
                 })?),
             };
+            let event = catalog.event(&raw_delivery.event);
+            let reencoded = catalog
+                .event_from_bytes(reencode(&raw_delivery.event).as_bytes())
+                .expect("a re-encoded JSON value is JSON");
+            debug_assert_eq!(
+                Event {
+                    bytes: event.bytes,
+                    ..reencoded
+                },
+                event,
+                "a re-encoding is the same content"
+            );
+            debug_assert_ne!(reencoded.bytes, event.bytes, "in other bytes");
             deliveries.push(Delivery {
                 number,
                 received_at,
                 ack_lost: raw_delivery.ack_lost,
-                event: catalog.event(&raw_delivery.event),
+                event,
+                reencoded,
             });
         }
         let mut authority = Vec::new();
@@ -371,15 +394,20 @@ fn parse_step(
     with_authority: &BTreeSet<String>,
     catalog: &Catalog,
 ) -> Result<Step, String> {
-    let faults = [step.ack_lost, step.duplicate, step.crash];
+    let faults = [step.ack_lost, step.duplicate, step.crash, step.reencoded];
     if faults.iter().filter(|&&set| set).count() > 1 {
-        return Err("at most one of `ack_lost`, `duplicate` and `crash` may be set".into());
+        return Err(
+            "at most one of `ack_lost`, `duplicate`, `crash` and `reencoded` may be set".into(),
+        );
     }
     if step.expire {
         return if step.deliver.is_some() || step.reconcile.is_some() {
             Err("`expire` is a step of its own, not part of `deliver` or `reconcile`".into())
         } else if faults.iter().any(|&set| set) {
-            Err("`ack_lost`, `duplicate` and `crash` go with `deliver`, not `expire`".into())
+            Err(
+                "`ack_lost`, `duplicate`, `crash` and `reencoded` go with `deliver`, not `expire`"
+                    .into(),
+            )
         } else {
             Ok(Step::Expire)
         };
@@ -397,6 +425,8 @@ fn parse_step(
                 Some(Fault::Duplicate)
             } else if step.crash {
                 Some(Fault::Crash)
+            } else if step.reencoded {
+                Some(Fault::Reencoded)
             } else {
                 None
             };
@@ -408,7 +438,9 @@ fn parse_step(
         (None, Some(card)) => {
             if faults.iter().any(|&set| set) {
                 return Err(
-                    "`ack_lost`, `duplicate` and `crash` go with `deliver`, not `reconcile`".into(),
+                    "`ack_lost`, `duplicate`, `crash` and `reencoded` go with `deliver`, not \
+                     `reconcile`"
+                        .into(),
                 );
             }
             if !with_authority.contains(card) {
@@ -426,6 +458,44 @@ fn parse_step(
                 .into(),
         ),
     }
+}
+
+/// An envelope written in other bytes than its canonical text, with the same parsed value:
+/// every object's keys in reverse order, a space after each colon, a newline and two
+/// spaces after each comma, and a newline at each end (so the bytes differ even for a
+/// scalar). Scalars are written as serde_json writes them, so numbers keep their form.
+pub fn reencode(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                out.push('{');
+                for (at, (key, item)) in map.iter().rev().enumerate() {
+                    if at > 0 {
+                        out.push_str(",\n  ");
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push_str(": ");
+                    write(item, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (at, item) in items.iter().enumerate() {
+                    if at > 0 {
+                        out.push_str(",\n  ");
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::from("\n");
+    write(value, &mut out);
+    out.push('\n');
+    out
 }
 
 fn typed_expect(

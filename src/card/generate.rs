@@ -190,9 +190,10 @@ enum Kind {
     NoEventId,
     StateNotObject,
     UnknownCard,
+    ReusedIdOtherCard,
 }
 
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 13] = [
     Kind::Newer,
     Kind::Older,
     Kind::SameVersionSameState,
@@ -205,6 +206,7 @@ const KINDS: [Kind; 12] = [
     Kind::NoEventId,
     Kind::StateNotObject,
     Kind::UnknownCard,
+    Kind::ReusedIdOtherCard,
 ];
 
 /// A small fixture for the sweep (`arrival check --sweep`): two known cards and an unknown
@@ -285,6 +287,17 @@ pub fn small(seed: u64) -> Result<RawFixture, InputError> {
             }
             (Kind::StateNotObject, _) => event["state"] = json!("gone"),
             (Kind::UnknownCard, _) => event["object_id"] = json!("card-9"),
+            // An event id reused for the other known card, with its own content.
+            (Kind::ReusedIdOtherCard, Some(earlier)) if earlier.get("event_id").is_some() => {
+                let other = if earlier["object_id"] == "card-0" {
+                    1
+                } else {
+                    0
+                };
+                event["event_id"] = earlier["event_id"].clone();
+                event["object_id"] = json!(format!("card-{other}"));
+                event["object_version"] = json!(initial_version[other] + 1 + rng.below(2));
+            }
             _ => {}
         }
         if event["event_id"] == json!(format!("e-{next_id}")) {
@@ -317,10 +330,22 @@ pub fn small(seed: u64) -> Result<RawFixture, InputError> {
         // authority-current); the unknown card has one now and then.
         let wanted = slot < 2 || (unknown_named && rng.chance(0.7));
         if wanted {
+            // Now and then a known card's authority is exactly the newest snapshot it
+            // reaches, when that is its newest version too (reconciliation then confirms
+            // rather than replaces).
+            let confirming = slot < 2 && newest[slot].0 == reach[slot] && rng.chance(0.3);
+            let (version, snapshot) = if confirming {
+                newest[slot].clone()
+            } else {
+                (
+                    reach[slot].max(1) + rng.below(2),
+                    state(format!("authority-{slot}")),
+                )
+            };
             authority.push(RawAuthority {
                 object_id: name.to_owned(),
-                version: reach[slot].max(1) + rng.below(2),
-                state: state(format!("authority-{slot}")),
+                version,
+                state: snapshot,
                 as_of: None,
             });
         }

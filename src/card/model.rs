@@ -320,8 +320,12 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
     let budgets = world.budgets;
     let _ = writeln!(
         out,
-        "faults left: {} duplicates, {} lost acks, {} crashes, {} expiries",
-        budgets.duplicates, budgets.lost_acks, budgets.crashes, budgets.expiries
+        "faults left: {} duplicates, {} lost acks, {} crashes, {} expiries, {} re-encodings",
+        budgets.duplicates,
+        budgets.lost_acks,
+        budgets.crashes,
+        budgets.expiries,
+        budgets.reencodings
     );
     if let Some(left) = world.per_delivery.left() {
         let per: Vec<String> = left
@@ -369,6 +373,9 @@ pub fn describe_step(scenario: &Scenario, step: &Step) -> String {
                 None => format!("deliver {what}"),
                 Some(Fault::AckLost) => format!("deliver {what}, ack of #{delivery} lost"),
                 Some(Fault::Duplicate) => format!("duplicate of #{delivery} ({id}) by the network"),
+                Some(Fault::Reencoded) => {
+                    format!("re-encoded copy of #{delivery} ({id}) by the network")
+                }
                 Some(Fault::Crash) => format!("deliver {what}, crash before record"),
             }
         }
@@ -415,11 +422,15 @@ impl Protocol for ReceiverModel {
                         });
                     }
                 }
-            } else if allows(index, Fault::Duplicate) {
-                actions.push(Step::Deliver {
-                    delivery,
-                    fault: Some(Fault::Duplicate),
-                });
+            } else {
+                for fault in [Fault::Duplicate, Fault::Reencoded] {
+                    if allows(index, fault) {
+                        actions.push(Step::Deliver {
+                            delivery,
+                            fault: Some(fault),
+                        });
+                    }
+                }
             }
         }
         if self.reconciliation == Reconciliation::Interleaved || world.owed.is_empty() {

@@ -64,6 +64,10 @@ pub struct ModelFile {
     /// records are all settled is forgotten.
     #[serde(default)]
     pub expiries: u8,
+    /// Re-encoded copies the network may make, in all (R): the same content as an
+    /// acknowledged delivery, keys in another order and other whitespace.
+    #[serde(default)]
+    pub reencodings: u8,
     /// `interleaved` or `end`.
     #[serde(default = "default_reconciliation")]
     pub reconciliation: Reconciliation,
@@ -131,6 +135,9 @@ pub struct DeliveryBudget {
     /// Crashes while this delivery is being decided.
     #[serde(default)]
     pub crashes: u8,
+    /// Re-encoded network copies of this delivery.
+    #[serde(default)]
+    pub reencodings: u8,
 }
 
 /// What a model file expects.
@@ -238,6 +245,7 @@ pub fn load_model_with(
                         lost_acks: budget.lost_acks,
                         crashes: budget.crashes,
                         expiries: 0,
+                        reencodings: budget.reencodings,
                     },
                 );
             }

@@ -8,7 +8,7 @@
 
 use crate::card::property::Property;
 use crate::card::receiver::{Card, Decision, Identity, Policy, Receiver, Record, Spec};
-use crate::card::wire::{ContentId, Event, StateId, Sym, Version};
+use crate::card::wire::{Event, StateId, Sym, Version};
 
 /// A deliberately wrong receiver, each one a bug seen in real webhook consumers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,6 +40,13 @@ pub enum Mutant {
     /// Holds an event of an unsupported type but applies its state anyway (a "tolerant
     /// reader" that flags what it should have refused).
     ApplyUnsupportedType,
+    /// Recognises a redelivery by the hash of its body (its bytes) instead of its parsed
+    /// content, so the same envelope re-encoded on the way (keys in another order, other
+    /// whitespace) is taken for a changed payload.
+    DedupeByBodyHash,
+    /// Lets the retention window forget every old event id, unresolved ones too (a TTL on
+    /// the whole dedupe table, held work included), so a held input's evidence vanishes.
+    ExpireUnresolved,
     /// Not in the catalogue: a probe of the checker itself. Assumes an event id never comes
     /// back with a changed payload and panics when one does (an `unreachable!` where the
     /// contract records a conflict), so that tests can see a panic reported as a finding.
@@ -48,7 +55,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in catalogue order.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::LastArrivalWins,
         Mutant::TimestampOrdering,
         Mutant::IdOnlyDedupe,
@@ -61,6 +68,8 @@ impl Mutant {
         Mutant::ReevaluateConflictedFirst,
         Mutant::PauseOnRedelivery,
         Mutant::ApplyUnsupportedType,
+        Mutant::DedupeByBodyHash,
+        Mutant::ExpireUnresolved,
     ];
 
     /// Wrong receivers that test the checker rather than the contract: accepted by name,
@@ -82,6 +91,8 @@ impl Mutant {
             Mutant::ReevaluateConflictedFirst => "reevaluate-conflicted-first",
             Mutant::PauseOnRedelivery => "pause-on-redelivery",
             Mutant::ApplyUnsupportedType => "apply-unsupported-type",
+            Mutant::DedupeByBodyHash => "dedupe-by-body-hash",
+            Mutant::ExpireUnresolved => "expire-unresolved",
             Mutant::PanicOnChangedPayload => "panic-on-changed-payload",
         }
     }
@@ -93,6 +104,12 @@ impl Mutant {
     /// its model file relaxes the precondition and catches it.
     pub fn needs_relaxed_precondition(self) -> bool {
         matches!(self, Mutant::ReevaluateConflictedFirst)
+    }
+
+    /// Whether only a model in which the retention window passes can catch the mutant (the
+    /// sweep catches it in its expiry pass).
+    pub fn needs_expiry(self) -> bool {
+        matches!(self, Mutant::ExpireUnresolved)
     }
 
     /// The property that catches this mutant: the catalogue's claim, checked by its model
@@ -111,6 +128,8 @@ impl Mutant {
             Mutant::ReevaluateConflictedFirst => Property::Convergence,
             Mutant::PauseOnRedelivery => Property::DuplicateNoEffect,
             Mutant::ApplyUnsupportedType => Property::HeldChangesNothing,
+            Mutant::DedupeByBodyHash => Property::DuplicateNoEffect,
+            Mutant::ExpireUnresolved => Property::EvidenceRetained,
             Mutant::PanicOnChangedPayload => Property::Panic,
         }
     }
@@ -138,11 +157,16 @@ impl Policy for Option<Mutant> {
     }
 
     #[inline(always)]
-    fn recognised_record(self, identity: &Identity, content: ContentId) -> Option<u32> {
+    fn recognised_record(self, identity: &Identity, event: &Event) -> Option<u32> {
         match self {
             // Any repeated id is a duplicate of its first record.
             Some(Mutant::IdOnlyDedupe) => Some(0),
-            _ => Spec.recognised_record(identity, content),
+            // Only the same bytes are a duplicate.
+            Some(Mutant::DedupeByBodyHash) => identity
+                .records()
+                .position(|record| record.event.bytes == event.bytes)
+                .map(|index| u32::try_from(index).expect("fewer than 2^32 contents per id")),
+            _ => Spec.recognised_record(identity, event),
         }
     }
 
@@ -219,6 +243,11 @@ impl Policy for Option<Mutant> {
     #[inline(always)]
     fn re_evaluates_held(self) -> bool {
         self != Some(Mutant::ForgetHeldAfterReconcile)
+    }
+
+    #[inline(always)]
+    fn forgets_unresolved(self) -> bool {
+        self == Some(Mutant::ExpireUnresolved)
     }
 }
 

@@ -191,10 +191,18 @@ pub fn check_step(
         });
         !held || (frozen(before, after, |_| true) && before.cards().len() == after.cards().len())
     };
+    // duplicate-no-effect: a duplicate, and any delivery of content already recorded
+    // (semantic equality: in whatever bytes it came), leaves the receiver as it was.
     let duplicate_no_effect = || {
         let duplicate =
             delivered.is_some_and(|answer| matches!(answer.verdict, Verdict::Duplicate(_)));
-        !duplicate || before == after
+        let repeat = delivered.is_some()
+            && delivery
+                .zip(arriving)
+                .is_some_and(|((number, ..), (_, arriving))| {
+                    before.recorded(&arriving.event, number).is_some()
+                });
+        !(duplicate || repeat) || before == after
     };
     broken(Property::PausedFrozen, &paused_frozen)
         .or_else(|| broken(Property::HeldChangesNothing, &held_changes_nothing))

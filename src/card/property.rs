@@ -23,7 +23,8 @@ pub enum Property {
     HeldChangesNothing,
     /// Every acknowledgement the sender got matches a recorded decision.
     AckImpliesRecorded,
-    /// A duplicate changes nothing at all.
+    /// A duplicate changes nothing at all, nor does any delivery of content already
+    /// recorded, whatever bytes it came in (a re-encoded redelivery).
     DuplicateNoEffect,
     /// Not one of SPEC's: a delivery the receiver has seen before (a copy of an
     /// acknowledged delivery, or any delivery whose records expiry forgot) is recognised

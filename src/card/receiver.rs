@@ -108,12 +108,17 @@ impl Event {
 
 impl std::hash::Hash for Record {
     /// The envelope's content id stands for the whole parsed event (every other event
-    /// field is a function of it), which keeps model-state fingerprints cheap. The receive
+    /// field is a function of it, but the bytes it came in, hashed when they are not the
+    /// canonical text), which keeps model-state fingerprints cheap. The receive
     /// time is left out: it is kept for the time-based [`Receiver::expire`], but nothing the
     /// model checker explores reads it (its expiry step ignores time), so two worlds that
     /// differ only in receive times are the same state.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.event.content.hash(state);
+        if !self.event.canonical_bytes() {
+            // Bytes other than the canonical text (a re-encoded copy recorded first).
+            self.event.bytes.hash(state);
+        }
         self.decision.hash(state);
         self.standing.hash(state);
     }
@@ -708,7 +713,7 @@ impl Receiver {
             None => self.anonymous.get(&delivery)?,
             Some(id) => {
                 let identity = self.identities.get(&id)?;
-                identity.record(policy.recognised_record(identity, event.content)?)
+                identity.record(policy.recognised_record(identity, event)?)
             }
         };
         Some(verdict(Verdict::Duplicate(recorded.decision)))
@@ -1017,14 +1022,21 @@ impl Receiver {
     /// clock. Returns the forgotten ids, in id order.
     pub fn expire(&mut self, now: i64, retention_seconds: u64) -> Vec<Sym> {
         let horizon = now.saturating_sub(i64::try_from(retention_seconds).unwrap_or(i64::MAX));
-        self.forget(|record| record.recorded_at.is_some_and(|at| at < horizon))
+        self.forget(Spec, |record| {
+            record.recorded_at.is_some_and(|at| at < horizon)
+        })
     }
 
     /// The retention window passes over everything recorded so far (a sender that comes
     /// back after a long outage, a queue replayed from an old offset): every id that may be
     /// forgotten is forgotten, whatever its receive times. The model checker's expiry step.
     pub fn expire_all(&mut self) -> Vec<Sym> {
-        self.forget(|_| true)
+        self.forget(Spec, |_| true)
+    }
+
+    /// [`Receiver::expire_all`] under a policy (a wrong receiver may forget more).
+    pub fn expire_all_under<P: Policy>(&mut self, policy: P) -> Vec<Sym> {
+        self.forget(policy, |_| true)
     }
 
     /// Whether an event id may be forgotten once its records are old: none of them is an
@@ -1042,16 +1054,28 @@ impl Receiver {
             .any(|identity| self.expirable(identity))
     }
 
-    fn forget(&mut self, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
+    fn forget<P: Policy>(&mut self, policy: P, old: impl Fn(&Record) -> bool) -> Vec<Sym> {
         self.fingerprints.clear();
         let gone: Vec<Sym> = self
             .identities
             .iter()
-            .filter(|(_, identity)| identity.records().all(&old) && self.expirable(identity))
+            .filter(|(_, identity)| {
+                identity.records().all(&old)
+                    && (policy.forgets_unresolved() || self.expirable(identity))
+            })
             .map(|(&id, _)| id)
             .collect();
         for id in &gone {
             self.identities.remove(id);
+        }
+        if policy.forgets_unresolved() {
+            // A wrong receiver's table drop takes the holds of what it forgot with it.
+            for keys in self.holds.values_mut() {
+                keys.retain(
+                    |key| !matches!(key, HoldKey::Record { event, .. } if gone.contains(event)),
+                );
+            }
+            self.holds.retain(|_, keys| !keys.is_empty());
         }
         gone
     }
@@ -1171,11 +1195,11 @@ pub trait Policy: Copy {
         None
     }
 
-    /// Rule 1: the record of `identity` that a delivery with `content` repeats, if any (the
-    /// contract: the record with the same content).
+    /// Rule 1: the record of `identity` that the delivered `event` repeats, if any (the
+    /// contract: the record with the same content, whatever bytes either came in).
     #[inline(always)]
-    fn recognised_record(self, identity: &Identity, content: ContentId) -> Option<u32> {
-        identity.position(content)
+    fn recognised_record(self, identity: &Identity, event: &Event) -> Option<u32> {
+        identity.position(event.content)
     }
 
     /// Rule 1, a changed payload: keeps `record` under `identity` and returns its index (the
@@ -1231,6 +1255,13 @@ pub trait Policy: Copy {
     #[inline(always)]
     fn re_evaluates_held(self) -> bool {
         true
+    }
+
+    /// Expiry: whether an event id with an unresolved input among its records is forgotten
+    /// too (the contract: never).
+    #[inline(always)]
+    fn forgets_unresolved(self) -> bool {
+        false
     }
 }
 

@@ -649,6 +649,7 @@ pub fn fault_name(fault: Fault) -> &'static str {
         Fault::AckLost => "ack_lost",
         Fault::Duplicate => "duplicate",
         Fault::Crash => "crash",
+        Fault::Reencoded => "reencoded",
     }
 }
 

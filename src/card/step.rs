@@ -15,6 +15,11 @@ pub enum Fault {
     /// The receiver crashes before the decision is recorded: nothing of the step survives
     /// and no acknowledgement goes out.
     Crash,
+    /// An extra copy made by the network, re-encoded on the way (keys in another order,
+    /// other whitespace: what a proxy, a queue or an SDK may do): the same content in other
+    /// bytes ([`crate::card::fixture::Delivery::reencoded`]); nobody waits for its
+    /// acknowledgement.
+    Reencoded,
 }
 
 /// One step of a schedule, in domain terms (delivery numbers and card names, never checker
@@ -46,6 +51,8 @@ pub struct Budgets {
     pub crashes: u8,
     /// Times the retention window may still pass.
     pub expiries: u8,
+    /// Re-encoded copies the network may still make.
+    pub reencodings: u8,
 }
 
 impl Budgets {
@@ -55,6 +62,7 @@ impl Budgets {
         lost_acks: u8::MAX,
         crashes: u8::MAX,
         expiries: u8::MAX,
+        reencodings: u8::MAX,
     };
 
     pub(crate) fn spend(&mut self, fault: Option<Fault>) {
@@ -63,6 +71,7 @@ impl Budgets {
             Some(Fault::AckLost) => &mut self.lost_acks,
             Some(Fault::Duplicate) => &mut self.duplicates,
             Some(Fault::Crash) => &mut self.crashes,
+            Some(Fault::Reencoded) => &mut self.reencodings,
         };
         *budget = budget.saturating_sub(1);
     }
@@ -73,6 +82,7 @@ impl Budgets {
             Fault::AckLost => self.lost_acks > 0,
             Fault::Duplicate => self.duplicates > 0,
             Fault::Crash => self.crashes > 0,
+            Fault::Reencoded => self.reencodings > 0,
         }
     }
 }

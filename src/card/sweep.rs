@@ -4,7 +4,8 @@
 //! Hand-made fixtures in `models/` exercise a few arrival patterns; a wrong receiver can
 //! pass all of them. The sweep draws `count` fixtures from [`crate::card::generate::small`] (every
 //! input kind, authority snapshots that satisfy `authority-current`), checks each one with a
-//! duplicate, a lost acknowledgement and a crash in every order, and counts per policy which
+//! duplicate, a lost acknowledgement and a crash in every order (and the first few again
+//! with a re-encoded copy and the retention window passing, [`EXPIRY_PASS`]), and counts per policy which
 //! properties broke. SPEC must break none; each mutant must be caught by the property the
 //! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture,
 //! except a mutant that only a relaxed precondition reveals
@@ -18,7 +19,7 @@ use crate::card::fixture::Scenario;
 use crate::card::generate::small;
 use crate::card::model_file::{Expectation, LoadedModel, ModelFile};
 use crate::card::policy::PolicyName;
-use crate::card::property::Properties;
+use crate::card::property::{Properties, Property};
 use crate::card::step::Reconciliation;
 use crate::harness::report::Expected;
 use crate::harness::rng::SplitMix;
@@ -40,7 +41,33 @@ pub struct SweepOptions {
     pub policies: Vec<PolicyName>,
     /// Write the first counterexample of each policy here, as a regression fixture.
     pub trace_out: Option<PathBuf>,
+    /// How many of the fixtures (the first ones) are checked a second time with the
+    /// retention window passing once ([`EXPIRY_PASS`]).
+    pub expiry: usize,
 }
+
+/// How many of a sweep's fixtures the command line checks with expiry unless told
+/// otherwise: one in ten, but at least ten (or all of a smaller sweep).
+pub fn default_expiry(count: usize) -> usize {
+    count.div_ceil(10).max(count.min(10))
+}
+
+/// Which of a sweep's two passes a check belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// D=1, L=1, C=1, no expiry, the ten default properties.
+    Faults,
+    /// [`EXPIRY_PASS`].
+    Expiry,
+}
+
+/// The expiry pass, in words: one re-encoded copy and the retention window
+/// passing once (at any point of any order: with and without unresolved inputs waiting),
+/// against the default properties but `convergence`. Expiry gives up duplicate recognition,
+/// so an id reused with other content after the window is a new event and the end may
+/// differ from the default order's (`models/retention-reused-id.toml`); every safety
+/// property must still hold.
+pub const EXPIRY_PASS: &str = "1 re-encoding, 1 expiry, every property but convergence";
 
 /// The first fixture on which a policy broke a property.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -68,6 +95,8 @@ pub struct PolicySweep {
     pub violations: BTreeMap<String, usize>,
     /// The first finding (of the expected property, for a mutant).
     pub first: Option<Finding>,
+    /// Of those, checked a second time with expiry.
+    pub with_expiry: usize,
     /// States explored over all fixtures.
     pub states: usize,
     /// Seconds spent.
@@ -97,16 +126,18 @@ pub fn fixture_seeds(seed: u64, count: usize) -> Vec<u64> {
     (0..count).map(|_| rng.next_u64() % 1_000_000_000).collect()
 }
 
-/// The model file every sweep fixture is checked with: one duplicate, one lost ack and one
-/// crash, reconciliation interleaved, depth first.
-fn model_file(policy: PolicyName, expectation: Expectation) -> ModelFile {
+/// The model file a sweep fixture is checked with in each pass, reconciliation interleaved,
+/// depth first: one duplicate, one lost ack and one crash; or [`EXPIRY_PASS`].
+fn model_file(policy: PolicyName, expectation: Expectation, pass: Pass) -> ModelFile {
+    let faults = pass == Pass::Faults;
     ModelFile {
         description: None,
         fixture: "(generated)".into(),
-        duplicates: 1,
-        lost_acks: 1,
-        crashes: 1,
-        expiries: 0,
+        duplicates: u8::from(faults),
+        lost_acks: u8::from(faults),
+        crashes: u8::from(faults),
+        expiries: u8::from(!faults),
+        reencodings: u8::from(!faults),
         reconciliation: Reconciliation::Interleaved,
         policy: policy.to_string(),
         strategy: Strategy::Dfs,
@@ -137,6 +168,20 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
         scenarios.push((seed, Arc::new(Scenario::from_raw(&file, raw)?)));
     }
     let mut policies = Vec::new();
+    let with_expiry = options.expiry.min(scenarios.len());
+    let checks: Vec<(Pass, &(u64, Arc<Scenario>))> = scenarios
+        .iter()
+        .map(|scenario| (Pass::Faults, scenario))
+        .chain(
+            scenarios[..with_expiry]
+                .iter()
+                .map(|scenario| (Pass::Expiry, scenario)),
+        )
+        .collect();
+    let without_convergence: Properties = Properties::SPEC
+        .iter()
+        .filter(|&property| property != Property::Convergence)
+        .collect();
     for &policy in &options.policies {
         let expectation = match policy.0 {
             Some(mutant) if !mutant.needs_relaxed_precondition() => {
@@ -152,20 +197,37 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
                 Expectation::Violates(property) => Expected::Violates(property.name().into()),
             },
             fixtures: scenarios.len(),
+            with_expiry,
             violations: BTreeMap::new(),
             first: None,
             states: 0,
             seconds: 0.0,
             as_expected: false,
         };
-        for (seed, scenario) in &scenarios {
+        for &(pass, (seed, scenario)) in &checks {
+            // A mutant's property outside the pass's set (convergence with expiry) is
+            // simply not looked for there.
+            let (checked, file_expectation) = match pass {
+                Pass::Faults => (Properties::SPEC, expectation),
+                Pass::Expiry => match expectation {
+                    Expectation::Violates(property) if !without_convergence.contains(property) => {
+                        (without_convergence, Expectation::Pass)
+                    }
+                    expectation => (without_convergence, expectation),
+                },
+            };
+            let suffix = if pass == Pass::Expiry { "-expiry" } else { "" };
+            let mut file = model_file(policy, file_expectation, pass);
+            if pass == Pass::Expiry {
+                file.properties = Some(checked.iter().map(|p| p.name().to_owned()).collect());
+            }
             let loaded = LoadedModel {
-                path: PathBuf::from(format!("sweep-{policy}-{seed}.toml")),
-                file: model_file(policy, expectation),
+                path: PathBuf::from(format!("sweep-{policy}-{seed}{suffix}.toml")),
+                file,
                 scenario: Arc::clone(scenario),
                 policy,
-                expectation,
-                checked: Properties::SPEC,
+                expectation: file_expectation,
+                checked,
                 per_delivery: None,
             };
             let wanted = result.first.is_none();
@@ -228,8 +290,10 @@ pub fn render(report: &SweepReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved",
-        report.count, report.seed
+        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved; the first {} also with {EXPIRY_PASS}",
+        report.count,
+        report.seed,
+        report.policies.first().map_or(0, |policy| policy.with_expiry)
     );
     for policy in &report.policies {
         let broke: Vec<String> = policy

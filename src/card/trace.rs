@@ -28,6 +28,7 @@ pub fn raw_step(scenario: &crate::card::fixture::Scenario, step: Step) -> RawSte
             ack_lost: fault == Some(Fault::AckLost),
             duplicate: fault == Some(Fault::Duplicate),
             crash: fault == Some(Fault::Crash),
+            reencoded: fault == Some(Fault::Reencoded),
             ..RawStep::default()
         },
         Step::Reconcile(card) => RawStep {
@@ -232,7 +233,7 @@ pub fn diagram(
                     .clone()
                     .unwrap_or_else(|| "crash before record".into());
                 let mut row = match fault {
-                    Some(Fault::Duplicate) => {
+                    Some(Fault::Duplicate | Fault::Reencoded) => {
                         vec![message(
                             NETWORK,
                             RECEIVER,
@@ -251,7 +252,7 @@ pub fn diagram(
                 };
                 if let Some(ack) = ack {
                     let lost = *fault == Some(Fault::AckLost);
-                    let to = if *fault == Some(Fault::Duplicate) {
+                    let to = if matches!(fault, Some(Fault::Duplicate | Fault::Reencoded)) {
                         NETWORK
                     } else {
                         SENDER

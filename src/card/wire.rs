@@ -26,6 +26,27 @@ pub struct Sym(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ContentId(pub u32);
 
+/// The bytes a receiver saw: a byte-level identity that semantic equality ignores. When
+/// the bytes are the envelope's canonical text (and for an envelope parsed from a JSON
+/// value, which stands for its canonical writing) it is the envelope's [`ContentId`]
+/// number; other bytes (keys in another order, other whitespace) are interned on their own
+/// and numbered from [`BytesId::RAW`] up, so content ids are never shifted by them. Only a
+/// wrong receiver reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BytesId(pub u32);
+
+impl BytesId {
+    /// The first number of bytes that are not an envelope's canonical text.
+    pub const RAW: u32 = 1 << 31;
+}
+
+impl Event {
+    /// Whether the bytes seen are the envelope's canonical text.
+    pub fn canonical_bytes(&self) -> bool {
+        self.bytes.0 == self.content.0
+    }
+}
+
 /// An interned complete card state (always a JSON object).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StateId(pub u32);
@@ -56,6 +77,8 @@ impl Version {
 pub struct Event {
     /// The whole envelope, for semantic equality.
     pub content: ContentId,
+    /// The bytes as received (never read by the contract's receiver).
+    pub bytes: BytesId,
     /// `event_id` when it is a string.
     pub event_id: Option<Sym>,
     /// `object_id` when it is a string.
@@ -242,6 +265,8 @@ pub struct Catalog {
     names: TextInterner,
     contents: TextInterner,
     states: Interner,
+    /// Envelope bytes that were not their canonical text ([`BytesId`]).
+    raws: TextInterner,
 }
 
 impl Catalog {
@@ -289,6 +314,28 @@ impl Catalog {
     /// Parses a raw envelope. Never fails: anomalies become typed values.
     pub fn event(&mut self, raw: &Value) -> Event {
         let content = ContentId(self.contents.intern(raw));
+        self.event_with_bytes(raw, content, BytesId(content.0))
+    }
+
+    /// The text of the bytes an event was read from (the canonical text when they were).
+    pub fn bytes_text(&self, id: BytesId) -> &str {
+        match id.0.checked_sub(BytesId::RAW) {
+            Some(raw) => self.raws.get(raw),
+            None => self.contents.get(id.0),
+        }
+    }
+
+    /// The byte identity of `text`, an envelope whose content is `content`.
+    fn bytes_id(&mut self, text: &str, content: ContentId) -> BytesId {
+        if text == self.contents.get(content.0) {
+            return BytesId(content.0);
+        }
+        let raw = self.raws.intern_text(text);
+        assert!(raw < BytesId::RAW, "fewer than 2^31 raw envelopes");
+        BytesId(BytesId::RAW | raw)
+    }
+
+    fn event_with_bytes(&mut self, raw: &Value, content: ContentId, bytes: BytesId) -> Event {
         let field = |key: &str| raw.as_object().and_then(|object| object.get(key));
         let event_id = field("event_id")
             .and_then(Value::as_str)
@@ -301,6 +348,7 @@ impl Catalog {
             .map(|state| self.state(state));
         Event {
             content,
+            bytes,
             event_id,
             object_id,
             supported: field("type").and_then(Value::as_str) == Some(SUPPORTED_TYPE),
@@ -314,7 +362,8 @@ impl Catalog {
 
     /// Parses a raw envelope from its bytes: the same [`Event`] as [`Catalog::event`] of
     /// `serde_json::from_slice(bytes)`, the same symbols, contents and states interned in
-    /// the same order. Fails only when the bytes are not one JSON value (serde_json's
+    /// the same order, but for [`Event::bytes`] when the bytes are not the canonical text
+    /// (they are then kept as they came, [`BytesId`]). Fails only when the bytes are not one JSON value (serde_json's
     /// error); every protocol anomaly is still a typed value.
     ///
     /// Bytes that are already the envelope's canonical text (keys sorted, no whitespace,
@@ -324,7 +373,14 @@ impl Catalog {
     pub fn event_from_bytes(&mut self, bytes: &[u8]) -> Result<Event, serde_json::Error> {
         match canonical::scan(bytes) {
             Some(envelope) => Ok(self.event_from_canonical(&envelope)),
-            None => Ok(self.event(&serde_json::from_slice(bytes)?)),
+            None => {
+                let value: Value = serde_json::from_slice(bytes)?;
+                let content = ContentId(self.contents.intern(&value));
+                // serde_json accepted the bytes, so they are UTF-8.
+                let text = std::str::from_utf8(bytes).expect("JSON text is UTF-8");
+                let seen = self.bytes_id(text, content);
+                Ok(self.event_with_bytes(&value, content, seen))
+            }
         }
     }
 
@@ -344,6 +400,7 @@ impl Catalog {
         };
         Event {
             content,
+            bytes: BytesId(content.0),
             event_id,
             object_id,
             supported: envelope.kind.and_then(Token::as_str) == Some(SUPPORTED_TYPE),

@@ -160,6 +160,12 @@ pub fn transition<P: Policy>(
                 .delivery_index(delivery)
                 .expect("schedules name existing deliveries");
             let arriving = &scenario.deliveries[index];
+            // A re-encoded copy is the same content in other bytes.
+            let event = if fault == Some(Fault::Reencoded) {
+                &arriving.reencoded
+            } else {
+                &arriving.event
+            };
             post.budgets.spend(fault);
             post.per_delivery.spend(index, fault);
             let (delivered, acked) = if fault == Some(Fault::Crash) {
@@ -168,17 +174,12 @@ pub fn transition<P: Policy>(
                 let early_ack = policy.acks_before_recording().then(|| {
                     let mut scratch = Receiver::clone(&pre.receiver);
                     scratch
-                        .deliver(
-                            policy,
-                            arriving.number,
-                            arriving.received_at,
-                            &arriving.event,
-                        )
+                        .deliver(policy, arriving.number, arriving.received_at, event)
                         .ack
                 });
                 (None, early_ack)
             } else {
-                let (number, event) = (arriving.number, &arriving.event);
+                let number = arriving.number;
                 let delivered = match post.receiver.recognise(policy, number, event) {
                     Some(duplicate) => {
                         if let Some(card) = policy.pauses_on_duplicate(event) {
@@ -212,7 +213,7 @@ pub fn transition<P: Policy>(
         }
         Step::Expire => {
             post.budgets.expiries = post.budgets.expiries.saturating_sub(1);
-            let gone = Arc::make_mut(&mut post.receiver).expire_all();
+            let gone = Arc::make_mut(&mut post.receiver).expire_all_under(policy);
             for (index, delivery) in scenario.deliveries.iter().enumerate() {
                 if delivery
                     .event

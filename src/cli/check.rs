@@ -28,6 +28,10 @@ pub struct CheckArgs {
     /// SPEC must break nothing, each mutant must be caught by its catalogue property.
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub sweep: Option<usize>,
+    /// With `--sweep`: check the first M of its fixtures once more with the retention
+    /// window passing once (default: one in ten; at most N).
+    #[arg(long, value_name = "M", requires = "sweep")]
+    pub sweep_expiry: Option<usize>,
     /// The seed of the sweep and of `--simulate`.
     #[arg(long, default_value_t = 1, requires = "sampling")]
     pub seed: u64,
@@ -142,6 +146,9 @@ impl CheckArgs {
             seed: self.seed,
             policies,
             trace_out: self.trace_out.clone(),
+            expiry: self
+                .sweep_expiry
+                .unwrap_or_else(|| sweep::default_expiry(count)),
         }))
     }
 }

