@@ -5,7 +5,9 @@
 //! reads before acting (quarantine, conflicts). A refusal is `Ok(Err(why))`: the inbox is
 //! left as it was.
 
-use super::store::{self, bump_applications, load, now_ms, sort_stream_ids, write_back};
+use super::store::{
+    self, bump_applications, insert_fact, load, now_ms, sort_stream_ids, write_back,
+};
 use crate::facts::application::{AppKey, LifecycleError};
 use crate::facts::envelope::{Envelope, FactId, Source};
 use crate::facts::inbox::{describe, EntryId, Kept, Verdict};
@@ -113,23 +115,6 @@ pub fn register(
         registered,
         released: out,
     }))
-}
-
-fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-    )?
-    .execute(params![
-        fact.source().as_str(),
-        fact.event_id(),
-        fact.tenant_id(),
-        fact.application_id(),
-        fact.canonical(),
-        entry,
-        fact.withdraws()
-    ])?;
-    Ok(())
 }
 
 /// A material upgrade: the version moves forward (never for a terminated application) and

@@ -497,6 +497,24 @@ fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>
     Ok(variants)
 }
 
+/// Files a fact under the stream entry (or step) that made it, unless its identity holds one.
+pub(super) fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+    )?
+    .execute(params![
+        fact.source().as_str(),
+        fact.event_id(),
+        fact.tenant_id(),
+        fact.application_id(),
+        fact.canonical(),
+        entry,
+        fact.withdraws()
+    ])?;
+    Ok(())
+}
+
 /// Writes back what a transaction changed: new facts and evidence (filed under `cause`,
 /// the stream entry decided or the operator step), late mismatches, the parked entries it
 /// loaded or made, conflicts and every change of their state, the READY marks of the
@@ -508,19 +526,7 @@ pub(super) fn write_back(
     cause: &str,
 ) -> rusqlite::Result<()> {
     for fact in inbox.facts() {
-        conn.prepare_cached(
-            "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-        )?
-        .execute(params![
-            fact.source().as_str(),
-            fact.event_id(),
-            fact.tenant_id(),
-            fact.application_id(),
-            fact.canonical(),
-            cause,
-            fact.withdraws()
-        ])?;
+        insert_fact(conn, fact, cause)?;
     }
     for variant in inbox.evidence() {
         conn.prepare_cached("INSERT INTO evidence VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")?

@@ -83,7 +83,7 @@ fn the_sweep_and_simulation_report_a_panicking_policy_as_caught_by_panic() {
     );
     assert!(
         text.contains(
-            "broke panic on 3\n    first: fixture seed 143867045 breaks panic in 2 steps"
+            "broke panic on 15\n    first: fixture seed 66428519 breaks panic in 2 steps"
         ),
         "{text}"
     );

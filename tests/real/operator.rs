@@ -172,6 +172,29 @@ fn refused(output: &Output, flag: &str, words: &str) {
     assert!(text.contains(flag) && text.contains(words), "{text}");
 }
 
+/// A new inbox made by `pipeline init` from `fixtures/facts-quarantine.json`, in a
+/// temporary folder (kept alive by the returned guard).
+fn quarantine_inbox(label: &str) -> (crate::util::TempDir, std::path::PathBuf) {
+    let dir = temp_dir(label);
+    let db = dir.path().join("inbox.db");
+    let init = Command::new(ARRIVAL)
+        .args([
+            "pipeline",
+            "init",
+            "--fixture",
+            "fixtures/facts-quarantine.json",
+            "--db",
+        ])
+        .arg(&db)
+        .arg("--keys-out")
+        .arg(dir.path().join("keys.json"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    ok(&init);
+    (dir, db)
+}
+
 fn ready(db: &Path) -> Vec<(String, bool)> {
     let text = ok(&pipeline(db, &["status", "--json"]));
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -190,24 +213,7 @@ fn ready(db: &Path) -> Vec<(String, bool)> {
 
 #[test]
 fn operator_commands_register_release_terminate_and_resolve_in_one_transaction_each() {
-    let dir = temp_dir("operator");
-    let db = dir.path().join("inbox.db");
-    let keys = dir.path().join("keys.json");
-    let init = Command::new(ARRIVAL)
-        .args([
-            "pipeline",
-            "init",
-            "--fixture",
-            "fixtures/facts-quarantine.json",
-            "--db",
-        ])
-        .arg(&db)
-        .arg("--keys-out")
-        .arg(&keys)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    ok(&init);
+    let (_dir, db) = quarantine_inbox("operator");
     // A payment for an application nobody registered yet waits in quarantine.
     let early = payment("PAY-015", NEW_APP, "APP-EVENT-015", "120000.00");
     assert_eq!(decide(&db, 1, &[early]), [Verdict::Quarantined]);
@@ -331,23 +337,7 @@ fn operator_commands_register_release_terminate_and_resolve_in_one_transaction_e
 
 #[test]
 fn quarantine_expires_by_the_sweep_s_clock_and_expired_entries_stay_out_of_registration() {
-    let dir = temp_dir("quarantine-expire");
-    let db = dir.path().join("inbox.db");
-    let init = Command::new(ARRIVAL)
-        .args([
-            "pipeline",
-            "init",
-            "--fixture",
-            "fixtures/facts-quarantine.json",
-            "--db",
-        ])
-        .arg(&db)
-        .arg("--keys-out")
-        .arg(dir.path().join("keys.json"))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    ok(&init);
+    let (_dir, db) = quarantine_inbox("quarantine-expire");
     let early = payment("PAY-015", NEW_APP, "APP-EVENT-015", "120000.00");
     assert_eq!(decide(&db, 1, &[early]), [Verdict::Quarantined]);
     let expire = |now: &str| pipeline(&db, &["quarantine", "expire", "--now", now]);
@@ -381,23 +371,7 @@ fn quarantine_expires_by_the_sweep_s_clock_and_expired_entries_stay_out_of_regis
 
 #[test]
 fn operator_values_no_envelope_could_match_are_refused_naming_their_flag() {
-    let dir = temp_dir("operator-refusals");
-    let db = dir.path().join("inbox.db");
-    let init = Command::new(ARRIVAL)
-        .args([
-            "pipeline",
-            "init",
-            "--fixture",
-            "fixtures/facts-quarantine.json",
-            "--db",
-        ])
-        .arg(&db)
-        .arg("--keys-out")
-        .arg(dir.path().join("keys.json"))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    ok(&init);
+    let (_dir, db) = quarantine_inbox("operator-refusals");
     let register = |tenant: &str, application: &str, business_key: &str, version: &str| {
         pipeline(
             &db,
