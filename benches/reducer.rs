@@ -9,7 +9,11 @@
 //! - `baseline`: a bare `std::collections::HashMap` upsert of event id -> record plus
 //!   card -> version over the same typed events: the speed of light for the bookkeeping;
 //! - `baseline_dense`: the same upserts into vectors indexed by the interned symbols, the
-//!   speed of light for a receiver keyed by dense ids.
+//!   speed of light for a receiver keyed by dense ids;
+//! - `parse_floor_ignored`: serde_json reading the same bytes and building nothing
+//!   (`IgnoredAny`): the floor of any parser that validates JSON;
+//! - `parse_floor_value`: serde_json building a `serde_json::Value` from each delivery and
+//!   dropping it: what a receiver that parses into a tree pays before deciding anything.
 //!
 //! Group `reconcile`: one paused card with 1 k or 10 k `held_paused` events, then one
 //! [`Receiver::reconcile`] (throughput: holds settled per second).
@@ -303,6 +307,27 @@ fn reducer(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         );
+    });
+    // The floors for bytes in: serde_json over the same bytes, validating only, and building
+    // the tree a naive receiver would decide on (each `Value` dropped inside the loop).
+    group.bench_function("parse_floor_ignored", |b| {
+        let stream = stream();
+        b.iter(|| {
+            for bytes in &stream.raw {
+                let parsed: serde::de::IgnoredAny =
+                    serde_json::from_slice(bytes).expect("events parse");
+                black_box(parsed);
+            }
+        });
+    });
+    group.bench_function("parse_floor_value", |b| {
+        let stream = stream();
+        b.iter(|| {
+            for bytes in &stream.raw {
+                let parsed: Value = serde_json::from_slice(bytes).expect("events parse");
+                black_box(&parsed);
+            }
+        });
     });
     group.finish();
 }
