@@ -83,39 +83,30 @@ class Receiver:
             return json.loads(r.read())
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("fixture")
-    ap.add_argument("--receiver", default="python-sqlite")
-    ap.add_argument("--kill-after", type=int, default=None,
-                    help="SIGKILL the receiver after this many deliveries, then restart it")
-    ap.add_argument("--replay", help="JSON written by `arrival replay --json FIXTURE`")
-    ap.add_argument("--keep", action="store_true", help="keep the data dir")
-    args = ap.parse_args()
-
-    with open(args.fixture) as f:
-        fixture = json.load(f)
+def run(fixture, receiver, kill_after=None, keep=False, quiet=False):
+    """Play the default order once; returns (steps, final state)."""
+    say = (lambda *a: None) if quiet else print
     work = tempfile.mkdtemp(prefix="drive-")
     data_dir = os.path.join(work, "data")
     os.makedirs(data_dir)
     with open(os.path.join(data_dir, "initial.json"), "w") as f:
         json.dump(fixture["initial"], f)
-    rx = Receiver(args.receiver, data_dir, os.path.join(work, "receiver.log"))
+    rx = Receiver(receiver, data_dir, os.path.join(work, "receiver.log"))
     rx.start()
     steps = []
     try:
         for i, d in enumerate(fixture["deliveries"]):
-            if args.kill_after is not None and i == args.kill_after:
+            if kill_after is not None and i == kill_after:
                 rx.kill()
-                print("-- SIGKILL after %d deliveries; restarting on the same data dir" % i)
+                say("-- SIGKILL after %d deliveries; restarting on the same data dir" % i)
                 rx.start()
             body = json.dumps(d["event"]).encode()
             answer, headers = rx.post("/webhook", body, {"Arrival-Delivery": str(d["delivery"])})
             if headers.get("Arrival-Ack") != answer.get("ack"):
-                print("WARNING: header Arrival-Ack %r differs from body %r"
-                      % (headers.get("Arrival-Ack"), answer.get("ack")))
+                say("WARNING: header Arrival-Ack %r differs from body %r"
+                    % (headers.get("Arrival-Ack"), answer.get("ack")))
             steps.append({"kind": "deliver", "delivery": d["delivery"], "ack": answer["ack"]})
-            print("deliver #%-3s %-28s -> %s" % (d["delivery"], json.dumps(
+            say("deliver #%-3s %-28s -> %s" % (d["delivery"], json.dumps(
                 d["event"].get("event_id") if isinstance(d["event"], dict) else None), answer["ack"]))
 
         def reconcile(snap):
@@ -123,7 +114,7 @@ def main():
             answer, _ = rx.post("/_arrival/reconcile", body)
             steps.append({"kind": "reconcile", "object_id": snap["object_id"],
                           "outcome": answer["outcome"]})
-            print("reconcile %-30s -> %s" % (snap["object_id"], answer["outcome"]))
+            say("reconcile %-30s -> %s" % (snap["object_id"], answer["outcome"]))
 
         # Pass 1: every snapshot whose card is paused or not yet created.
         for snap in fixture.get("authority", []):
@@ -145,13 +136,41 @@ def main():
         final = rx.state()
     finally:
         rx.kill()
-        if args.keep:
-            print("data dir kept:", work)
+        if keep:
+            say("data dir kept:", work)
         else:
             shutil.rmtree(work, ignore_errors=True)
+    return steps, final
 
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("fixture")
+    ap.add_argument("--receiver", default="python-sqlite")
+    ap.add_argument("--kill-after", type=int, default=None,
+                    help="SIGKILL the receiver after this many deliveries, then restart it")
+    ap.add_argument("--kill-every", action="store_true",
+                    help="also replay once per K = 0..n with a SIGKILL and restart after K "
+                         "deliveries, and check each ends in the same state and acks")
+    ap.add_argument("--replay", help="JSON written by `arrival replay --json FIXTURE`")
+    ap.add_argument("--keep", action="store_true", help="keep the data dir")
+    args = ap.parse_args()
+
+    with open(args.fixture) as f:
+        fixture = json.load(f)
+    steps, final = run(fixture, args.receiver, args.kill_after, args.keep)
     print(json.dumps(final, indent=2, sort_keys=True))
     ok = True
+    if args.kill_every:
+        diffs = []
+        for k in range(len(fixture["deliveries"]) + 1):
+            ksteps, kfinal = run(fixture, args.receiver, k, quiet=True)
+            if kfinal != final:
+                diffs.append("killed after %d: final state %s" % (k, json.dumps(kfinal, sort_keys=True)))
+            if ksteps != steps:
+                diffs.append("killed after %d: acks/outcomes %s" % (k, json.dumps(ksteps)))
+        print("kill-every:", "every kill point ends the same" if not diffs else "\n  ".join(["differs"] + diffs))
+        ok = ok and not diffs
     expect = fixture.get("expect")
     if expect is not None:
         diffs = []
