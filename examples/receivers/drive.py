@@ -83,8 +83,18 @@ class Receiver:
             return json.loads(r.read())
 
 
-def run(fixture, receiver, kill_after=None, keep=False, quiet=False):
-    """Play the default order once; returns (steps, final state)."""
+def reencode(value):
+    """The same content in other bytes: every object's keys in reverse order, other spacing."""
+    if isinstance(value, dict):
+        return "{ " + " ,\n ".join(json.dumps(k) + " :  " + reencode(v)
+                                     for k, v in reversed(list(value.items()))) + " }"
+    if isinstance(value, list):
+        return "[ " + " , ".join(reencode(v) for v in value) + " ]"
+    return json.dumps(value)
+
+
+def run(fixture, receiver, kill_after=None, keep=False, quiet=False, use_schedule=False):
+    """Play the default order (or the schedule) once; returns (steps, final state)."""
     say = (lambda *a: None) if quiet else print
     work = tempfile.mkdtemp(prefix="drive-")
     data_dir = os.path.join(work, "data")
@@ -95,19 +105,18 @@ def run(fixture, receiver, kill_after=None, keep=False, quiet=False):
     rx.start()
     steps = []
     try:
-        for i, d in enumerate(fixture["deliveries"]):
-            if kill_after is not None and i == kill_after:
-                rx.kill()
-                say("-- SIGKILL after %d deliveries; restarting on the same data dir" % i)
-                rx.start()
-            body = json.dumps(d["event"]).encode()
+        by_number = {d["delivery"]: d for d in fixture["deliveries"]}
+
+        def deliver(d, body=None, fault=None):
+            body = json.dumps(d["event"]).encode() if body is None else body
             answer, headers = rx.post("/webhook", body, {"Arrival-Delivery": str(d["delivery"])})
             if headers.get("Arrival-Ack") != answer.get("ack"):
                 say("WARNING: header Arrival-Ack %r differs from body %r"
                     % (headers.get("Arrival-Ack"), answer.get("ack")))
             steps.append({"kind": "deliver", "delivery": d["delivery"], "ack": answer["ack"]})
-            say("deliver #%-3s %-28s -> %s" % (d["delivery"], json.dumps(
-                d["event"].get("event_id") if isinstance(d["event"], dict) else None), answer["ack"]))
+            say("deliver #%-3s %-28s -> %s%s" % (d["delivery"], json.dumps(
+                d["event"].get("event_id") if isinstance(d["event"], dict) else None), answer["ack"],
+                "" if fault is None else "  (" + fault + ")"))
 
         def reconcile(snap):
             body = json.dumps({k: snap[k] for k in ("object_id", "version", "state")}).encode()
@@ -116,23 +125,52 @@ def run(fixture, receiver, kill_after=None, keep=False, quiet=False):
                           "outcome": answer["outcome"]})
             say("reconcile %-30s -> %s" % (snap["object_id"], answer["outcome"]))
 
-        # Pass 1: every snapshot whose card is paused or not yet created.
-        for snap in fixture.get("authority", []):
-            st = rx.state()
-            if snap["object_id"] not in st["cards"] or snap["object_id"] in st.get("paused", []):
-                reconcile(snap)
-        # Further passes: still-paused cards whose snapshot is not behind them.
-        while True:
-            found = False
+        snapshots = {a["object_id"]: a for a in fixture.get("authority", [])}
+        if use_schedule and fixture.get("schedule"):
+            for step in fixture["schedule"]:
+                if "deliver" in step:
+                    d = by_number[step["deliver"]]
+                    if step.get("crash"):
+                        # A crash before the decision is recorded: nothing reaches storage.
+                        rx.kill()
+                        rx.start()
+                        steps.append({"kind": "deliver", "delivery": d["delivery"], "ack": None})
+                        say("deliver #%-3s crash before recording; restarted" % d["delivery"])
+                    elif step.get("reencoded"):
+                        deliver(d, reencode(d["event"]).encode(), "reencoded")
+                    else:
+                        deliver(d, fault="ack_lost" if step.get("ack_lost") else
+                                "duplicate" if step.get("duplicate") else None)
+                elif "reconcile" in step:
+                    reconcile(snapshots[step["reconcile"]])
+                elif step.get("expire"):
+                    answer, _ = rx.post("/_arrival/expire", b"")
+                    steps.append({"kind": "expire", "forgotten": answer.get("forgotten")})
+                    say("expire -> forgotten %s" % answer.get("forgotten"))
+        else:
+            for i, d in enumerate(fixture["deliveries"]):
+                if kill_after is not None and i == kill_after:
+                    rx.kill()
+                    say("-- SIGKILL after %d deliveries; restarting on the same data dir" % i)
+                    rx.start()
+                deliver(d)
+            # Pass 1: every snapshot whose card is paused or not yet created.
             for snap in fixture.get("authority", []):
                 st = rx.state()
-                card = st["cards"].get(snap["object_id"])
-                if (snap["object_id"] in st.get("paused", []) and card is not None
-                        and snap["version"] >= card["version"]):
+                if snap["object_id"] not in st["cards"] or snap["object_id"] in st.get("paused", []):
                     reconcile(snap)
-                    found = True
-            if not found:
-                break
+            # Further passes: still-paused cards whose snapshot is not behind them.
+            while True:
+                found = False
+                for snap in fixture.get("authority", []):
+                    st = rx.state()
+                    card = st["cards"].get(snap["object_id"])
+                    if (snap["object_id"] in st.get("paused", []) and card is not None
+                            and snap["version"] >= card["version"]):
+                        reconcile(snap)
+                        found = True
+                if not found:
+                    break
         final = rx.state()
     finally:
         rx.kill()
@@ -152,13 +190,17 @@ def main():
     ap.add_argument("--kill-every", action="store_true",
                     help="also replay once per K = 0..n with a SIGKILL and restart after K "
                          "deliveries, and check each ends in the same state and acks")
+    ap.add_argument("--schedule", action="store_true",
+                    help="play the fixture's `schedule` (if it has one) instead of the default "
+                         "order; a crash step is a SIGKILL and restart with nothing delivered")
     ap.add_argument("--replay", help="JSON written by `arrival replay --json FIXTURE`")
     ap.add_argument("--keep", action="store_true", help="keep the data dir")
     args = ap.parse_args()
 
     with open(args.fixture) as f:
         fixture = json.load(f)
-    steps, final = run(fixture, args.receiver, args.kill_after, args.keep)
+    steps, final = run(fixture, args.receiver, args.kill_after, args.keep,
+                       use_schedule=args.schedule)
     print(json.dumps(final, indent=2, sort_keys=True))
     ok = True
     if args.kill_every:
@@ -188,7 +230,7 @@ def main():
         with open(args.replay) as f:
             replay = json.load(f)
         diffs = []
-        theirs = [s for s in replay["steps"] if s["kind"] in ("deliver", "reconcile")]
+        theirs = [s for s in replay["steps"] if s["kind"] in ("deliver", "reconcile", "expire")]
         if len(theirs) != len(steps):
             diffs.append("%d steps here, %d in the replay" % (len(steps), len(theirs)))
         for n, (mine, ref) in enumerate(zip(steps, theirs), 1):
@@ -200,6 +242,9 @@ def main():
             elif mine["kind"] == "reconcile" and (mine["object_id"], mine["outcome"]) != (ref["object_id"], ref["outcome"]):
                 diffs.append("step %d: reconcile %s %s here, %s %s in the replay"
                              % (n, mine["object_id"], mine["outcome"], ref["object_id"], ref["outcome"]))
+            elif mine["kind"] == "expire" and mine["forgotten"] != ref["forgotten"]:
+                diffs.append("step %d: expire forgot %s here, %s in the replay"
+                             % (n, mine["forgotten"], ref["forgotten"]))
         for key, mine in (("final", final["cards"]), ("paused", final.get("paused")),
                           ("unresolved", final.get("unresolved")), ("replacements", final.get("replacements"))):
             if mine is not None and replay.get(key) != mine:
