@@ -16,6 +16,21 @@
 //! after the step, so every violation too). The shards do not share a visited set: a state
 //! reachable from two frontier worlds is explored by both, so the shards' state counts add
 //! up to more than one run's.
+//!
+//! A protocol that says which steps commute ([`Protocol::sleeps`]) is sharded by its first
+//! steps alone, so that the shards together do the work of one run with sleep sets. Shard K
+//! takes the initial world's successors numbered `j % N == K - 1` (steps that reach the
+//! same world are one successor, and go to one shard); at the initial world every shard is
+//! offered every step, in the protocol's order, and the steps of other shards lead nowhere
+//! (`next` drops them). Depth-first search with sleep sets counts a dropped step as taken,
+//! so the subtree below a first step `t` is searched with exactly the sleep set the whole
+//! run gives it: the earlier first steps that commute with `t`. The whole run's sleep-set
+//! search is the union of those subtrees; each shard searches its own with the whole run's
+//! rule for meeting a state again (a smaller sleep set expands it again), so the union of
+//! the shards reaches every world the whole run does, and a state two subtrees share is
+//! visited twice only where a step that does not commute wakes what slept. Deeper prefixes
+//! would hand a shard a world first reached on another shard's path, with that path's
+//! sleep set, which may have asleep what this path has awake: so there are none here.
 
 use super::Protocol;
 use std::collections::HashMap;
@@ -119,6 +134,9 @@ pub struct ShardWorld<W> {
 #[derive(Debug)]
 struct Prefixes<S> {
     nodes: Vec<Vec<(S, u32)>>,
+    /// Sharded by first steps with sleep sets: every step is offered at the initial world,
+    /// those of other shards dropped by `next` (see the module doc).
+    offer_all: bool,
     /// How many prefixes there are in all, and how many are this shard's.
     total: usize,
     taken: usize,
@@ -136,6 +154,9 @@ pub struct Shard<P: Protocol> {
 impl<P: Protocol> Shard<P> {
     /// `inner` restricted to `spec`'s share of its first steps.
     pub fn new(inner: P, spec: ShardSpec) -> Self {
+        if inner.sleeps() {
+            return Self::by_first_steps(inner, spec);
+        }
         // Distinct worlds from the initial one, one level at a time, each with the first
         // path found to it, until there are enough to spread over the shards: (path, world,
         // whether it is to be expanded). A world seen before is not kept twice: the subtree
@@ -220,9 +241,51 @@ impl<P: Protocol> Shard<P> {
             inner,
             prefixes: Arc::new(Prefixes {
                 nodes,
+                offer_all: false,
                 total,
                 taken,
                 depth,
+            }),
+        }
+    }
+
+    /// `inner`, which sleeps, restricted to `spec`'s share of the initial world's distinct
+    /// successors (see the module doc).
+    fn by_first_steps(inner: P, spec: ShardSpec) -> Self {
+        let init = inner.init();
+        let mut steps = Vec::new();
+        if P::violation(&init).is_none() {
+            inner.steps(&init, &mut steps);
+        }
+        // The distinct successors in step order; each step goes with the first step that
+        // reached its successor.
+        let mut successors: Vec<P::World> = Vec::new();
+        let mut mine = Vec::new();
+        for step in steps {
+            let Some(next) = super::panic::next(&inner, &init, &step) else {
+                continue;
+            };
+            let number = match successors.iter().position(|known| *known == next) {
+                Some(number) => number,
+                None => {
+                    successors.push(next);
+                    successors.len() - 1
+                }
+            };
+            if spec.takes(number) {
+                mine.push((step, FREE));
+            }
+        }
+        let total = successors.len();
+        let taken = (0..total).filter(|&number| spec.takes(number)).count();
+        Shard {
+            inner,
+            prefixes: Arc::new(Prefixes {
+                nodes: vec![mine],
+                offer_all: true,
+                total,
+                taken,
+                depth: usize::from(total > 0),
             }),
         }
     }
@@ -255,7 +318,7 @@ impl<P: Protocol> Protocol for Shard<P> {
     fn steps(&self, world: &Self::World, steps: &mut Vec<Self::Step>) {
         let start = steps.len();
         self.inner.steps(&world.world, steps);
-        if world.node != FREE {
+        if world.node != FREE && !self.prefixes.offer_all {
             let allowed = &self.prefixes.nodes[world.node as usize];
             let mut index = start;
             while index < steps.len() {
@@ -269,15 +332,20 @@ impl<P: Protocol> Protocol for Shard<P> {
     }
 
     fn next(&self, world: &Self::World, step: &Self::Step) -> Option<Self::World> {
-        let next = self.inner.next(&world.world, step)?;
         let node = if world.node == FREE {
             FREE
         } else {
-            self.prefixes.nodes[world.node as usize]
+            let allowed = self.prefixes.nodes[world.node as usize]
                 .iter()
-                .find(|(allowed, _)| allowed == step)
-                .map_or(FREE, |&(_, child)| child)
+                .find(|(allowed, _)| allowed == step);
+            match allowed {
+                Some(&(_, child)) => child,
+                // Another shard's first step: taken (so it sleeps), leading nowhere here.
+                None if self.prefixes.offer_all => return None,
+                None => FREE,
+            }
         };
+        let next = self.inner.next(&world.world, step)?;
         Some(ShardWorld { world: next, node })
     }
 
@@ -313,6 +381,18 @@ impl<P: Protocol> Protocol for Shard<P> {
 
     fn coverage(&self) -> Vec<(&'static str, u64)> {
         self.inner.coverage()
+    }
+
+    fn sleeps(&self) -> bool {
+        self.prefixes.offer_all && self.inner.sleeps()
+    }
+
+    fn sleep_key(&self, step: &Self::Step) -> Option<u8> {
+        self.inner.sleep_key(step)
+    }
+
+    fn commutes_with(&self, key: u8) -> super::checker::SleepSet {
+        self.inner.commutes_with(key)
     }
 }
 
@@ -438,6 +518,101 @@ mod tests {
             assert_eq!(union, whole, "{count} shards");
             if count > 1 {
                 assert!(sizes.iter().all(|&size| size < whole.len()), "{sizes:?}");
+            }
+        }
+    }
+
+    /// Three counters from 0 to 2, a step adding 1 to one of them; every two steps commute,
+    /// and the world `target` breaks the one property.
+    #[derive(Clone, Debug)]
+    struct Grid {
+        target: [u8; 3],
+    }
+
+    impl Protocol for Grid {
+        type World = ([u8; 3], [u8; 3]);
+        type Step = u8;
+        const PROPERTIES: &'static [&'static str] = &["never"];
+
+        fn init(&self) -> Self::World {
+            ([0; 3], self.target)
+        }
+        fn steps(&self, world: &Self::World, steps: &mut Vec<u8>) {
+            steps.extend((0..3).filter(|&i| world.0[usize::from(i)] < 2));
+        }
+        fn next(&self, world: &Self::World, step: &u8) -> Option<Self::World> {
+            let mut next = *world;
+            next.0[usize::from(*step)] += 1;
+            Some(next)
+        }
+        fn violation(world: &Self::World) -> Option<usize> {
+            (world.0 == world.1).then_some(0)
+        }
+        fn panicked(&self, world: &Self::World) -> Self::World {
+            *world
+        }
+        fn checks(&self, _: usize) -> bool {
+            true
+        }
+        fn only(&self, _: usize) -> Self {
+            self.clone()
+        }
+        fn describe_step(&self, step: &u8) -> String {
+            step.to_string()
+        }
+        fn describe_world(&self, world: &Self::World) -> String {
+            format!("{world:?}")
+        }
+        fn coverage(&self) -> Vec<(&'static str, u64)> {
+            Vec::new()
+        }
+        fn sleeps(&self) -> bool {
+            true
+        }
+        fn sleep_key(&self, step: &u8) -> Option<u8> {
+            Some(*step)
+        }
+        fn commutes_with(&self, key: u8) -> crate::harness::checker::SleepSet {
+            0b111 & !(1 << key)
+        }
+    }
+
+    fn depth_first() -> crate::harness::explore::Settings {
+        crate::harness::explore::Settings {
+            strategy: crate::harness::explore::Strategy::Dfs,
+            threads: 1,
+            state_limit: None,
+            label: String::new(),
+            progress: false,
+            engine: crate::harness::explore::Engine::Arrival,
+        }
+    }
+
+    #[test]
+    fn shards_that_sleep_find_every_violation_and_share_only_the_initial_world() {
+        use crate::harness::explore::explore;
+        // The target's own world is the only violation: some shard must reach it, wherever
+        // it is. Steps that all commute leave nothing to share but the initial world.
+        let whole = explore(Grid { target: [9; 3] }, &depth_first()).unique_states;
+        assert_eq!(whole, 27);
+        for count in 1..=4 {
+            let mut unique = 0;
+            for index in 1..=count {
+                let shard = Shard::new(Grid { target: [9; 3] }, ShardSpec { index, count });
+                unique += explore(shard, &depth_first()).unique_states;
+            }
+            assert_eq!(unique, whole + count - 1, "{count} shards");
+            for a in 0..3 {
+                for b in 0..3 {
+                    for c in 0..3 {
+                        let target = [a, b, c];
+                        let found = (1..=count).any(|index| {
+                            let shard = Shard::new(Grid { target }, ShardSpec { index, count });
+                            !explore(shard, &depth_first()).discoveries.is_empty()
+                        });
+                        assert!(found, "{count} shards miss {target:?}");
+                    }
+                }
             }
         }
     }
