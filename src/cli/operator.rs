@@ -150,7 +150,7 @@ pub enum QuarantineCommand {
     },
 }
 
-fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
+pub(super) fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
     existing_inbox(db)?;
     pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
 }
@@ -223,7 +223,7 @@ pub fn upgrade(target: &Target, material_version: u64) -> Outcome {
 /// `TENANT/SOURCE/EVENT_ID`, where the tenant and the event id may hold `/` themselves:
 /// the source is the one part that is `finance` or `contracts`. Refused when no split, or
 /// more than one, reads so.
-fn identity(text: &str) -> Result<FactId, Error> {
+pub(super) fn identity(text: &str) -> Result<FactId, Error> {
     let mut found = Vec::new();
     for (at, _) in text.match_indices('/') {
         let (tenant_id, rest) = (&text[..at], &text[at + 1..]);

@@ -42,7 +42,7 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
-    fn names(&self) -> Names {
+    pub(super) fn names(&self) -> Names {
         Names {
             stream: self.stream.clone(),
             group: self.group.clone(),
@@ -146,6 +146,9 @@ pub enum PipelineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Why an application is (not) READY, or where an event went: receipts, stream
+    /// entries, deliveries, verdicts, facts, conflicts, quarantine, dead letters, READY history.
+    Explain(super::explain::ExplainArgs),
     /// The older spelling of `applications upgrade`.
     #[command(hide = true)]
     Upgrade {
@@ -400,6 +403,7 @@ pub fn run(command: PipelineCommand) -> Outcome {
             limit,
             json,
         } => super::operator::receipts(&db, event.as_deref(), limit, json),
+        PipelineCommand::Explain(args) => super::explain::explain(&args),
         PipelineCommand::Upgrade {
             target,
             material_version,

@@ -236,7 +236,8 @@ impl Consumer {
     /// batch is noted as an infrastructure failure (it never counts toward a budget), and the
     /// error is returned for the caller to back off.
     pub fn handle(&mut self, entries: &[RawEntry]) -> Result<BatchResult, ConsumerError> {
-        let (raws, items, unparseable) = split(entries);
+        let (raws, mut items, unparseable) = split(entries, &self.options.name);
+        self.note_deliveries(&mut items)?;
         let mut batch = BatchResult {
             outcomes: items.iter().map(|item| Outcome::new(&item.entry)).collect(),
             killed: None,
@@ -283,6 +284,33 @@ impl Consumer {
             }
         }
         Ok(batch)
+    }
+
+    /// Notes on each item the delivery count Redis keeps for it (one `XPENDING` over the
+    /// batch's range, this consumer's entries only), for its verdict row.
+    fn note_deliveries(&mut self, items: &mut [Item]) -> Result<(), ConsumerError> {
+        let (Some(first), Some(last)) = (items.first(), items.last()) else {
+            return Ok(());
+        };
+        let (start, end) = match stream::id_order(&first.entry, &last.entry) {
+            std::cmp::Ordering::Greater => (last.entry.clone(), first.entry.clone()),
+            _ => (first.entry.clone(), last.entry.clone()),
+        };
+        let pending = stream::pending_of(
+            &mut self.redis,
+            &self.options.names,
+            &start,
+            &end,
+            items.len() + 64,
+            Some(&self.options.name),
+        )?;
+        for item in items.iter_mut() {
+            item.deliveries = pending
+                .iter()
+                .find(|entry| entry.id == item.entry)
+                .map(|entry| entry.deliveries);
+        }
+        Ok(())
     }
 
     /// Decides the parsed items in one transaction and commits it (unless a fault kills the
@@ -588,10 +616,13 @@ impl<'e> Failure<'e> {
 
 /// A batch split into the parsed items (with their raw entries, in the same order) and the
 /// entries that do not parse.
-fn split(entries: &[RawEntry]) -> (Vec<&RawEntry>, Vec<Item>, Vec<Failure<'_>>) {
+fn split<'e>(
+    entries: &'e [RawEntry],
+    consumer: &str,
+) -> (Vec<&'e RawEntry>, Vec<Item>, Vec<Failure<'e>>) {
     let (mut raws, mut items, mut unparseable) = (Vec::new(), Vec::new(), Vec::new());
     for entry in entries {
-        match parse(entry) {
+        match parse(entry, consumer) {
             Ok(item) => {
                 raws.push(entry);
                 items.push(item);
@@ -602,8 +633,10 @@ fn split(entries: &[RawEntry]) -> (Vec<&RawEntry>, Vec<Item>, Vec<Failure<'_>>) 
     (raws, items, unparseable)
 }
 
-/// A stream entry as an inbox item, or why it cannot be processed.
-fn parse(entry: &RawEntry) -> Result<Item, String> {
+/// A stream entry as an inbox item read by `consumer`, or why it cannot be processed. Only
+/// `source` and `body` are read: the ids ingress writes beside them are for people and
+/// `pipeline explain`, and entries from before they were written parse the same.
+fn parse(entry: &RawEntry, consumer: &str) -> Result<Item, String> {
     if entry.fields.is_none() {
         return Err("the entry was deleted from the stream while pending".into());
     }
@@ -621,6 +654,8 @@ fn parse(entry: &RawEntry) -> Result<Item, String> {
                 .field("received_ms")
                 .and_then(|ms| std::str::from_utf8(ms).ok())
                 .and_then(|ms| ms.parse().ok()),
+            consumer: Some(consumer.to_owned()),
+            deliveries: None,
         }),
         None => Err(unprocessable_reason(source, &String::from_utf8_lossy(body))),
     }

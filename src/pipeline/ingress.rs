@@ -298,6 +298,7 @@ async fn judge(
         admitted.envelope.source().as_str(),
         &bytes,
         state.clock.now_ms(),
+        Some(&admitted.envelope),
     );
     let mut redis = state.redis.clone();
     match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {

@@ -12,6 +12,7 @@
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
+//! | [`explain`] | `pipeline explain`: the rows of an application or an event loaded once ([`explain::load`]), and the answer to "why (not) READY" as a pure function of them ([`explain::reason`]) |
 //! | [`receipts`] | one receipt per answered request (refusals too), written to the inbox by a writer thread in batches |
 //! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
@@ -22,6 +23,7 @@ pub mod batch;
 pub mod client;
 pub mod consumer;
 pub mod drill;
+pub mod explain;
 pub mod ingress;
 pub mod load;
 pub mod operator;

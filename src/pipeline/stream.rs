@@ -3,6 +3,7 @@
 //! `XPENDING`, `XACK`, and a script that copies an entry to the dead-letter stream and
 //! acknowledges it atomically, once per original entry id.
 
+use crate::facts::envelope::Envelope;
 use redis::{Connection, RedisResult, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -86,8 +87,17 @@ pub fn ensure_group(conn: &mut Connection, names: &Names) -> RedisResult<()> {
     }
 }
 
-/// The `XADD` ingress sends: raw body, source, receive time.
-pub fn xadd_command(names: &Names, source: &str, body: &[u8], received_ms: i64) -> redis::Cmd {
+/// The `XADD` ingress sends: source, raw body, receive time, and the tenant, application
+/// and event id the body names (the chain `pipeline explain` follows from a receipt to a
+/// verdict). Consumers decide on `source` and `body` alone, so an entry written before the
+/// three ids were added is consumed as before.
+pub fn xadd_command(
+    names: &Names,
+    source: &str,
+    body: &[u8],
+    received_ms: i64,
+    named: Option<&Envelope>,
+) -> redis::Cmd {
     let mut cmd = redis::cmd("XADD");
     cmd.arg(&names.stream)
         .arg("*")
@@ -97,6 +107,14 @@ pub fn xadd_command(names: &Names, source: &str, body: &[u8], received_ms: i64) 
         .arg(body)
         .arg("received_ms")
         .arg(received_ms);
+    if let Some(envelope) = named {
+        cmd.arg("tenant_id")
+            .arg(envelope.tenant_id())
+            .arg("application_id")
+            .arg(envelope.application_id())
+            .arg("event_id")
+            .arg(envelope.event_id());
+    }
     cmd
 }
 
@@ -225,13 +243,15 @@ pub fn autoclaim(
     Ok((next, claimed))
 }
 
-/// One pending entry: id, owner, delivery count.
+/// One pending entry: id, owner, idle time, delivery count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingEntry {
     /// The entry id.
     pub id: String,
     /// The consumer holding it.
     pub consumer: String,
+    /// Milliseconds since it was last delivered.
+    pub idle_ms: u64,
     /// How many times it has been delivered.
     pub deliveries: u32,
 }
@@ -244,13 +264,29 @@ pub fn pending_range(
     end: &str,
     count: usize,
 ) -> RedisResult<Vec<PendingEntry>> {
-    let reply: Value = redis::cmd("XPENDING")
-        .arg(&names.stream)
+    pending_of(conn, names, start, end, count, None)
+}
+
+/// `XPENDING key group start end count [consumer]`: the pending entries in that range,
+/// only `consumer`'s when it is named.
+pub fn pending_of(
+    conn: &mut Connection,
+    names: &Names,
+    start: &str,
+    end: &str,
+    count: usize,
+    consumer: Option<&str>,
+) -> RedisResult<Vec<PendingEntry>> {
+    let mut cmd = redis::cmd("XPENDING");
+    cmd.arg(&names.stream)
         .arg(&names.group)
         .arg(start)
         .arg(end)
-        .arg(count)
-        .query(conn)?;
+        .arg(count);
+    if let Some(consumer) = consumer {
+        cmd.arg(consumer);
+    }
+    let reply: Value = cmd.query(conn)?;
     let Value::Array(items) = reply else {
         return Ok(Vec::new());
     };
@@ -263,6 +299,7 @@ pub fn pending_range(
             Some(PendingEntry {
                 id: text(parts.first()?)?,
                 consumer: text(parts.get(1)?)?,
+                idle_ms: text(parts.get(2)?)?.parse().ok()?,
                 deliveries: text(parts.get(3)?)?.parse().ok()?,
             })
         })

@@ -157,7 +157,7 @@ fn serve(dir: &Path, names: &Names, url: &str) -> (std::process::Child, std::net
 
 /// Starts `arrival pipeline serve` on `DIR/inbox.db` and `DIR/keys.json` with `options`, as
 /// a child, and returns it with its address.
-fn serve_with(
+pub fn serve_with(
     dir: &Path,
     names: &Names,
     url: &str,

@@ -86,7 +86,7 @@ impl Rig {
     }
 
     fn add(&mut self, source: &str, body: &str) -> String {
-        stream::xadd_command(&self.names, source, body.as_bytes(), store::now_ms())
+        stream::xadd_command(&self.names, source, body.as_bytes(), store::now_ms(), None)
             .query(&mut self.redis)
             .unwrap()
     }
