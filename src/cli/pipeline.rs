@@ -108,6 +108,9 @@ pub enum PipelineCommand {
             value_parser = clap::value_parser!(u64).range(1..)
         )]
         body_timeout_ms: u64,
+        /// Log lines (one per request and per batch, on stderr) as `text` or `json`.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
         /// Refused: `serve` is the production receiver and runs the contract only (mutants
         /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
         #[arg(long, hide = true)]
@@ -210,6 +213,29 @@ pub enum PipelineCommand {
     Drill(DrillArgs),
     /// Throughput: a load generator (this process) against `serve` (a child process).
     Load(LoadArgs),
+}
+
+/// How `serve` writes its log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of `key=value` fields per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sends `tracing`'s events (ingress's request lines, the consumers' batch lines) to stderr
+/// in `format`; informational events and above.
+fn init_logs(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false);
+    // A second initialisation (never in `serve`, which runs once) is ignored.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 /// Where a `step` kills itself.
@@ -551,6 +577,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
+        log_format,
         mutant: name,
     } = command
     else {
@@ -559,6 +586,7 @@ fn serve(command: PipelineCommand) -> Outcome {
     if let Some(name) = name {
         return Err(refuse_mutant(&name).into());
     }
+    init_logs(log_format);
     let keys = ingress::load_keys(&keys)?;
     existing_inbox(&db)?;
     let options = ServeOptions {

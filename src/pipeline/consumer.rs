@@ -157,6 +157,7 @@ pub struct Consumer {
     own_first: bool,
     last_claim: Instant,
     cursor: String,
+    metrics: Option<Arc<super::metrics::Metrics>>,
 }
 
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -179,7 +180,14 @@ impl Consumer {
             own_first: true,
             last_claim: Instant::now(),
             cursor: "0-0".into(),
+            metrics: None,
         })
+    }
+
+    /// Counts this consumer's batches and commit times in `metrics` (`serve` does).
+    pub fn with_metrics(mut self, metrics: Option<Arc<super::metrics::Metrics>>) -> Consumer {
+        self.metrics = metrics;
+        self
     }
 
     /// This consumer's name.
@@ -256,6 +264,9 @@ impl Consumer {
             failures = match self.commit_items(&raws, &items, &mut batch) {
                 Ok(failures) => failures,
                 Err(error) => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.batch(None);
+                    }
                     self.note_infrastructure(entries);
                     return Err(error);
                 }
@@ -325,6 +336,7 @@ impl Consumer {
         let faults = self.faults.clone();
         let me = self.options.name.clone();
         let fail = |item: &Item| faults.fail_decision(item);
+        let started = Instant::now();
         let decided = batch::decide(&mut self.db, self.options.mutant, items, &fail)?;
         let results = decided.outcomes.clone();
         if faults.kill_at(&me, Point::BeforeCommit, n) {
@@ -333,6 +345,9 @@ impl Consumer {
             return Ok(Vec::new());
         }
         decided.commit()?;
+        if let Some(metrics) = &self.metrics {
+            metrics.batch(Some(started.elapsed()));
+        }
         let mut failures = Vec::new();
         for (index, result) in results.into_iter().enumerate() {
             match result {
@@ -454,7 +469,11 @@ impl Consumer {
         let mut pause = Duration::from_millis(50);
         while !stop.load(Ordering::SeqCst) {
             let result = self.next_batch().and_then(|batch| match batch {
-                Some((_, entries)) => self.handle(&entries).map(Some),
+                Some((kind, entries)) => {
+                    let handled = self.handle(&entries)?;
+                    self.log_batch(kind, &handled);
+                    Ok(Some(handled))
+                }
                 None => Ok(None),
             });
             match result {
@@ -479,6 +498,26 @@ impl Consumer {
         }
         self.leave_group_if_idle();
         None
+    }
+
+    /// One log line per batch: how it was read, its entries, and how many were decided,
+    /// acknowledged, left to retry and dead-lettered (entry ids, never bodies).
+    fn log_batch(&self, kind: ReadKind, batch: &BatchResult) {
+        let count = |test: fn(&Outcome) -> bool| batch.outcomes.iter().filter(|o| test(o)).count();
+        tracing::info!(
+            target: "arrival::consumer",
+            consumer = %self.options.name,
+            read = ?kind,
+            entries = batch.outcomes.len(),
+            decided = count(|o| matches!(o.decision, Some(Decision::Verdict(_)))),
+            acknowledged = count(|o| o.acknowledged),
+            retried = count(|o| matches!(o.decision, Some(Decision::Retry { .. }))),
+            dead_lettered = count(|o| matches!(o.decision, Some(Decision::DeadLetter { .. }))),
+            first = %batch.outcomes.first().map_or("", |o| o.entry.as_str()),
+            last = %batch.outcomes.last().map_or("", |o| o.entry.as_str()),
+            killed = ?batch.killed,
+            "batch"
+        );
     }
 
     /// On a graceful stop, removes this consumer from the group when it holds nothing

@@ -391,6 +391,50 @@ pub fn pending_count(conn: &mut Connection, names: &Names) -> RedisResult<usize>
     })
 }
 
+/// `XLEN key` (0 for a stream that does not exist).
+pub fn length(conn: &mut Connection, key: &str) -> RedisResult<i64> {
+    redis::cmd("XLEN").arg(key).query(conn)
+}
+
+/// The group's pending entries per consumer (`XPENDING key group`), and the idle time in
+/// milliseconds of the most idle among the first 1000 pending entries; nothing when the
+/// group does not exist yet.
+pub fn pending_by_consumer(
+    conn: &mut Connection,
+    names: &Names,
+) -> RedisResult<(Vec<(String, i64)>, u64)> {
+    let reply: RedisResult<Value> = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .query(conn);
+    let reply = match reply {
+        Err(error) if error.code() == Some("NOGROUP") => return Ok((Vec::new(), 0)),
+        other => other?,
+    };
+    let mut per_consumer = Vec::new();
+    if let Value::Array(parts) = &reply {
+        if let Some(Value::Array(consumers)) = parts.get(3) {
+            for consumer in consumers {
+                let Value::Array(pair) = consumer else {
+                    continue;
+                };
+                if let (Some(name), Some(count)) = (
+                    pair.first().and_then(text),
+                    pair.get(1).and_then(text).and_then(|n| n.parse().ok()),
+                ) {
+                    per_consumer.push((name, count));
+                }
+            }
+        }
+    }
+    let idle = pending_range(conn, names, "-", "+", 1000)?
+        .iter()
+        .map(|entry| entry.idle_ms)
+        .max()
+        .unwrap_or(0);
+    Ok((per_consumer, idle))
+}
+
 /// `XACK key group id...`, and the acknowledged ids' infrastructure counts dropped
 /// (`HDEL`), in one round trip.
 pub fn ack(conn: &mut Connection, names: &Names, ids: &[String]) -> RedisResult<()> {

@@ -1,5 +1,6 @@
-//! `pipeline explain` and the chain it follows, on a real `serve` (a child process, with no
-//! consumers of its own), the real Redis and a real SQLite inbox. The tests consume with a
+//! The operator's views of a running pipeline: `pipeline explain` and the chain it
+//! follows, and `serve`'s `/metrics`, `/healthz`, `/readyz` and log lines; on a real
+//! `serve` (a child process, with no consumers of its own unless a test asks), the real Redis and a real SQLite inbox. The tests consume with a
 //! library consumer batch by batch, so a delivered but unacknowledged entry is made by a
 //! consumer that a fault stops before its commit, never by waiting. Each test has its own
 //! stream, inbox and temporary folder, and removes its keys.
@@ -119,6 +120,61 @@ impl Rig {
             mutant: None,
         };
         Consumer::connect(options, faults).unwrap()
+    }
+
+    /// Stops serve and starts another on the same inbox, stream and keys with `options`,
+    /// its log lines (stderr) going to `log`.
+    fn restart(&mut self, options: &[&str], log: &std::path::Path) {
+        self.stop();
+        let mut child = Command::new(ARRIVAL)
+            .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(self.db())
+            .arg("--keys")
+            .arg(self.dir.path().join("keys.json"))
+            .args(["--stream", &self.names.stream, "--group", &self.names.group])
+            .args(options)
+            .env("ARRIVAL_REDIS_URL", &self.url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        self.addr = line
+            .trim()
+            .trim_start_matches("listening ")
+            .parse()
+            .unwrap();
+        self.serve = Some(child);
+    }
+
+    /// `GET path` on serve: status and body.
+    fn get(&self, path: &str) -> (u16, String) {
+        get(self.addr, path)
+    }
+
+    /// Waits until the inbox holds `count` verdicts (a consumer of serve decides them);
+    /// fails after 20 s.
+    fn wait_for_verdicts(&self, count: i64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let conn = rusqlite::Connection::open(self.db()).unwrap();
+        loop {
+            let found: i64 = conn
+                .query_row("SELECT count(*) FROM verdicts", [], |row| row.get(0))
+                .unwrap();
+            if found == count {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{found} of {count} verdicts"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Decides every entry not yet read, with consumer `c1`.
@@ -468,4 +524,200 @@ fn an_unregistered_application_is_explained_by_its_quarantined_entries() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     has(&stderr(&bad), "--event");
+}
+
+/// `GET path` on `addr`: status and body.
+fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        socket,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    socket.read_to_string(&mut reply).unwrap();
+    let status = reply[9..12].parse().unwrap();
+    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
+}
+
+/// Metric `name` with `labels` from a parsed scrape.
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)));
+    match found.map(|s| &s.value) {
+        Some(
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v),
+        ) => *v,
+        other => panic!("no sample {name}{labels:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_count_requests_levels_and_commits() {
+    let mut rig = Rig::new();
+    // An entry delivered to a consumer that stops before its commit: pending in it.
+    assert_eq!(payment(&rig, "PAY-2", "app-2"), 202);
+    let mut stopped = rig.consumer("c-stopped", Arc::new(StopBeforeCommit));
+    let (_, entries) = stopped.next_batch().unwrap().unwrap();
+    assert_eq!(
+        stopped.handle(&entries).unwrap().killed,
+        Some(Point::BeforeCommit)
+    );
+    drop(stopped);
+    let log = rig.dir.path().join("serve.log");
+    let options = [
+        "--consumers",
+        "1",
+        "--min-idle-ms",
+        "600000",
+        "--log-format",
+        "json",
+    ];
+    rig.restart(&options, &log);
+    assert_eq!(payment(&rig, "PAY-1", "app-1"), 202);
+    assert_eq!(signature(&rig, "SIG-1", "app-1"), 202);
+    assert_eq!(
+        rig.post("finance", &body("finance", "PAY-9", "app-1", ""), false),
+        400
+    );
+    assert_eq!(payment(&rig, "PAY-X", "app-unknown"), 202);
+    assert_eq!(payment(&rig, "PAY-3", "app-3"), 202);
+    assert_eq!(
+        rig.post(
+            "finance",
+            &body("finance", "PAY-3", "app-3", "amount=7"),
+            true
+        ),
+        202
+    );
+    rig.wait_for_verdicts(5);
+    let (status, text) = rig.get("/metrics");
+    assert_eq!(status, 200, "{text}");
+    for line in text.lines() {
+        let parsed = prometheus_parse::LineInfo::parse(line);
+        let comment = line.starts_with("# EOF") || line.starts_with("# UNIT");
+        assert!(
+            comment || !matches!(parsed, prometheus_parse::LineInfo::Ignored),
+            "not Prometheus text: {line}"
+        );
+    }
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let requests = "arrival_requests_total";
+    assert_eq!(
+        sample(
+            &scrape,
+            requests,
+            &[("status", "202"), ("reason", "accepted")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            requests,
+            &[("status", "202"), ("reason", "quarantined")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            requests,
+            &[("status", "400"), ("reason", "bad_signature")]
+        ),
+        1.0
+    );
+    assert_eq!(sample(&scrape, "arrival_stream_length", &[]), 6.0);
+    assert_eq!(
+        sample(&scrape, "arrival_pending", &[("consumer", "c-stopped")]),
+        1.0
+    );
+    let pending_series = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "arrival_pending");
+    assert_eq!(
+        pending_series.count(),
+        1,
+        "serve's own consumer holds nothing:\n{text}"
+    );
+    assert!(sample(&scrape, "arrival_oldest_pending_idle_seconds", &[]) >= 0.0);
+    assert_eq!(sample(&scrape, "arrival_dead_letters", &[]), 0.0);
+    assert_eq!(sample(&scrape, "arrival_quarantined", &[]), 1.0);
+    assert_eq!(sample(&scrape, "arrival_open_conflicts", &[]), 1.0);
+    assert_eq!(sample(&scrape, "arrival_ready_applications", &[]), 1.0);
+    let committed = sample(
+        &scrape,
+        "arrival_batches_total",
+        &[("outcome", "committed")],
+    );
+    let histogram = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "arrival_commit_seconds")
+        .map(|s| s.value.clone());
+    let Some(prometheus_parse::Value::Histogram(buckets)) = histogram else {
+        panic!("no commit histogram: {histogram:?}\n{text}");
+    };
+    let inf = buckets
+        .iter()
+        .find(|b| b.less_than == f64::INFINITY)
+        .unwrap();
+    assert!(committed >= 1.0 && inf.count == committed, "{text}");
+    assert_eq!(rig.get("/healthz"), (200, "ok\n".to_owned()));
+    assert_eq!(rig.get("/readyz"), (200, "ready\n".to_owned()));
+    rig.stop();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = logged
+        .lines()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let requests: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["message"] == "request").collect();
+    assert_eq!(requests.len(), 6, "{logged}");
+    assert!(requests
+        .iter()
+        .any(|l| l["reason"] == "bad_signature" && l["status"] == 400));
+    let batches = lines.iter().filter(|l| l["message"] == "batch").count();
+    assert!(batches >= 1, "{logged}");
+    for secret in [
+        FINANCE_KEY,
+        CONTRACTS_KEY,
+        "\"amount\"",
+        "PAYMENT_CONFIRMED",
+    ] {
+        assert!(
+            !logged.contains(secret),
+            "the log holds `{secret}`:\n{logged}"
+        );
+    }
+}
+
+#[test]
+fn readyz_answers_503_naming_redis_when_redis_does_not_answer() {
+    let rig = Rig::new();
+    let names = Names {
+        stream: unique("arrival-readyz"),
+        group: "inbox".into(),
+    };
+    let (mut child, addr) = serve_with(
+        rig.dir.path(),
+        &names,
+        "redis://127.0.0.1:1",
+        &["--consumers", "0"],
+    );
+    let (status, text) = get(addr, "/readyz");
+    let health = get(addr, "/healthz");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 503, "{text}");
+    assert!(text.starts_with("not ready: redis: "), "{text}");
+    assert_eq!(health, (200, "ok\n".to_owned()));
 }
