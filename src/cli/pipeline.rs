@@ -42,7 +42,7 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
-    pub(super) fn names(&self) -> Names {
+    pub(crate) fn names(&self) -> Names {
         Names {
             stream: self.stream.clone(),
             group: self.group.clone(),
@@ -149,6 +149,9 @@ pub enum PipelineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List, replay or discard dead letters (each action kept in the inbox).
+    #[command(subcommand)]
+    DeadLetters(super::operator::DeadLettersCommand),
     /// Why an application is (not) READY, or where an event went: receipts, stream
     /// entries, deliveries, verdicts, facts, conflicts, quarantine, dead letters, READY history.
     Explain(super::explain::ExplainArgs),
@@ -430,6 +433,7 @@ pub fn run(command: PipelineCommand) -> Outcome {
             json,
         } => super::operator::receipts(&db, event.as_deref(), limit, json),
         PipelineCommand::Explain(args) => super::explain::explain(&args),
+        PipelineCommand::DeadLetters(command) => super::operator::dead_letters(command),
         PipelineCommand::Upgrade {
             target,
             material_version,
