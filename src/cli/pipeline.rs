@@ -149,6 +149,16 @@ pub enum PipelineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stream retention: remove the entries every group has acknowledged that are older
+    /// than the retention period.
+    Trim {
+        /// Redis and the stream (every group of the stream counts).
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// Keep entries younger than this, acknowledged or not (seconds).
+        #[arg(long, default_value_t = 7 * 24 * 3600)]
+        retention_seconds: i64,
+    },
     /// List, replay or discard dead letters (each action kept in the inbox).
     #[command(subcommand)]
     DeadLetters(super::operator::DeadLettersCommand),
@@ -433,6 +443,10 @@ pub fn run(command: PipelineCommand) -> Outcome {
             json,
         } => super::operator::receipts(&db, event.as_deref(), limit, json),
         PipelineCommand::Explain(args) => super::explain::explain(&args),
+        PipelineCommand::Trim {
+            redis,
+            retention_seconds,
+        } => trim(&redis, retention_seconds),
         PipelineCommand::DeadLetters(command) => super::operator::dead_letters(command),
         PipelineCommand::Upgrade {
             target,
@@ -613,6 +627,24 @@ fn serve(command: PipelineCommand) -> Outcome {
     runtime()?
         .block_on(ingress::serve(&options))
         .map_err(|error| env_error(&db, error))?;
+    Ok(true)
+}
+
+/// `pipeline trim`: stream retention.
+fn trim(redis: &RedisArgs, retention_seconds: i64) -> Outcome {
+    let url = Path::new(&redis.redis_url);
+    let mut conn =
+        crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
+            .map_err(|error| env_error(url, error))?;
+    let now = pstore::now_ms();
+    let retention_ms = retention_seconds.max(0).saturating_mul(1000);
+    let (boundary, removed) =
+        crate::pipeline::stream::trim_acknowledged(&mut conn, &redis.stream, retention_ms, now)
+            .map_err(|error| env_error(url, error))?;
+    match boundary {
+        Some(boundary) => print(&format!("trimmed {removed} entries before {boundary}\n")),
+        None => print("trimmed nothing: the stream has no consumer group\n"),
+    }
     Ok(true)
 }
 

@@ -600,6 +600,95 @@ pub fn last_delivered(conn: &mut Connection, names: &Names) -> RedisResult<Optio
     Ok(None)
 }
 
+/// Every group of `stream` with its last delivered id (`XINFO GROUPS`); none when the
+/// stream does not exist.
+pub fn groups(conn: &mut Connection, stream: &str) -> RedisResult<Vec<(String, String)>> {
+    if redis::cmd("EXISTS").arg(stream).query::<i64>(conn)? == 0 {
+        return Ok(Vec::new());
+    }
+    let reply: Value = redis::cmd("XINFO").arg("GROUPS").arg(stream).query(conn)?;
+    let Value::Array(groups) = reply else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for group in &groups {
+        let pairs: Vec<(String, &Value)> = match group {
+            Value::Array(flat) => flat
+                .chunks(2)
+                .filter_map(|pair| Some((text(&pair[0])?, pair.get(1)?)))
+                .collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, v)))
+                .collect(),
+            _ => continue,
+        };
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| text(v))
+        };
+        if let (Some(name), Some(last)) = (field("name"), field("last-delivered-id")) {
+            out.push((name, last));
+        }
+    }
+    Ok(out)
+}
+
+/// The first entry id every group has acknowledged everything before: per group, its
+/// oldest pending entry, or (nothing pending) the id just after its last delivered one;
+/// the smallest over the groups. `None` when the stream has no group (nobody acknowledged
+/// anything).
+pub fn acknowledged_before(conn: &mut Connection, stream: &str) -> RedisResult<Option<String>> {
+    let mut boundary: Option<String> = None;
+    for (group, last) in groups(conn, stream)? {
+        let summary: Value = redis::cmd("XPENDING").arg(stream).arg(&group).query(conn)?;
+        let oldest = match &summary {
+            Value::Array(parts) => parts.get(1).and_then(text),
+            _ => None,
+        };
+        let bound = oldest.unwrap_or_else(|| {
+            let (ms, seq) = last.split_once('-').unwrap_or((&last, "0"));
+            format!("{ms}-{}", seq.parse::<u64>().unwrap_or(0) + 1)
+        });
+        if boundary
+            .as_ref()
+            .is_none_or(|b| id_order(&bound, b) == std::cmp::Ordering::Less)
+        {
+            boundary = Some(bound);
+        }
+    }
+    Ok(boundary)
+}
+
+/// Stream retention: removes (`XTRIM MINID`, exact) the entries every group has
+/// acknowledged and that are older than `retention_ms` at `now_ms`. Returns the boundary
+/// used (entries before it were removed) and how many were removed. Not atomic with the
+/// groups' progress, which only moves forward; a group created afterwards from id 0 finds
+/// the trimmed entries gone.
+pub fn trim_acknowledged(
+    conn: &mut Connection,
+    stream: &str,
+    retention_ms: i64,
+    now_ms: i64,
+) -> RedisResult<(Option<String>, i64)> {
+    let Some(acknowledged) = acknowledged_before(conn, stream)? else {
+        return Ok((None, 0));
+    };
+    let old = format!("{}-0", (now_ms - retention_ms).max(0));
+    let boundary = match id_order(&old, &acknowledged) {
+        std::cmp::Ordering::Less => old,
+        _ => acknowledged,
+    };
+    let removed: i64 = redis::cmd("XTRIM")
+        .arg(stream)
+        .arg("MINID")
+        .arg(&boundary)
+        .query(conn)?;
+    Ok((Some(boundary), removed))
+}
+
 /// Compares two entry ids (`ms-seq`) numerically.
 pub fn id_order(a: &str, b: &str) -> std::cmp::Ordering {
     let parse = |id: &str| {
