@@ -5,8 +5,8 @@
 //! an inbox or a Redis that does not answer is the environment (exit 3).
 
 use super::inbox::env_error;
+use super::inbox::RedisArgs;
 use super::operator::{identity, open};
-use super::pipeline::RedisArgs;
 use super::{pretty_json, print, Error, Outcome};
 use crate::facts::application::AppKey;
 use crate::harness::InputError;

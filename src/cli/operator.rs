@@ -426,7 +426,7 @@ pub enum DeadLettersCommand {
     List {
         /// Redis, stream and group.
         #[command(flatten)]
-        redis: super::pipeline::RedisArgs,
+        redis: super::inbox::RedisArgs,
         /// As JSON.
         #[arg(long)]
         json: bool,
@@ -439,7 +439,7 @@ pub enum DeadLettersCommand {
         db: PathBuf,
         /// Redis, stream and group.
         #[command(flatten)]
-        redis: super::pipeline::RedisArgs,
+        redis: super::inbox::RedisArgs,
         /// The original stream entry the letter holds.
         #[arg(long)]
         entry: String,
@@ -454,7 +454,7 @@ pub enum DeadLettersCommand {
         db: PathBuf,
         /// Redis, stream and group.
         #[command(flatten)]
-        redis: super::pipeline::RedisArgs,
+        redis: super::inbox::RedisArgs,
         /// The original stream entry the letter holds.
         #[arg(long)]
         entry: String,
@@ -464,7 +464,7 @@ pub enum DeadLettersCommand {
     },
 }
 
-fn redis_of(redis: &super::pipeline::RedisArgs) -> Result<redis::Connection, Error> {
+fn redis_of(redis: &super::inbox::RedisArgs) -> Result<redis::Connection, Error> {
     crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
         .map_err(|error| env_error(Path::new(&redis.redis_url), error))
 }

@@ -6,7 +6,8 @@
 //! runtime or a child process failing is an [`EnvironmentError`](super::EnvironmentError) (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).
 
-use super::inbox::{env_error, existing_inbox};
+pub use super::inbox::RedisArgs;
+use super::inbox::{env_error, existing_inbox, redis_url};
 use super::{print, Error, Outcome};
 use crate::facts::mutants::Mutant;
 use crate::harness::InputError;
@@ -15,40 +16,11 @@ use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
 use crate::pipeline::ingress::{self, ServeOptions};
 use crate::pipeline::load::{LoadOptions, LoadResult};
 use crate::pipeline::store as pstore;
-use crate::pipeline::stream::Names;
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Where Redis is and which stream and group to use.
-#[derive(Args, Clone, Debug)]
-pub struct RedisArgs {
-    /// Redis URL.
-    #[arg(
-        long,
-        env = "ARRIVAL_REDIS_URL",
-        value_parser = redis_url,
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-    /// The stream ingress appends to (the dead-letter stream is `<stream>:dead`).
-    #[arg(long, env = "ARRIVAL_STREAM", default_value = "arrival:facts")]
-    pub stream: String,
-    /// The consumer group.
-    #[arg(long, env = "ARRIVAL_GROUP", default_value = "arrival-inbox")]
-    pub group: String,
-}
-
-impl RedisArgs {
-    pub(crate) fn names(&self) -> Names {
-        Names {
-            stream: self.stream.clone(),
-            group: self.group.clone(),
-        }
-    }
-}
 
 /// `arrival pipeline ...`.
 #[derive(Subcommand, Debug)]
@@ -405,14 +377,6 @@ fn mutant(name: Option<&str>) -> Result<Option<Mutant>, InputError> {
             .map_err(|message| InputError::invalid(Path::new("--mutant"), "command line", message))
     })
     .transpose()
-}
-
-/// Reads `--redis-url`: a URL that does not parse is bad input (exit 2), not a Redis that
-/// does not answer.
-fn redis_url(text: &str) -> Result<String, String> {
-    redis::Client::open(text)
-        .map(|_| text.to_owned())
-        .map_err(|error| format!("not a Redis URL: {error}"))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
