@@ -511,13 +511,23 @@ fn answer(
             )),
         }
     }
-    if reasons.is_empty() {
-        format!(
+    // The mark is what consumers and operator steps wrote; the reasons are read from the
+    // rows. They agree unless something wrote one without the other: say so.
+    match (reasons.is_empty(), app.ready) {
+        (true, true) => format!(
             "READY: {} held for v{version}, no open conflict",
             held.join(" and ")
-        )
-    } else {
-        format!("not READY: {}", reasons.join("; "))
+        ),
+        (true, false) => format!(
+            "not marked READY, although {} are held for v{version} and no conflict is open: \
+             the mark disagrees with the facts",
+            held.join(" and ")
+        ),
+        (false, false) => format!("not READY: {}", reasons.join("; ")),
+        (false, true) => format!(
+            "marked READY, although: {}; the mark disagrees with the facts",
+            reasons.join("; ")
+        ),
     }
 }
 
@@ -1049,6 +1059,18 @@ mod tests {
             "not READY: no payment for v2 (finance/PAY-OLD is held for v1 only): a 202 at \
              1970-01-01T00:00:05Z for entry 5-0, which is neither in the stream nor pending, \
              decided or dead-lettered: the stream lost it (was Redis restarted without persistence?)"
+        );
+    }
+
+    #[test]
+    fn a_ready_mark_the_facts_do_not_support_is_named_as_a_disagreement() {
+        let mut rows = evidence(Vec::new(), Vec::new(), Vec::new());
+        rows.applications[0].ready = true;
+        let answer = &explain(&rows).applications[0].answer;
+        assert!(
+            answer.starts_with("marked READY, although: no payment for v2")
+                && answer.ends_with("; the mark disagrees with the facts"),
+            "{answer}"
         );
     }
 
