@@ -1,8 +1,11 @@
 //! The pipeline commands' shared edge: refusing a `--db` that is not an inbox (bad input,
-//! exit 2) and naming a pipeline part that failed (the environment, exit 3).
+//! exit 2), naming a pipeline part that failed (the environment, exit 3), and where Redis
+//! is with the stream and group to use (`--redis-url`, `--stream`, `--group`).
 
 use super::{EnvironmentError, Error};
 use crate::harness::InputError;
+use crate::pipeline::stream::Names;
+use clap::Args;
 use std::path::Path;
 
 /// The environment failed while working on `what` (the inbox, Redis, a fixture's run).
@@ -57,4 +60,40 @@ pub(super) fn existing_inbox(db: &Path) -> Result<(), InputError> {
         return Err(InputError::invalid(db, "--db", newer.to_string()));
     }
     Ok(())
+}
+
+/// Where Redis is and which stream and group to use.
+#[derive(Args, Clone, Debug)]
+pub struct RedisArgs {
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "ARRIVAL_REDIS_URL",
+        value_parser = redis_url,
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+    /// The stream ingress appends to (the dead-letter stream is `<stream>:dead`).
+    #[arg(long, env = "ARRIVAL_STREAM", default_value = "arrival:facts")]
+    pub stream: String,
+    /// The consumer group.
+    #[arg(long, env = "ARRIVAL_GROUP", default_value = "arrival-inbox")]
+    pub group: String,
+}
+
+impl RedisArgs {
+    pub(crate) fn names(&self) -> Names {
+        Names {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+        }
+    }
+}
+
+/// Reads `--redis-url`: a URL that does not parse is bad input (exit 2), not a Redis that
+/// does not answer.
+pub(super) fn redis_url(text: &str) -> Result<String, String> {
+    redis::Client::open(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| format!("not a Redis URL: {error}"))
 }

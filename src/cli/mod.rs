@@ -13,12 +13,14 @@
 //! | [`pipeline`] | `arrival pipeline ...` |
 //! | [`inbox`] | the pipeline commands' shared edge: an existing inbox, a failing part named |
 //! | [`operator`] | `arrival pipeline applications\|conflicts\|quarantine ...` |
+//! | [`explain`] | `arrival pipeline explain`: why an application is (not) READY, where an event went |
 //! | [`error`] | the one error type: bad input apart from a failing environment |
 //! | [`exit`] | the exit statuses |
 
 pub mod check;
 pub mod error;
 pub mod exit;
+pub mod explain;
 pub mod gen;
 pub mod inbox;
 pub mod merge;

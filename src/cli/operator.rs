@@ -1,5 +1,6 @@
-//! `arrival pipeline applications|conflicts|quarantine ...`: the operator's commands on a
-//! real inbox, each one transaction of [`crate::pipeline::operator`]. A refused step (a
+//! `arrival pipeline applications|conflicts|quarantine|dead-letters ...`: the operator's
+//! commands on a real inbox, each one transaction of [`crate::pipeline::operator`] (the
+//! dead letters' of [`crate::pipeline::dead_letters`]). A refused step (a
 //! downgrade, another business key, a terminated application, no open conflict) is bad
 //! input naming the flag (exit 2) and leaves the inbox as it was; an inbox that fails is
 //! the environment (exit 3).
@@ -150,7 +151,7 @@ pub enum QuarantineCommand {
     },
 }
 
-fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
+pub(super) fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
     existing_inbox(db)?;
     pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
 }
@@ -223,7 +224,7 @@ pub fn upgrade(target: &Target, material_version: u64) -> Outcome {
 /// `TENANT/SOURCE/EVENT_ID`, where the tenant and the event id may hold `/` themselves:
 /// the source is the one part that is `finance` or `contracts`. Refused when no split, or
 /// more than one, reads so.
-fn identity(text: &str) -> Result<FactId, Error> {
+pub(super) fn identity(text: &str) -> Result<FactId, Error> {
     let mut found = Vec::new();
     for (at, _) in text.match_indices('/') {
         let (tenant_id, rest) = (&text[..at], &text[at + 1..]);
@@ -416,4 +417,125 @@ pub fn receipts(db: &Path, event: Option<&str>, limit: usize, json: bool) -> Out
     }
     print(&out);
     Ok(true)
+}
+
+/// `arrival pipeline dead-letters ...`.
+#[derive(Subcommand, Debug)]
+pub enum DeadLettersCommand {
+    /// Every dead letter, oldest first: its entry, category, deliveries, error, identity.
+    List {
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: super::inbox::RedisArgs,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append a dead letter's body to the stream again as a new entry (after the cause was
+    /// fixed); the letter leaves the dead-letter stream, the action is kept in the inbox.
+    Replay {
+        /// The inbox database (where the action is recorded).
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: super::inbox::RedisArgs,
+        /// The original stream entry the letter holds.
+        #[arg(long)]
+        entry: String,
+        /// Why (kept with the action).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Remove a dead letter for good; the action and its reason are kept in the inbox.
+    Discard {
+        /// The inbox database (where the action is recorded).
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: super::inbox::RedisArgs,
+        /// The original stream entry the letter holds.
+        #[arg(long)]
+        entry: String,
+        /// Why (kept with the action).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+fn redis_of(redis: &super::inbox::RedisArgs) -> Result<redis::Connection, Error> {
+    crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
+        .map_err(|error| env_error(Path::new(&redis.redis_url), error))
+}
+
+fn action_error(db: &Path, error: crate::pipeline::dead_letters::ActionError) -> Error {
+    use crate::pipeline::dead_letters::ActionError;
+    match error {
+        ActionError::NotFound(_) => refused("--entry", error),
+        other => env_error(db, other),
+    }
+}
+
+/// Runs a `dead-letters` command.
+pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
+    use crate::pipeline::dead_letters as dl;
+    match command {
+        DeadLettersCommand::List { redis, json } => {
+            let mut conn = redis_of(&redis)?;
+            let letters = dl::list(&mut conn, &redis.names())
+                .map_err(|error| env_error(Path::new(&redis.redis_url), error))?;
+            if json {
+                print(&pretty_json(&letters));
+                return Ok(true);
+            }
+            let mut out = String::new();
+            for l in &letters {
+                let named = match (&l.tenant_id, &l.event_id) {
+                    (Some(t), Some(e)) => {
+                        format!(" {t}/{}/{e}", l.source.as_deref().unwrap_or("?"))
+                    }
+                    _ => String::new(),
+                };
+                out += &format!(
+                    "{} {}{named} after {} deliveries: {}\n",
+                    l.entry,
+                    l.category,
+                    l.deliveries.map_or("?".to_owned(), |n| n.to_string()),
+                    l.reason
+                );
+            }
+            if letters.is_empty() {
+                out += "no dead letters\n";
+            }
+            print(&out);
+            Ok(true)
+        }
+        DeadLettersCommand::Replay {
+            db,
+            redis,
+            entry,
+            reason,
+        } => {
+            let mut inbox = open(&db)?;
+            let mut conn = redis_of(&redis)?;
+            let new = dl::replay(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
+                .map_err(|error| action_error(&db, error))?;
+            print(&format!("entry {entry} replayed as {new}\n"));
+            Ok(true)
+        }
+        DeadLettersCommand::Discard {
+            db,
+            redis,
+            entry,
+            reason,
+        } => {
+            let mut inbox = open(&db)?;
+            let mut conn = redis_of(&redis)?;
+            let letter = dl::discard(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
+                .map_err(|error| action_error(&db, error))?;
+            print(&format!("entry {entry} ({}) discarded\n", letter.category));
+            Ok(true)
+        }
+    }
 }

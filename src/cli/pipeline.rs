@@ -6,7 +6,8 @@
 //! runtime or a child process failing is an [`EnvironmentError`](super::EnvironmentError) (exit 3); a run whose
 //! expectation or drill fails is `Ok(false)` (exit 1).
 
-use super::inbox::{env_error, existing_inbox};
+pub use super::inbox::RedisArgs;
+use super::inbox::{env_error, existing_inbox, redis_url};
 use super::{print, Error, Outcome};
 use crate::facts::mutants::Mutant;
 use crate::harness::InputError;
@@ -15,40 +16,11 @@ use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
 use crate::pipeline::ingress::{self, ServeOptions};
 use crate::pipeline::load::{LoadOptions, LoadResult};
 use crate::pipeline::store as pstore;
-use crate::pipeline::stream::Names;
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Where Redis is and which stream and group to use.
-#[derive(Args, Clone, Debug)]
-pub struct RedisArgs {
-    /// Redis URL.
-    #[arg(
-        long,
-        env = "ARRIVAL_REDIS_URL",
-        value_parser = redis_url,
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-    /// The stream ingress appends to (the dead-letter stream is `<stream>:dead`).
-    #[arg(long, env = "ARRIVAL_STREAM", default_value = "arrival:facts")]
-    pub stream: String,
-    /// The consumer group.
-    #[arg(long, env = "ARRIVAL_GROUP", default_value = "arrival-inbox")]
-    pub group: String,
-}
-
-impl RedisArgs {
-    fn names(&self) -> Names {
-        Names {
-            stream: self.stream.clone(),
-            group: self.group.clone(),
-        }
-    }
-}
 
 /// `arrival pipeline ...`.
 #[derive(Subcommand, Debug)]
@@ -108,6 +80,9 @@ pub enum PipelineCommand {
             value_parser = clap::value_parser!(u64).range(1..)
         )]
         body_timeout_ms: u64,
+        /// Log lines (one per request and per batch, on stderr) as `text` or `json`.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
         /// Refused: `serve` is the production receiver and runs the contract only (mutants
         /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
         #[arg(long, hide = true)]
@@ -146,6 +121,22 @@ pub enum PipelineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stream retention: remove the entries every group has acknowledged that are older
+    /// than the retention period.
+    Trim {
+        /// Redis and the stream (every group of the stream counts).
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// Keep entries younger than this, acknowledged or not (seconds).
+        #[arg(long, default_value_t = 7 * 24 * 3600)]
+        retention_seconds: i64,
+    },
+    /// List, replay or discard dead letters (each action kept in the inbox).
+    #[command(subcommand)]
+    DeadLetters(super::operator::DeadLettersCommand),
+    /// Why an application is (not) READY, or where an event went: receipts, stream
+    /// entries, deliveries, verdicts, facts, conflicts, quarantine, dead letters, READY history.
+    Explain(super::explain::ExplainArgs),
     /// The older spelling of `applications upgrade`.
     #[command(hide = true)]
     Upgrade {
@@ -207,6 +198,29 @@ pub enum PipelineCommand {
     Drill(DrillArgs),
     /// Throughput: a load generator (this process) against `serve` (a child process).
     Load(LoadArgs),
+}
+
+/// How `serve` writes its log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of `key=value` fields per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sends `tracing`'s events (ingress's request lines, the consumers' batch lines) to stderr
+/// in `format`; informational events and above.
+fn init_logs(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false);
+    // A second initialisation (never in `serve`, which runs once) is ignored.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 /// Where a `step` kills itself.
@@ -365,14 +379,6 @@ fn mutant(name: Option<&str>) -> Result<Option<Mutant>, InputError> {
     .transpose()
 }
 
-/// Reads `--redis-url`: a URL that does not parse is bad input (exit 2), not a Redis that
-/// does not answer.
-fn redis_url(text: &str) -> Result<String, String> {
-    redis::Client::open(text)
-        .map(|_| text.to_owned())
-        .map_err(|error| format!("not a Redis URL: {error}"))
-}
-
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -400,6 +406,12 @@ pub fn run(command: PipelineCommand) -> Outcome {
             limit,
             json,
         } => super::operator::receipts(&db, event.as_deref(), limit, json),
+        PipelineCommand::Explain(args) => super::explain::explain(&args),
+        PipelineCommand::Trim {
+            redis,
+            retention_seconds,
+        } => trim(&redis, retention_seconds),
+        PipelineCommand::DeadLetters(command) => super::operator::dead_letters(command),
         PipelineCommand::Upgrade {
             target,
             material_version,
@@ -547,6 +559,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
+        log_format,
         mutant: name,
     } = command
     else {
@@ -555,6 +568,7 @@ fn serve(command: PipelineCommand) -> Outcome {
     if let Some(name) = name {
         return Err(refuse_mutant(&name).into());
     }
+    init_logs(log_format);
     let keys = ingress::load_keys(&keys)?;
     existing_inbox(&db)?;
     let options = ServeOptions {
@@ -577,6 +591,24 @@ fn serve(command: PipelineCommand) -> Outcome {
     runtime()?
         .block_on(ingress::serve(&options))
         .map_err(|error| env_error(&db, error))?;
+    Ok(true)
+}
+
+/// `pipeline trim`: stream retention.
+fn trim(redis: &RedisArgs, retention_seconds: i64) -> Outcome {
+    let url = Path::new(&redis.redis_url);
+    let mut conn =
+        crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
+            .map_err(|error| env_error(url, error))?;
+    let now = pstore::now_ms();
+    let retention_ms = retention_seconds.max(0).saturating_mul(1000);
+    let (boundary, removed) =
+        crate::pipeline::stream::trim_acknowledged(&mut conn, &redis.stream, retention_ms, now)
+            .map_err(|error| env_error(url, error))?;
+    match boundary {
+        Some(boundary) => print(&format!("trimmed {removed} entries before {boundary}\n")),
+        None => print("trimmed nothing: the stream has no consumer group\n"),
+    }
     Ok(true)
 }
 

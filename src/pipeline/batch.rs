@@ -26,6 +26,10 @@ pub struct Item {
     pub envelope: Envelope,
     /// When ingress received it (Unix milliseconds), if the entry says.
     pub received_ms: Option<i64>,
+    /// The consumer deciding it (kept in its verdict row), when a consumer reads it.
+    pub consumer: Option<String>,
+    /// This delivery's count as Redis keeps it (this delivery included), when known.
+    pub deliveries: Option<u32>,
 }
 
 /// A batch's transaction, begun: every item decided or found undecidable, not yet
@@ -167,20 +171,37 @@ fn decide_one(
     };
     let verdict = consume_under(mutant, &mut inbox, &apps, at, &item.envelope, seen);
     write_back(conn, &inbox, &loaded, &item.entry)?;
+    record_verdict(conn, item, verdict)?;
+    match fail(item) {
+        Some(why) => Err(EntryError::Undecidable(why)),
+        None => Ok(verdict),
+    }
+}
+
+/// The verdict row of an entry: the first processing's verdict, identity, application,
+/// consumer and delivery count; a later processing counts up and moves `last_ms`.
+fn record_verdict(conn: &Connection, item: &Item, verdict: Verdict) -> rusqlite::Result<()> {
+    let envelope = &item.envelope;
     conn.prepare_cached(
-        "INSERT INTO verdicts VALUES (?1, ?2, 1, ?3, ?4)
-         ON CONFLICT DO UPDATE SET processings = processings + 1",
+        "INSERT INTO verdicts (entry, verdict, processings, received_ms, committed_ms,
+                               tenant_id, application_id, source, event_id, consumer,
+                               deliveries, last_ms)
+         VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?4)
+         ON CONFLICT DO UPDATE SET processings = processings + 1, last_ms = excluded.last_ms",
     )?
     .execute(params![
         item.entry,
         verdict.as_str(),
         item.received_ms,
-        now_ms()
+        now_ms(),
+        envelope.tenant_id(),
+        envelope.application_id(),
+        envelope.source().as_str(),
+        envelope.event_id(),
+        item.consumer,
+        item.deliveries
     ])?;
-    match fail(item) {
-        Some(why) => Err(EntryError::Undecidable(why)),
-        None => Ok(verdict),
-    }
+    Ok(())
 }
 
 /// Counts one more failed decision of the entry, with its identity and the last error.

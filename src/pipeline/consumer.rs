@@ -157,6 +157,7 @@ pub struct Consumer {
     own_first: bool,
     last_claim: Instant,
     cursor: String,
+    metrics: Option<Arc<super::metrics::Metrics>>,
 }
 
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -179,7 +180,14 @@ impl Consumer {
             own_first: true,
             last_claim: Instant::now(),
             cursor: "0-0".into(),
+            metrics: None,
         })
+    }
+
+    /// Counts this consumer's batches and commit times in `metrics` (`serve` does).
+    pub fn with_metrics(mut self, metrics: Option<Arc<super::metrics::Metrics>>) -> Consumer {
+        self.metrics = metrics;
+        self
     }
 
     /// This consumer's name.
@@ -236,7 +244,8 @@ impl Consumer {
     /// batch is noted as an infrastructure failure (it never counts toward a budget), and the
     /// error is returned for the caller to back off.
     pub fn handle(&mut self, entries: &[RawEntry]) -> Result<BatchResult, ConsumerError> {
-        let (raws, items, unparseable) = split(entries);
+        let (raws, mut items, unparseable) = split(entries, &self.options.name);
+        self.note_deliveries(&mut items)?;
         let mut batch = BatchResult {
             outcomes: items.iter().map(|item| Outcome::new(&item.entry)).collect(),
             killed: None,
@@ -255,6 +264,9 @@ impl Consumer {
             failures = match self.commit_items(&raws, &items, &mut batch) {
                 Ok(failures) => failures,
                 Err(error) => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.batch(None);
+                    }
                     self.note_infrastructure(entries);
                     return Err(error);
                 }
@@ -285,6 +297,33 @@ impl Consumer {
         Ok(batch)
     }
 
+    /// Notes on each item the delivery count Redis keeps for it (one `XPENDING` over the
+    /// batch's range, this consumer's entries only), for its verdict row.
+    fn note_deliveries(&mut self, items: &mut [Item]) -> Result<(), ConsumerError> {
+        let (Some(first), Some(last)) = (items.first(), items.last()) else {
+            return Ok(());
+        };
+        let (start, end) = match stream::id_order(&first.entry, &last.entry) {
+            std::cmp::Ordering::Greater => (last.entry.clone(), first.entry.clone()),
+            _ => (first.entry.clone(), last.entry.clone()),
+        };
+        let pending = stream::pending_of(
+            &mut self.redis,
+            &self.options.names,
+            &start,
+            &end,
+            items.len() + 64,
+            Some(&self.options.name),
+        )?;
+        for item in items.iter_mut() {
+            item.deliveries = pending
+                .iter()
+                .find(|entry| entry.id == item.entry)
+                .map(|entry| entry.deliveries);
+        }
+        Ok(())
+    }
+
     /// Decides the parsed items in one transaction and commits it (unless a fault kills the
     /// consumer first); the items found undecidable come back as failures to judge.
     fn commit_items<'e>(
@@ -297,6 +336,7 @@ impl Consumer {
         let faults = self.faults.clone();
         let me = self.options.name.clone();
         let fail = |item: &Item| faults.fail_decision(item);
+        let started = Instant::now();
         let decided = batch::decide(&mut self.db, self.options.mutant, items, &fail)?;
         let results = decided.outcomes.clone();
         if faults.kill_at(&me, Point::BeforeCommit, n) {
@@ -305,6 +345,9 @@ impl Consumer {
             return Ok(Vec::new());
         }
         decided.commit()?;
+        if let Some(metrics) = &self.metrics {
+            metrics.batch(Some(started.elapsed()));
+        }
         let mut failures = Vec::new();
         for (index, result) in results.into_iter().enumerate() {
             match result {
@@ -426,7 +469,11 @@ impl Consumer {
         let mut pause = Duration::from_millis(50);
         while !stop.load(Ordering::SeqCst) {
             let result = self.next_batch().and_then(|batch| match batch {
-                Some((_, entries)) => self.handle(&entries).map(Some),
+                Some((kind, entries)) => {
+                    let handled = self.handle(&entries)?;
+                    self.log_batch(kind, &handled);
+                    Ok(Some(handled))
+                }
                 None => Ok(None),
             });
             match result {
@@ -451,6 +498,26 @@ impl Consumer {
         }
         self.leave_group_if_idle();
         None
+    }
+
+    /// One log line per batch: how it was read, its entries, and how many were decided,
+    /// acknowledged, left to retry and dead-lettered (entry ids, never bodies).
+    fn log_batch(&self, kind: ReadKind, batch: &BatchResult) {
+        let count = |test: fn(&Outcome) -> bool| batch.outcomes.iter().filter(|o| test(o)).count();
+        tracing::info!(
+            target: "arrival::consumer",
+            consumer = %self.options.name,
+            read = ?kind,
+            entries = batch.outcomes.len(),
+            decided = count(|o| matches!(o.decision, Some(Decision::Verdict(_)))),
+            acknowledged = count(|o| o.acknowledged),
+            retried = count(|o| matches!(o.decision, Some(Decision::Retry { .. }))),
+            dead_lettered = count(|o| matches!(o.decision, Some(Decision::DeadLetter { .. }))),
+            first = %batch.outcomes.first().map_or("", |o| o.entry.as_str()),
+            last = %batch.outcomes.last().map_or("", |o| o.entry.as_str()),
+            killed = ?batch.killed,
+            "batch"
+        );
     }
 
     /// On a graceful stop, removes this consumer from the group when it holds nothing
@@ -588,10 +655,13 @@ impl<'e> Failure<'e> {
 
 /// A batch split into the parsed items (with their raw entries, in the same order) and the
 /// entries that do not parse.
-fn split(entries: &[RawEntry]) -> (Vec<&RawEntry>, Vec<Item>, Vec<Failure<'_>>) {
+fn split<'e>(
+    entries: &'e [RawEntry],
+    consumer: &str,
+) -> (Vec<&'e RawEntry>, Vec<Item>, Vec<Failure<'e>>) {
     let (mut raws, mut items, mut unparseable) = (Vec::new(), Vec::new(), Vec::new());
     for entry in entries {
-        match parse(entry) {
+        match parse(entry, consumer) {
             Ok(item) => {
                 raws.push(entry);
                 items.push(item);
@@ -602,8 +672,10 @@ fn split(entries: &[RawEntry]) -> (Vec<&RawEntry>, Vec<Item>, Vec<Failure<'_>>) 
     (raws, items, unparseable)
 }
 
-/// A stream entry as an inbox item, or why it cannot be processed.
-fn parse(entry: &RawEntry) -> Result<Item, String> {
+/// A stream entry as an inbox item read by `consumer`, or why it cannot be processed. Only
+/// `source` and `body` are read: the ids ingress writes beside them are for people and
+/// `pipeline explain`, and entries from before they were written parse the same.
+fn parse(entry: &RawEntry, consumer: &str) -> Result<Item, String> {
     if entry.fields.is_none() {
         return Err("the entry was deleted from the stream while pending".into());
     }
@@ -621,6 +693,8 @@ fn parse(entry: &RawEntry) -> Result<Item, String> {
                 .field("received_ms")
                 .and_then(|ms| std::str::from_utf8(ms).ok())
                 .and_then(|ms| ms.parse().ok()),
+            consumer: Some(consumer.to_owned()),
+            deliveries: None,
         }),
         None => Err(unprocessable_reason(source, &String::from_utf8_lossy(body))),
     }

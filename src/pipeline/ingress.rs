@@ -6,7 +6,8 @@
 //! returns.
 
 use super::consumer::{Consumer, ConsumerOptions, Faults, Point};
-use super::receipts::{Receipt, Receipts};
+use super::metrics::{self, Metrics, Sources};
+use super::receipts::{bounded, Receipt, Receipts};
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
@@ -143,6 +144,10 @@ pub struct IngressState {
     pub stream_down: AtomicBool,
     /// Where each answered request's receipt goes.
     pub receipts: Receipts,
+    /// Counters and the commit histogram, shared with the consumers.
+    pub metrics: Arc<Metrics>,
+    /// Where `/metrics` and `/readyz` read Redis and the inbox.
+    sources: Sources,
 }
 
 impl IngressState {
@@ -193,12 +198,84 @@ async fn webhook(
         .get("x-acme-source")
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let started = std::time::Instant::now();
     let (receipt, reply) = judge(&state, &headers, body).await;
-    state.receipts.record(Receipt {
+    let receipt = Receipt {
         at_ms: state.clock.now_ms(),
         source,
         ..receipt
-    });
+    };
+    state.metrics.request(receipt.status, &receipt.reason);
+    log_request(&receipt, started.elapsed());
+    state.receipts.record(receipt);
+    reply
+}
+
+/// One log line per request: the receipt's fields (headers and details cut to their
+/// bound), never the body or a secret.
+fn log_request(r: &Receipt, took: Duration) {
+    let text = |value: &Option<String>| value.as_deref().map(bounded).unwrap_or_default();
+    tracing::info!(
+        target: "arrival::ingress",
+        status = r.status,
+        reason = %r.reason,
+        source = %text(&r.source),
+        key_id = %text(&r.key_id),
+        tenant_id = %text(&r.tenant_id),
+        application_id = %text(&r.application_id),
+        event_id = %text(&r.event_id),
+        entry = %text(&r.entry),
+        body_sha256 = %text(&r.body_sha256),
+        detail = %text(&r.detail),
+        micros = took.as_micros() as u64,
+        "request"
+    );
+}
+
+/// `GET /metrics`: the counters, and the levels read now; 503 when they cannot be read.
+async fn metrics_page(State(state): State<Arc<IngressState>>) -> axum::response::Response {
+    let sources = state.sources.clone();
+    let levels = tokio::task::spawn_blocking(move || metrics::read_levels(&sources)).await;
+    match levels {
+        Ok(Ok(levels)) => {
+            let mut reply =
+                axum::response::Response::new(Body::from(state.metrics.render(&levels)));
+            reply.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            reply
+        }
+        Ok(Err(error)) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")),
+        Err(error) => plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
+/// `GET /healthz`: the process serves.
+async fn healthz() -> axum::response::Response {
+    plain(StatusCode::OK, "ok\n".into())
+}
+
+/// `GET /readyz`: 200 when Redis and the inbox answer, 503 naming the one that does not.
+async fn readyz(State(state): State<Arc<IngressState>>) -> axum::response::Response {
+    let sources = state.sources.clone();
+    match tokio::task::spawn_blocking(move || metrics::check_ready(&sources)).await {
+        Ok(Ok(())) => plain(StatusCode::OK, "ready\n".into()),
+        Ok(Err(why)) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+        Err(error) => plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
+fn plain(status: StatusCode, text: String) -> axum::response::Response {
+    let mut reply = axum::response::Response::new(Body::from(text));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     reply
 }
 
@@ -298,6 +375,7 @@ async fn judge(
         admitted.envelope.source().as_str(),
         &bytes,
         state.clock.now_ms(),
+        Some(&admitted.envelope),
     );
     let mut redis = state.redis.clone();
     match tokio::time::timeout(XADD_TIMEOUT, command.query_async::<String>(&mut redis)).await {
@@ -447,9 +525,18 @@ pub async fn start(
         body_timeout: Duration::from_millis(options.body_timeout_ms.max(1)),
         stream_down: AtomicBool::new(false),
         receipts: Receipts::start(&options.db, options.busy_timeout_ms)?,
+        metrics: Arc::new(Metrics::new()),
+        sources: Sources {
+            redis_url: options.redis_url.clone(),
+            names: options.names.clone(),
+            db: options.db.clone(),
+        },
     });
     let router = axum::Router::new()
         .route(WEBHOOK_PATH, axum::routing::post(webhook))
+        .route("/metrics", axum::routing::get(metrics_page))
+        .route("/healthz", axum::routing::get(healthz))
+        .route("/readyz", axum::routing::get(readyz))
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
@@ -470,6 +557,7 @@ pub async fn start(
             consumer_options,
             faults.clone(),
             stop.clone(),
+            Some(state.metrics.clone()),
         ));
     }
     Ok(Running {
@@ -508,13 +596,14 @@ pub fn spawn_consumer(
     options: ConsumerOptions,
     faults: Arc<dyn Faults>,
     stop: Arc<AtomicBool>,
+    metrics: Option<Arc<Metrics>>,
 ) -> tokio::task::JoinHandle<Option<Point>> {
     tokio::task::spawn_blocking(move || loop {
         if stop.load(Ordering::SeqCst) {
             return None;
         }
         match Consumer::connect(options.clone(), faults.clone()) {
-            Ok(mut consumer) => return consumer.run(&stop),
+            Ok(consumer) => return consumer.with_metrics(metrics.clone()).run(&stop),
             Err(error) => {
                 eprintln!("arrival consumer {}: {error}; retrying", options.name);
                 std::thread::sleep(Duration::from_millis(200));

@@ -12,6 +12,9 @@
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
+//! | [`dead_letters`] | the dead-letter stream for people: list, replay into the stream, discard; each action recorded in the inbox |
+//! | [`explain`] | `pipeline explain`: the rows of an application or an event loaded once ([`explain::load`]), and the answer to "why (not) READY" as a pure function of them ([`explain::reason`]) |
+//! | [`metrics`] | `/metrics` (Prometheus text through `prometheus-client`), `/healthz`, `/readyz`: counters and the commit histogram of the process, levels read from Redis and the inbox at each scrape |
 //! | [`receipts`] | one receipt per answered request (refusals too), written to the inbox by a writer thread in batches |
 //! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
@@ -21,9 +24,12 @@
 pub mod batch;
 pub mod client;
 pub mod consumer;
+pub mod dead_letters;
 pub mod drill;
+pub mod explain;
 pub mod ingress;
 pub mod load;
+pub mod metrics;
 pub mod operator;
 pub mod receipts;
 pub mod run;

@@ -238,6 +238,20 @@ pub fn list(
     Ok(out)
 }
 
+/// Every receipt whose body names application `key`, oldest first.
+pub fn of_application(
+    conn: &Connection,
+    key: &crate::facts::application::AppKey,
+) -> rusqlite::Result<Vec<Receipt>> {
+    let mut statement = conn.prepare(
+        "SELECT at_ms, source, key_id, status, reason, detail, body_sha256, tenant_id,
+                application_id, event_id, entry FROM receipts
+         WHERE tenant_id = ?1 AND application_id = ?2 ORDER BY seq",
+    )?;
+    let rows = statement.query_map(params![key.tenant_id, key.application_id], row_of)?;
+    rows.collect()
+}
+
 fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Receipt> {
     Ok(Receipt {
         at_ms: row.get(0)?,

@@ -303,13 +303,16 @@ impl Runner<'_> {
             }
             Step::Undecidable { request } => {
                 let posted = &self.scenario.setup.requests[request];
-                let source = envelope_in(&posted.body)
+                let envelope = envelope_in(&posted.body);
+                let source = envelope
+                    .as_ref()
                     .map_or("finance", |envelope| envelope.source().as_str());
                 let id: String = stream::xadd_command(
                     &self.names,
                     source,
                     &posted.body,
                     posted.received_at * 1000,
+                    envelope.as_ref(),
                 )
                 .query(&mut self.redis)?;
                 self.ids.push(id.clone());

@@ -56,6 +56,18 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0005_receipts.sql"),
         then: None,
     },
+    Migration {
+        version: 6,
+        name: "chain",
+        sql: include_str!("migrations/0006_chain.sql"),
+        then: None,
+    },
+    Migration {
+        version: 7,
+        name: "dead_letter_actions",
+        sql: include_str!("migrations/0007_dead_letter_actions.sql"),
+        then: None,
+    },
 ];
 
 /// Migration 4's data step: stored contents rewritten in the canonical text of this build

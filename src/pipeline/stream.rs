@@ -3,6 +3,7 @@
 //! `XPENDING`, `XACK`, and a script that copies an entry to the dead-letter stream and
 //! acknowledges it atomically, once per original entry id.
 
+use crate::facts::envelope::Envelope;
 use redis::{Connection, RedisResult, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -86,8 +87,17 @@ pub fn ensure_group(conn: &mut Connection, names: &Names) -> RedisResult<()> {
     }
 }
 
-/// The `XADD` ingress sends: raw body, source, receive time.
-pub fn xadd_command(names: &Names, source: &str, body: &[u8], received_ms: i64) -> redis::Cmd {
+/// The `XADD` ingress sends: source, raw body, receive time, and the tenant, application
+/// and event id the body names (the chain `pipeline explain` follows from a receipt to a
+/// verdict). Consumers decide on `source` and `body` alone, so an entry written before the
+/// three ids were added is consumed as before.
+pub fn xadd_command(
+    names: &Names,
+    source: &str,
+    body: &[u8],
+    received_ms: i64,
+    named: Option<&Envelope>,
+) -> redis::Cmd {
     let mut cmd = redis::cmd("XADD");
     cmd.arg(&names.stream)
         .arg("*")
@@ -97,6 +107,14 @@ pub fn xadd_command(names: &Names, source: &str, body: &[u8], received_ms: i64) 
         .arg(body)
         .arg("received_ms")
         .arg(received_ms);
+    if let Some(envelope) = named {
+        cmd.arg("tenant_id")
+            .arg(envelope.tenant_id())
+            .arg("application_id")
+            .arg(envelope.application_id())
+            .arg("event_id")
+            .arg(envelope.event_id());
+    }
     cmd
 }
 
@@ -225,13 +243,15 @@ pub fn autoclaim(
     Ok((next, claimed))
 }
 
-/// One pending entry: id, owner, delivery count.
+/// One pending entry: id, owner, idle time, delivery count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingEntry {
     /// The entry id.
     pub id: String,
     /// The consumer holding it.
     pub consumer: String,
+    /// Milliseconds since it was last delivered.
+    pub idle_ms: u64,
     /// How many times it has been delivered.
     pub deliveries: u32,
 }
@@ -244,13 +264,29 @@ pub fn pending_range(
     end: &str,
     count: usize,
 ) -> RedisResult<Vec<PendingEntry>> {
-    let reply: Value = redis::cmd("XPENDING")
-        .arg(&names.stream)
+    pending_of(conn, names, start, end, count, None)
+}
+
+/// `XPENDING key group start end count [consumer]`: the pending entries in that range,
+/// only `consumer`'s when it is named.
+pub fn pending_of(
+    conn: &mut Connection,
+    names: &Names,
+    start: &str,
+    end: &str,
+    count: usize,
+    consumer: Option<&str>,
+) -> RedisResult<Vec<PendingEntry>> {
+    let mut cmd = redis::cmd("XPENDING");
+    cmd.arg(&names.stream)
         .arg(&names.group)
         .arg(start)
         .arg(end)
-        .arg(count)
-        .query(conn)?;
+        .arg(count);
+    if let Some(consumer) = consumer {
+        cmd.arg(consumer);
+    }
+    let reply: Value = cmd.query(conn)?;
     let Value::Array(items) = reply else {
         return Ok(Vec::new());
     };
@@ -263,6 +299,7 @@ pub fn pending_range(
             Some(PendingEntry {
                 id: text(parts.first()?)?,
                 consumer: text(parts.get(1)?)?,
+                idle_ms: text(parts.get(2)?)?.parse().ok()?,
                 deliveries: text(parts.get(3)?)?.parse().ok()?,
             })
         })
@@ -352,6 +389,50 @@ pub fn pending_count(conn: &mut Connection, names: &Names) -> RedisResult<usize>
             .unwrap_or(0),
         _ => 0,
     })
+}
+
+/// `XLEN key` (0 for a stream that does not exist).
+pub fn length(conn: &mut Connection, key: &str) -> RedisResult<i64> {
+    redis::cmd("XLEN").arg(key).query(conn)
+}
+
+/// The group's pending entries per consumer (`XPENDING key group`), and the idle time in
+/// milliseconds of the most idle among the first 1000 pending entries; nothing when the
+/// group does not exist yet.
+pub fn pending_by_consumer(
+    conn: &mut Connection,
+    names: &Names,
+) -> RedisResult<(Vec<(String, i64)>, u64)> {
+    let reply: RedisResult<Value> = redis::cmd("XPENDING")
+        .arg(&names.stream)
+        .arg(&names.group)
+        .query(conn);
+    let reply = match reply {
+        Err(error) if error.code() == Some("NOGROUP") => return Ok((Vec::new(), 0)),
+        other => other?,
+    };
+    let mut per_consumer = Vec::new();
+    if let Value::Array(parts) = &reply {
+        if let Some(Value::Array(consumers)) = parts.get(3) {
+            for consumer in consumers {
+                let Value::Array(pair) = consumer else {
+                    continue;
+                };
+                if let (Some(name), Some(count)) = (
+                    pair.first().and_then(text),
+                    pair.get(1).and_then(text).and_then(|n| n.parse().ok()),
+                ) {
+                    per_consumer.push((name, count));
+                }
+            }
+        }
+    }
+    let idle = pending_range(conn, names, "-", "+", 1000)?
+        .iter()
+        .map(|entry| entry.idle_ms)
+        .max()
+        .unwrap_or(0);
+    Ok((per_consumer, idle))
 }
 
 /// `XACK key group id...`, and the acknowledged ids' infrastructure counts dropped
@@ -517,6 +598,95 @@ pub fn last_delivered(conn: &mut Connection, names: &Names) -> RedisResult<Optio
         }
     }
     Ok(None)
+}
+
+/// Every group of `stream` with its last delivered id (`XINFO GROUPS`); none when the
+/// stream does not exist.
+pub fn groups(conn: &mut Connection, stream: &str) -> RedisResult<Vec<(String, String)>> {
+    if redis::cmd("EXISTS").arg(stream).query::<i64>(conn)? == 0 {
+        return Ok(Vec::new());
+    }
+    let reply: Value = redis::cmd("XINFO").arg("GROUPS").arg(stream).query(conn)?;
+    let Value::Array(groups) = reply else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for group in &groups {
+        let pairs: Vec<(String, &Value)> = match group {
+            Value::Array(flat) => flat
+                .chunks(2)
+                .filter_map(|pair| Some((text(&pair[0])?, pair.get(1)?)))
+                .collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, v)))
+                .collect(),
+            _ => continue,
+        };
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| text(v))
+        };
+        if let (Some(name), Some(last)) = (field("name"), field("last-delivered-id")) {
+            out.push((name, last));
+        }
+    }
+    Ok(out)
+}
+
+/// The first entry id every group has acknowledged everything before: per group, its
+/// oldest pending entry, or (nothing pending) the id just after its last delivered one;
+/// the smallest over the groups. `None` when the stream has no group (nobody acknowledged
+/// anything).
+pub fn acknowledged_before(conn: &mut Connection, stream: &str) -> RedisResult<Option<String>> {
+    let mut boundary: Option<String> = None;
+    for (group, last) in groups(conn, stream)? {
+        let summary: Value = redis::cmd("XPENDING").arg(stream).arg(&group).query(conn)?;
+        let oldest = match &summary {
+            Value::Array(parts) => parts.get(1).and_then(text),
+            _ => None,
+        };
+        let bound = oldest.unwrap_or_else(|| {
+            let (ms, seq) = last.split_once('-').unwrap_or((&last, "0"));
+            format!("{ms}-{}", seq.parse::<u64>().unwrap_or(0) + 1)
+        });
+        if boundary
+            .as_ref()
+            .is_none_or(|b| id_order(&bound, b) == std::cmp::Ordering::Less)
+        {
+            boundary = Some(bound);
+        }
+    }
+    Ok(boundary)
+}
+
+/// Stream retention: removes (`XTRIM MINID`, exact) the entries every group has
+/// acknowledged and that are older than `retention_ms` at `now_ms`. Returns the boundary
+/// used (entries before it were removed) and how many were removed. Not atomic with the
+/// groups' progress, which only moves forward; a group created afterwards from id 0 finds
+/// the trimmed entries gone.
+pub fn trim_acknowledged(
+    conn: &mut Connection,
+    stream: &str,
+    retention_ms: i64,
+    now_ms: i64,
+) -> RedisResult<(Option<String>, i64)> {
+    let Some(acknowledged) = acknowledged_before(conn, stream)? else {
+        return Ok((None, 0));
+    };
+    let old = format!("{}-0", (now_ms - retention_ms).max(0));
+    let boundary = match id_order(&old, &acknowledged) {
+        std::cmp::Ordering::Less => old,
+        _ => acknowledged,
+    };
+    let removed: i64 = redis::cmd("XTRIM")
+        .arg(stream)
+        .arg("MINID")
+        .arg(&boundary)
+        .query(conn)?;
+    Ok((Some(boundary), removed))
 }
 
 /// Compares two entry ids (`ms-seq`) numerically.

@@ -67,6 +67,8 @@ fn a_version_1_inbox_is_migrated_in_place_and_keeps_what_it_held() {
         entry: "1714557700000-0".into(),
         envelope,
         received_ms: None,
+        consumer: None,
+        deliveries: None,
     };
     let decided = batch::decide(&mut conn, None, &[item], &|_| None).unwrap();
     assert_eq!(decided.outcomes, [Ok(Verdict::Duplicate)]);

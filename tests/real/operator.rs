@@ -132,6 +132,8 @@ fn decide(db: &Path, first: u64, bodies: &[String]) -> Vec<Verdict> {
             entry: format!("{}-0", first + n as u64),
             envelope: envelope_in(body.as_bytes()).unwrap(),
             received_ms: Some(1_717_405_201_000),
+            consumer: None,
+            deliveries: None,
         })
         .collect();
     let decided = batch::decide(&mut conn, None, &items, &|_| None).unwrap();

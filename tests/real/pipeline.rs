@@ -157,7 +157,7 @@ fn serve(dir: &Path, names: &Names, url: &str) -> (std::process::Child, std::net
 
 /// Starts `arrival pipeline serve` on `DIR/inbox.db` and `DIR/keys.json` with `options`, as
 /// a child, and returns it with its address.
-fn serve_with(
+pub fn serve_with(
     dir: &Path,
     names: &Names,
     url: &str,
@@ -669,4 +669,68 @@ fn every_answer_leaves_a_receipt_and_no_receipt_holds_a_body_or_a_secret() {
     assert!(!text.contains(&*event), "a receipt never holds the body");
     let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
     stream::delete_keys(&mut redis, &names).unwrap();
+}
+
+#[test]
+fn retention_trims_only_what_every_group_acknowledged_and_the_period_has_passed() {
+    let url = redis_url();
+    let mut conn = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let names = Names {
+        stream: unique("arrival-retention"),
+        group: "inbox".into(),
+    };
+    stream::ensure_group(&mut conn, &names).unwrap();
+    for ms in [1000, 2000, 3000, 4000, 5000] {
+        let _: String = redis::cmd("XADD")
+            .arg(&names.stream)
+            .arg(format!("{ms}-0"))
+            .arg("body")
+            .arg("x")
+            .query(&mut conn)
+            .unwrap();
+    }
+    let read = stream::read_group(&mut conn, &names, "c1", ">", 3, None).unwrap();
+    assert_eq!(read.len(), 3);
+    stream::ack(&mut conn, &names, &["1000-0".into(), "3000-0".into()]).unwrap();
+    let trim = |conn: &mut redis::Connection, retention_ms: i64, now_ms: i64| {
+        stream::trim_acknowledged(conn, &names.stream, retention_ms, now_ms).unwrap()
+    };
+    // 2000-0 is pending: only 1000-0 is acknowledged by the group.
+    assert_eq!(trim(&mut conn, 0, 10_000), (Some("2000-0".into()), 1));
+    stream::ack(&mut conn, &names, &["2000-0".into()]).unwrap();
+    // Everything up to the last delivered (3000-0) is acknowledged, but the retention
+    // period (2.5 s at 5 s) keeps what is younger than 2500.
+    assert_eq!(trim(&mut conn, 2_500, 5_000), (Some("2500-0".into()), 1));
+    assert_eq!(trim(&mut conn, 0, 10_000), (Some("3000-1".into()), 1));
+    // A second group that has read nothing holds every entry left.
+    let other = Names {
+        stream: names.stream.clone(),
+        group: "audit".into(),
+    };
+    stream::ensure_group(&mut conn, &other).unwrap();
+    assert_eq!(trim(&mut conn, 0, 10_000), (Some("0-1".into()), 0));
+    let left: Vec<String> = stream::range_all(&mut conn, &names.stream)
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.id)
+        .collect();
+    assert_eq!(left, ["4000-0", "5000-0"]);
+    let output = Command::new(ARRIVAL)
+        .args([
+            "pipeline",
+            "trim",
+            "--retention-seconds",
+            "0",
+            "--stream",
+            &names.stream,
+        ])
+        .env("ARRIVAL_REDIS_URL", &url)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "trimmed 0 entries before 0-1\n"
+    );
+    stream::delete_keys(&mut conn, &names).unwrap();
 }

@@ -7,10 +7,11 @@
 
 use crate::util::temp_dir;
 use arrival::facts::application::{AppKey, Application, Applications};
+use arrival::facts::inbox::Verdict;
 use arrival::facts::world::{Decision, POISON_BODY};
 use arrival::pipeline::batch::Item;
 use arrival::pipeline::consumer::{
-    BatchResult, Consumer, ConsumerOptions, Faults, Point, ReadKind,
+    BatchResult, Consumer, ConsumerOptions, Faults, NoFaults, Point, ReadKind,
 };
 use arrival::pipeline::run::unique;
 use arrival::pipeline::store;
@@ -86,7 +87,7 @@ impl Rig {
     }
 
     fn add(&mut self, source: &str, body: &str) -> String {
-        stream::xadd_command(&self.names, source, body.as_bytes(), store::now_ms())
+        stream::xadd_command(&self.names, source, body.as_bytes(), store::now_ms(), None)
             .query(&mut self.redis)
             .unwrap()
     }
@@ -360,5 +361,107 @@ fn a_stored_fact_that_no_longer_parses_dead_letters_only_the_entries_that_need_i
     assert_eq!(
         stream::pending_count(&mut rig.redis, &rig.names).unwrap(),
         0
+    );
+}
+
+/// `pipeline dead-letters ARGS` on the rig's stream and inbox: status, stdout, stderr.
+fn dead_letters_cli(rig: &Rig, args: &[&str], with_db: bool) -> (Option<i32>, String, String) {
+    let mut command = std::process::Command::new(crate::util::ARRIVAL);
+    command
+        .args(["pipeline", "dead-letters"])
+        .args(args)
+        .args(["--stream", &rig.names.stream, "--group", &rig.names.group])
+        .env("ARRIVAL_REDIS_URL", crate::pipeline::redis_url())
+        .env_remove("ARRIVAL_DB");
+    if with_db {
+        command.arg("--db").arg(&rig.db);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code(),
+        crate::util::stdout(&output),
+        crate::util::stderr(&output),
+    )
+}
+
+#[test]
+fn a_dead_letter_replayed_after_its_cause_is_gone_is_decided_and_a_discarded_one_is_kept_only_as_a_record(
+) {
+    let mut rig = Rig::new();
+    let stuck = rig.add("finance", &body("finance", "PAY-X", "a2"));
+    let poison = rig.add("finance", POISON_BODY);
+    let mut consumer = rig.consumer(Arc::new(FailEvent("PAY-X")));
+    batch(&mut consumer, ReadKind::New);
+    batch(&mut consumer, ReadKind::Own);
+    batch(&mut consumer, ReadKind::Own);
+    drop(consumer);
+    let (code, listed, _) = dead_letters_cli(&rig, &["list", "--json"], false);
+    assert_eq!(code, Some(0));
+    let letters: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let entries: Vec<(&str, &str)> = letters
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["entry"].as_str().unwrap(),
+                l["category"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            (stuck.as_str(), "undecidable"),
+            (poison.as_str(), "unparseable")
+        ]
+    );
+    let replay = [
+        "replay",
+        "--entry",
+        &stuck,
+        "--reason",
+        "the failing hook is gone",
+    ];
+    let (code, said, err) = dead_letters_cli(&rig, &replay, true);
+    assert_eq!(code, Some(0), "{err}");
+    let new = said.trim().rsplit(' ').next().unwrap().to_owned();
+    let discard = ["discard", "--entry", &poison, "--reason", "not an envelope"];
+    assert_eq!(dead_letters_cli(&rig, &discard, true).0, Some(0));
+    let (code, _, err) = dead_letters_cli(&rig, &discard, true);
+    assert_eq!(
+        code,
+        Some(2),
+        "a letter discarded is no longer there: {err}"
+    );
+    assert!(err.contains("--entry") && err.contains(&poison), "{err}");
+    assert!(rig.dead_letters().is_empty());
+    let mut consumer = rig.consumer(Arc::new(NoFaults));
+    let result = batch(&mut consumer, ReadKind::New);
+    assert_eq!(
+        decision(&result, &new),
+        (Some(Decision::Verdict(Verdict::Accepted)), true)
+    );
+    let conn = rusqlite::Connection::open(&rig.db).unwrap();
+    let actions: Vec<(String, String, Option<String>, String)> = conn
+        .prepare("SELECT entry, action, new_entry, reason FROM dead_letter_actions ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (
+                stuck,
+                "replay".into(),
+                Some(new),
+                "the failing hook is gone".into()
+            ),
+            (poison, "discard".into(), None, "not an envelope".into()),
+        ]
     );
 }

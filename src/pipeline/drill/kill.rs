@@ -80,7 +80,12 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
         let name = format!("c{index}");
         slots.push((
             name.clone(),
-            spawn_consumer(rig.options.consumer(&name), plan.clone(), stop.clone()),
+            spawn_consumer(
+                rig.options.consumer(&name),
+                plan.clone(),
+                stop.clone(),
+                None,
+            ),
         ));
         report.consumer_starts += 1;
     }
@@ -113,7 +118,12 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
                             format!("{}-{generation}", slot.0.split('-').next().unwrap_or("c"));
                     }
                 }
-                slot.1 = spawn_consumer(rig.options.consumer(&slot.0), plan.clone(), stop.clone());
+                slot.1 = spawn_consumer(
+                    rig.options.consumer(&slot.0),
+                    plan.clone(),
+                    stop.clone(),
+                    None,
+                );
                 report.consumer_starts += 1;
             }
         }

@@ -292,6 +292,7 @@ pub(super) fn plain_consumers(
                 rig.options.consumer(&format!("c{index}")),
                 Arc::new(crate::pipeline::consumer::NoFaults),
                 stop.clone(),
+                Some(rig.running.state.metrics.clone()),
             )
         })
         .collect()
