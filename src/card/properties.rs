@@ -9,7 +9,9 @@
 
 use crate::card::fixture::Scenario;
 use crate::card::property::{Properties, Property};
-use crate::card::receiver::{InputRef, Policy, Receiver, Record, Standing, Verdict};
+use crate::card::receiver::{
+    InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict,
+};
 use crate::card::step::{Fault, Step};
 use crate::card::wire::Version;
 use crate::card::world::{transition, Effect, World};
@@ -176,7 +178,17 @@ pub fn check_step(
     let found = broken(Property::FirstRecordImmutable, &first_kept)
         .or_else(|| broken(Property::EvidenceRetained, &retained))
         .or_else(|| broken(Property::NoUnknownCard, &created_ok))
-        .or_else(|| broken(Property::VersionMonotonic, &monotonic));
+        .or_else(|| broken(Property::VersionMonotonic, &monotonic))
+        .or_else(|| {
+            broken(Property::ConflictedNeverDecided, &|| {
+                conflicted_never_decided(before, after)
+            })
+        })
+        .or_else(|| {
+            broken(Property::RePauseStopsReEvaluation, &|| {
+                re_pause_stops(effect)
+            })
+        });
     if found.is_some() {
         return found;
     }
@@ -209,6 +221,42 @@ pub fn check_step(
         .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
         .or_else(|| broken(Property::DuplicateNoEffect, &duplicate_no_effect))
         .or_else(|| broken(Property::RedeliveryRecognised, &recognised))
+}
+
+/// `conflicted-never-decided`, from the records: in every event id that carries two or more
+/// contents after the step, no record that was waiting before it has a state decision now.
+/// (A record decided before the second content arrived keeps its decision: it was not
+/// waiting.)
+fn conflicted_never_decided(before: &Receiver, after: &Receiver) -> bool {
+    after
+        .identities()
+        .iter()
+        .filter(|(_, identity)| identity.is_conflicted())
+        .all(|(id, identity)| {
+            before.identities().get(id).is_none_or(|earlier| {
+                earlier.records().zip(identity.records()).all(|(was, now)| {
+                    was.standing != Standing::Held || now.standing != Standing::Settled
+                })
+            })
+        })
+}
+
+/// `re-pause-stops-re-evaluation`, from the settlements a reconciliation recorded, in the
+/// order it made them: after a re-evaluation that held its input again (every hold rules 5
+/// and 6 give pauses the card), no later hold is re-evaluated in the same pass.
+fn re_pause_stops(effect: &Effect) -> bool {
+    let Effect::Reconciled(reconciled) = effect else {
+        return true;
+    };
+    let mut re_paused = false;
+    reconciled.settled.iter().all(|(_, settlement)| match settlement {
+        Settlement::ReEvaluated { to, .. } => {
+            let in_order = !re_paused;
+            re_paused |= to.is_hold();
+            in_order
+        }
+        Settlement::Resolved | Settlement::Superseded => true,
+    })
 }
 
 /// Cards selected by `which` kept their version and state.

@@ -7,10 +7,7 @@
 //! duplicate, a lost acknowledgement and a crash in every order (and the first few again
 //! with a re-encoded copy and the retention window passing, [`EXPIRY_PASS`]), and counts per policy which
 //! properties broke. SPEC must break none; each mutant must be caught by the property the
-//! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture,
-//! except a mutant that only a relaxed precondition reveals
-//! ([`crate::card::policy::Mutant::needs_relaxed_precondition`]): it must break nothing here,
-//! which tests the argument that the precondition makes it harmless.
+//! catalogue names for it ([`crate::card::policy::Mutant::caught_by`]) on at least one fixture.
 //! The first fixture that shows a violation is reported by its seed and, with `trace_out`,
 //! written as a replayable regression fixture.
 
@@ -184,10 +181,8 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
         .collect();
     for &policy in &options.policies {
         let expectation = match policy.0 {
-            Some(mutant) if !mutant.needs_relaxed_precondition() => {
-                Expectation::Violates(mutant.caught_by())
-            }
-            _ => Expectation::Pass,
+            Some(mutant) => Expectation::Violates(mutant.caught_by()),
+            None => Expectation::Pass,
         };
         let policy_start = Instant::now();
         let mut result = PolicySweep {
@@ -302,9 +297,6 @@ pub fn render(report: &SweepReport) -> String {
             .map(|(name, count)| format!("{name} on {count}"))
             .collect();
         let verdict = match (policy.as_expected, &policy.expected) {
-            (true, Expected::Pass) if policy.policy != "spec" => {
-                "pass, as expected: harmless while authority-current holds".to_owned()
-            }
             (true, Expected::Pass) => "pass".to_owned(),
             (true, Expected::Violates(property)) => format!("caught by {property}"),
             (false, Expected::Pass) => "VIOLATED  <-- NOT AS EXPECTED".to_owned(),
