@@ -41,6 +41,10 @@ pub struct SweepOptions {
     /// How many of the fixtures (the first ones) are checked a second time with the
     /// retention window passing once ([`EXPIRY_PASS`]).
     pub expiry: usize,
+    /// Check each mutant only until the property the catalogue names for it breaks (the
+    /// expiry pass first, then the first pass); `spec` is checked on every fixture all the
+    /// same. What CI runs: the same verdicts, without counting every fixture a mutant breaks.
+    pub until_caught: bool,
 }
 
 /// How many of a sweep's fixtures the command line checks with expiry unless told
@@ -86,7 +90,8 @@ pub struct PolicySweep {
     pub policy: String,
     /// `pass` for SPEC, the catalogue's property for a mutant.
     pub expected: Expected,
-    /// Fixtures checked.
+    /// Fixtures checked in the first pass (fewer than the sweep's count for a mutant
+    /// checked only until caught).
     pub fixtures: usize,
     /// For each violated property, on how many fixtures.
     pub violations: BTreeMap<String, usize>,
@@ -113,6 +118,9 @@ pub struct SweepReport {
     pub policies: Vec<PolicySweep>,
     /// Every policy as expected.
     pub as_expected: bool,
+    /// Mutants were checked only until caught ([`SweepOptions::until_caught`]).
+    #[serde(default)]
+    pub until_caught: bool,
     /// Wall time.
     pub seconds: f64,
 }
@@ -166,15 +174,16 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
     }
     let mut policies = Vec::new();
     let with_expiry = options.expiry.min(scenarios.len());
-    let checks: Vec<(Pass, &(u64, Arc<Scenario>))> = scenarios
+    let faults = scenarios.iter().map(|scenario| (Pass::Faults, scenario));
+    let expiries = scenarios[..with_expiry]
         .iter()
-        .map(|scenario| (Pass::Faults, scenario))
-        .chain(
-            scenarios[..with_expiry]
-                .iter()
-                .map(|scenario| (Pass::Expiry, scenario)),
-        )
-        .collect();
+        .map(|scenario| (Pass::Expiry, scenario));
+    // Until caught, the short expiry pass goes first: it catches most mutants at once.
+    let checks: Vec<(Pass, &(u64, Arc<Scenario>))> = if options.until_caught {
+        expiries.chain(faults).collect()
+    } else {
+        faults.chain(expiries).collect()
+    };
     let without_convergence: Properties = Properties::SPEC
         .iter()
         .filter(|&property| property != Property::Convergence)
@@ -191,8 +200,8 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
                 Expectation::Pass => Expected::Pass,
                 Expectation::Violates(property) => Expected::Violates(property.name().into()),
             },
-            fixtures: scenarios.len(),
-            with_expiry,
+            fixtures: 0,
+            with_expiry: 0,
             violations: BTreeMap::new(),
             first: None,
             states: 0,
@@ -200,6 +209,14 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
             as_expected: false,
         };
         for &(pass, (seed, scenario)) in &checks {
+            let caught = policy.0.is_some() && result.first.is_some();
+            if options.until_caught && caught {
+                break;
+            }
+            match pass {
+                Pass::Faults => result.fixtures += 1,
+                Pass::Expiry => result.with_expiry += 1,
+            }
             // A mutant's property outside the pass's set (convergence with expiry) is
             // simply not looked for there.
             let (checked, file_expectation) = match pass {
@@ -275,6 +292,7 @@ pub fn run(options: &SweepOptions) -> Result<SweepReport, InputError> {
         seed: options.seed,
         policies,
         as_expected,
+        until_caught: options.until_caught,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -285,10 +303,15 @@ pub fn render(report: &SweepReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved; the first {} also with {EXPIRY_PASS}",
+        "sweep of {} generated fixtures (seed {}), each checked with 1 duplicate, 1 lost ack, 1 crash, reconciliation interleaved; the first {} also with {EXPIRY_PASS}{}",
         report.count,
         report.seed,
-        report.policies.first().map_or(0, |policy| policy.with_expiry)
+        report.policies.first().map_or(0, |policy| policy.with_expiry),
+        if report.until_caught {
+            "; each mutant only until caught"
+        } else {
+            ""
+        }
     );
     for policy in &report.policies {
         let broke: Vec<String> = policy
