@@ -45,6 +45,9 @@ pub struct DifferentialOptions {
     pub expiry: usize,
     /// The mutants compared with the contract's policy.
     pub mutants: Vec<Mutant>,
+    /// The properties the walks check ([`Properties::SPEC`] from the command line; a test
+    /// leaves one out to see the gap it closes).
+    pub checked: Properties,
 }
 
 /// The first walk on which a mutant's decisions differed and no property broke.
@@ -134,7 +137,7 @@ pub fn run(options: &DifferentialOptions) -> Result<DifferentialReport, InputErr
     let mutants = options
         .mutants
         .iter()
-        .map(|&mutant| compare_mutant(mutant, &fixtures, with_expiry, options.walks))
+        .map(|&mutant| compare_mutant(mutant, &fixtures, with_expiry, options))
         .collect::<Vec<_>>();
     Ok(DifferentialReport {
         count: options.count,
@@ -152,7 +155,7 @@ fn compare_mutant(
     mutant: Mutant,
     fixtures: &[Fixture],
     with_expiry: usize,
-    walks: usize,
+    options: &DifferentialOptions,
 ) -> MutantDifferential {
     let mut result = MutantDifferential {
         policy: mutant.name().to_owned(),
@@ -164,14 +167,15 @@ fn compare_mutant(
         known_limit: mutant.known_gap().map(str::to_owned),
         as_expected: false,
     };
-    let passes = fixtures
-        .iter()
-        .map(|fixture| (fixture, false))
-        .chain(fixtures[..with_expiry].iter().map(|fixture| (fixture, true)));
+    let passes = fixtures.iter().map(|fixture| (fixture, false)).chain(
+        fixtures[..with_expiry]
+            .iter()
+            .map(|fixture| (fixture, true)),
+    );
     for (fixture, expiry) in passes {
-        for walk in 0..walks {
+        for walk in 0..options.walks {
             result.schedules += 1;
-            match walk_once(mutant, fixture, expiry, walk) {
+            match walk_once(mutant, fixture, (expiry, options.checked), walk) {
                 Walked::Same => {}
                 Walked::Caught => {
                     result.differing += 1;
@@ -190,9 +194,9 @@ fn compare_mutant(
 }
 
 /// The budgets and properties of a pass: the sweep's first (one duplicate, one lost
-/// acknowledgement, one crash; every default property) or its expiry pass (one re-encoding,
-/// one expiry; every default property but convergence).
-fn pass(expiry: bool) -> (Budgets, Properties) {
+/// acknowledgement, one crash; every property of `checked`) or its expiry pass (one
+/// re-encoding, one expiry; every property of `checked` but convergence).
+fn pass(expiry: bool, checked: Properties) -> (Budgets, Properties) {
     if expiry {
         let budgets = Budgets {
             duplicates: 0,
@@ -201,11 +205,11 @@ fn pass(expiry: bool) -> (Budgets, Properties) {
             expiries: 1,
             reencodings: 1,
         };
-        let checked = Properties::SPEC
+        let without_convergence = checked
             .iter()
             .filter(|&property| property != Property::Convergence)
             .collect();
-        (budgets, checked)
+        (budgets, without_convergence)
     } else {
         let budgets = Budgets {
             duplicates: 1,
@@ -214,13 +218,18 @@ fn pass(expiry: bool) -> (Budgets, Properties) {
             expiries: 0,
             reencodings: 0,
         };
-        (budgets, Properties::SPEC)
+        (budgets, checked)
     }
 }
 
 /// One walk of the contract's policy and `mutant` side by side.
-fn walk_once(mutant: Mutant, fixture: &Fixture, expiry: bool, walk: usize) -> Walked {
-    let (budgets, checked) = pass(expiry);
+fn walk_once(
+    mutant: Mutant,
+    fixture: &Fixture,
+    (expiry, checked): (bool, Properties),
+    walk: usize,
+) -> Walked {
+    let (budgets, checked) = pass(expiry, checked);
     let scenario = &fixture.scenario;
     let model = |policy| {
         let mut model = ReceiverModel::new(

@@ -9,9 +9,7 @@
 
 use crate::card::fixture::Scenario;
 use crate::card::property::{Properties, Property};
-use crate::card::receiver::{
-    InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict,
-};
+use crate::card::receiver::{InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict};
 use crate::card::step::{Fault, Step};
 use crate::card::wire::Version;
 use crate::card::world::{transition, Effect, World};
@@ -173,7 +171,14 @@ pub fn check_step(
                     Step::Expire => unchanged && now.paused == card.paused,
                 }
             })
-        }) && applied_newer(scenario, before, after, step, effect, arriving.map(|(_, d)| d))
+        }) && applied_newer(
+            scenario,
+            before,
+            after,
+            step,
+            effect,
+            arriving.map(|(_, d)| d),
+        )
     };
     let found = broken(Property::FirstRecordImmutable, &first_kept)
         .or_else(|| broken(Property::EvidenceRetained, &retained))
@@ -267,7 +272,10 @@ fn conflicted_never_decided(before: &Receiver, after: &Receiver) -> bool {
 /// (`held_paused`), unless rules 1-3 held it first: a changed payload, an unsupported type,
 /// or no event id. Rule 4 comes before rule 5, so a missing version is found out only at
 /// re-evaluation.
-fn held_for_pause(decision: crate::card::receiver::Decision, event: &crate::card::wire::Event) -> bool {
+fn held_for_pause(
+    decision: crate::card::receiver::Decision,
+    event: &crate::card::wire::Event,
+) -> bool {
     use crate::card::receiver::{Decision, HoldReason};
     match decision {
         Decision::Held(HoldReason::Paused) | Decision::ConflictChangedPayload => true,
@@ -327,8 +335,8 @@ fn applied_newer(
                 .and_then(|event| event.object_id)
                 .and_then(|card| before.cards().get(&card));
             // An applied event for a card that did not exist is no-unknown-card's finding.
-            let newer =
-                !applied || card.is_none_or(|card| event.is_some_and(|e| above(e.version, card.version)));
+            let newer = !applied
+                || card.is_none_or(|card| event.is_some_and(|e| above(e.version, card.version)));
             // Two states at one version: the second is a conflict, never settled by
             // anything else (arrival time included).
             let settled = delivered.is_some_and(|answer| {
@@ -343,9 +351,9 @@ fn applied_newer(
                 answer.verdict == Verdict::Decided(crate::card::receiver::Decision::Stale)
             });
             let older = !stale
-                || card.zip(event).is_none_or(|(card, event)| {
-                    matches!(event.version, Version::Valid(v) if v < card.version)
-                });
+                || card.zip(event).is_none_or(
+                    |(card, event)| matches!(event.version, Version::Valid(v) if v < card.version),
+                );
             newer && older && !(settled && same_version_other_state)
         }
         (Step::Reconcile(card), Effect::Reconciled(reconciled)) => {
@@ -391,14 +399,17 @@ fn re_pause_stops(effect: &Effect) -> bool {
         return true;
     };
     let mut re_paused = false;
-    reconciled.settled.iter().all(|(_, settlement)| match settlement {
-        Settlement::ReEvaluated { to, .. } => {
-            let in_order = !re_paused;
-            re_paused |= to.is_hold();
-            in_order
-        }
-        Settlement::Resolved | Settlement::Superseded => true,
-    })
+    reconciled
+        .settled
+        .iter()
+        .all(|(_, settlement)| match settlement {
+            Settlement::ReEvaluated { to, .. } => {
+                let in_order = !re_paused;
+                re_paused |= to.is_hold();
+                in_order
+            }
+            Settlement::Resolved | Settlement::Superseded => true,
+        })
 }
 
 /// Cards selected by `which` kept their version and state.

@@ -710,9 +710,11 @@ impl Receiver {
     ) -> Option<Delivered> {
         let recorded = match event.event_id {
             // The only identity an input without an event id has is its delivery number.
-            None => self
-                .anonymous
-                .get(&policy.recognised_anonymous(&self.anonymous, delivery, event)?)?,
+            None => self.anonymous.get(&policy.recognised_anonymous(
+                &self.anonymous,
+                delivery,
+                event,
+            )?)?,
             Some(id) => {
                 let identity = self.identities.get(&id)?;
                 identity.record(policy.recognised_record(identity, event)?)

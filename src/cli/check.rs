@@ -4,8 +4,8 @@
 
 use super::protocols::{self, card_policy, CheckSettings, LoadedModel};
 use super::{pretty_json, print, EnvironmentError, Error, Outcome};
-use crate::card::policy::PolicyName;
 use crate::card::differential::{self, DifferentialOptions, DifferentialReport};
+use crate::card::policy::PolicyName;
 use crate::card::sweep::{self, SweepOptions, SweepReport};
 use crate::harness::check::Mode;
 use crate::harness::explore::{Engine, Strategy};
@@ -214,7 +214,12 @@ pub fn run(args: CheckArgs) -> Outcome {
             seed: options.seed,
             walks: args.differential_walks,
             expiry: options.expiry,
-            mutants: options.policies.iter().filter_map(|policy| policy.0).collect(),
+            mutants: options
+                .policies
+                .iter()
+                .filter_map(|policy| policy.0)
+                .collect(),
+            checked: crate::card::property::Properties::SPEC,
         })?),
         _ => None,
     };
@@ -260,7 +265,11 @@ fn finish(
         let extra: Vec<ExtraSuite> = swept
             .iter()
             .map(|report| sweep::junit_suite(report))
-            .chain(compared.iter().map(|report| differential::junit_suite(report)))
+            .chain(
+                compared
+                    .iter()
+                    .map(|report| differential::junit_suite(report)),
+            )
             .collect();
         write_junit(file, reports, &extra)?;
     }
