@@ -76,7 +76,8 @@ pub struct MutantDifferential {
     pub schedules: usize,
     /// Walks on which the decisions differed.
     pub differing: usize,
-    /// Of those, walks on which the mutant broke a property.
+    /// Walks on which the mutant broke a property (whether or not its decisions differed:
+    /// a wrong effect with the same decision is caught too).
     pub caught: usize,
     /// Walks on which the decisions differed and nothing broke.
     pub gaps: usize,
@@ -109,8 +110,12 @@ pub struct DifferentialReport {
 
 /// How one walk went.
 enum Walked {
-    /// The decisions never differed.
-    Same,
+    /// The decisions never differed; whether the mutant broke a property all the same (a
+    /// wrong effect on the state, such as a pause on a duplicate, with the same decision).
+    Same {
+        /// The mutant broke a property.
+        caught: bool,
+    },
     /// They differed and the mutant broke a property.
     Caught,
     /// They differed and nothing broke.
@@ -176,7 +181,7 @@ fn compare_mutant(
         for walk in 0..options.walks {
             result.schedules += 1;
             match walk_once(mutant, fixture, (expiry, options.checked), walk) {
-                Walked::Same => {}
+                Walked::Same { caught } => result.caught += usize::from(caught),
                 Walked::Caught => {
                     result.differing += 1;
                     result.caught += 1;
@@ -278,7 +283,9 @@ fn walk_once(
         }
     }
     match (first_difference, wrong.violation) {
-        (None, _) => Walked::Same,
+        (None, violation) => Walked::Same {
+            caught: violation.is_some(),
+        },
         (Some(_), Some(_)) => Walked::Caught,
         (Some((steps, spec, mutant)), None) => Walked::Gap(Gap {
             fixture_seed: fixture.seed,

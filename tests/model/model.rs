@@ -662,7 +662,7 @@ fn model_files() -> Vec<PathBuf> {
 
 #[test]
 fn every_spec_property_is_the_expected_violation_of_some_model_and_is_caught() {
-    // The nine properties and the authority-current precondition each have a model file
+    // The twelve properties and the authority-current precondition each have a model file
     // that expects them violated, and the checker catches each: every property has teeth.
     let mut caught = std::collections::BTreeSet::new();
     for path in model_files() {
@@ -681,7 +681,7 @@ fn every_spec_property_is_the_expected_violation_of_some_model_and_is_caught() {
         .map(Property::name)
         .collect();
     assert!(missing.is_empty(), "no model catches {missing:?}");
-    assert_eq!(Properties::SPEC.iter().count(), 10);
+    assert_eq!(Properties::SPEC.iter().count(), 13);
 }
 
 #[test]
@@ -1075,7 +1075,12 @@ fn the_property_gap_report_finds_no_unexplained_gap_in_the_catalogue() {
     for mutant in &report.mutants {
         let expected_gaps = mutant.policy == "ack-before-record";
         assert_eq!(mutant.gaps > 0, expected_gaps, "{rendered}");
-        assert_eq!(mutant.differing, mutant.caught + mutant.gaps, "{rendered}");
+        // A walk that differs is caught or a gap; a mutant is also caught on walks where
+        // its decisions are the contract's but its effect is not (a pause on a duplicate).
+        assert!(
+            mutant.differing <= mutant.caught + mutant.gaps,
+            "{rendered}"
+        );
     }
 }
 
@@ -1109,4 +1114,6 @@ fn without_re_pause_stops_re_evaluation_the_report_shows_the_gap_it_closes() {
     // with the property every one of them is caught.
     assert_eq!(with_it.mutants[0].differing, mutant.differing);
     assert_eq!(with_it.mutants[0].caught, mutant.differing);
+    // Pinned: 37 of the 440 walks reach a re-pause with a hold behind it.
+    assert_eq!((mutant.schedules, mutant.differing), (440, 37));
 }
