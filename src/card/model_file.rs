@@ -114,7 +114,7 @@ pub struct ModelFile {
     /// within its own budget; the totals above still apply.
     #[serde(default)]
     pub per_delivery: Option<BTreeMap<String, DeliveryBudget>>,
-    /// The properties to check; the contract's ten when absent. `redelivery-recognised` is only
+    /// The properties to check; the contract's defaults when absent. `redelivery-recognised` is only
     /// checked when listed.
     #[serde(default)]
     pub properties: Option<Vec<String>>,
@@ -211,7 +211,7 @@ pub fn load_model_with(
             return Err(InputError::invalid(
                 path,
                 "properties",
-                "lists no property; leave it out to check the contract's ten",
+                "lists no property; leave it out to check the contract's defaults",
             ))
         }
         Some(names) => names

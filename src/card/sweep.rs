@@ -56,7 +56,7 @@ pub fn default_expiry(count: usize) -> usize {
 /// Which of a sweep's two passes a check belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pass {
-    /// D=1, L=1, C=1, no expiry, the ten default properties.
+    /// D=1, L=1, C=1, no expiry, the default properties.
     Faults,
     /// [`EXPIRY_PASS`].
     Expiry,
