@@ -94,8 +94,8 @@ pub struct CheckArgs {
     /// Stop after about N states (the verdict is then `incomplete`).
     #[arg(long, value_name = "N")]
     pub state_limit: Option<usize>,
-    /// Fault budgets, comma-separated: card models `D,L,C,E` (duplicates, lost acks,
-    /// crashes, expiries); facts models `L,CB,CA,T,P,U` (lost answers, crashes before and
+    /// Fault budgets, comma-separated: card models `D,L,C,E` or `D,L,C,E,R` (duplicates,
+    /// lost acks, crashes, expiries, re-encoded copies); facts models `L,CB,CA,T,P,U` (lost answers, crashes before and
     /// after commit, takeovers, poison entries, upgrade 0 or 1).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u8>>,

@@ -1291,3 +1291,24 @@ fn pipeline_serve_refuses_a_mutant_and_says_where_mutants_belong() {
         "{message}"
     );
 }
+
+#[test]
+fn a_fifth_budget_sets_the_re_encoded_copies() {
+    // dedupe-by-body-hash is seen only with a re-encoded copy: `--budgets D,L,C,E,R` gives one.
+    let with = |budgets: &str| {
+        arrival(&[
+            "check",
+            "models/b62-15.toml",
+            "--quiet",
+            "--policy",
+            "dedupe-by-body-hash",
+            "--budgets",
+            budgets,
+        ])
+    };
+    let caught = with("0,0,0,0,1");
+    assert_status(&caught, 1, "one re-encoded copy");
+    assert!(stdout(&caught).contains("duplicate-no-effect      violated"));
+    assert_status(&with("0,0,0,0"), 0, "no re-encoded copy");
+    assert_status(&with("0,0,0,0,0"), 0, "no re-encoded copy, said so");
+}
