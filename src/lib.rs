@@ -51,6 +51,7 @@
 //! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
 //! | [`card::sweep`] | many small generated fixtures checked under the contract's policy and every mutant |
+//! | [`card::differential`] | the property-gap report: the contract's policy and each mutant walked over the same random schedules of the sweep's fixtures, decisions compared where no property fails |
 //!
 //! The facts protocol's modules are listed in [`facts`], the command line's in [`cli`]. The
 //! binary (`src/main.rs`) only parses the command line, runs it with [`cli::run`] and exits

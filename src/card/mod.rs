@@ -8,6 +8,7 @@ pub mod cache;
 mod canonical;
 pub mod check;
 pub mod commute;
+pub mod differential;
 pub mod fingerprint;
 pub mod fixture;
 pub mod generate;

@@ -114,7 +114,7 @@ pub struct ModelFile {
     /// within its own budget; the totals above still apply.
     #[serde(default)]
     pub per_delivery: Option<BTreeMap<String, DeliveryBudget>>,
-    /// The properties to check; the contract's ten when absent. `redelivery-recognised` is only
+    /// The properties to check; the contract's defaults when absent. `redelivery-recognised` is only
     /// checked when listed.
     #[serde(default)]
     pub properties: Option<Vec<String>>,
@@ -176,6 +176,15 @@ pub fn load_model(path: &Path, policy: Option<PolicyName>) -> Result<LoadedModel
 /// The fault budgets `--budgets` sets for card models, in order.
 pub const BUDGETS: [&str; 4] = ["duplicates", "lost_acks", "crashes", "expiries"];
 
+/// The same with the optional fifth, re-encoded copies (`--budgets D,L,C,E,R`).
+pub const BUDGETS_WITH_REENCODINGS: [&str; 5] = [
+    "duplicates",
+    "lost_acks",
+    "crashes",
+    "expiries",
+    "reencodings",
+];
+
 /// Reads a model file with command-line overrides of its run options.
 pub fn load_model_with(
     path: &Path,
@@ -189,11 +198,23 @@ pub fn load_model_with(
         &mut file.state_limit,
         &mut file.properties,
     );
-    if let Some(budgets) = overrides.budgets(path, &BUDGETS)? {
+    let five = overrides
+        .budgets
+        .as_ref()
+        .is_some_and(|values| values.len() == 5);
+    let names: &[&str] = if five {
+        &BUDGETS_WITH_REENCODINGS
+    } else {
+        &BUDGETS
+    };
+    if let Some(budgets) = overrides.budgets(path, names)? {
         file.duplicates = budgets[0];
         file.lost_acks = budgets[1];
         file.crashes = budgets[2];
         file.expiries = budgets[3];
+        if let Some(&reencodings) = budgets.get(4) {
+            file.reencodings = reencodings;
+        }
     }
     let file_policy: PolicyName = file
         .policy
@@ -211,7 +232,7 @@ pub fn load_model_with(
             return Err(InputError::invalid(
                 path,
                 "properties",
-                "lists no property; leave it out to check the contract's ten",
+                "lists no property; leave it out to check the contract's defaults",
             ))
         }
         Some(names) => names

@@ -9,6 +9,7 @@
 use crate::card::property::Property;
 use crate::card::receiver::{Card, Decision, Identity, Policy, Receiver, Record, Spec};
 use crate::card::wire::{Event, StateId, Sym, Version};
+use std::collections::BTreeMap;
 
 /// A deliberately wrong receiver, each one a bug seen in real webhook consumers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +48,17 @@ pub enum Mutant {
     /// Lets the retention window forget every old event id, unresolved ones too (a TTL on
     /// the whole dedupe table, held work included), so a held input's evidence vanishes.
     ExpireUnresolved,
+    /// Goes on re-evaluating a card's holds after one of them paused the card again, as if
+    /// the card were still just reconciled (a loop that reads the pause once, before it
+    /// starts).
+    ReEvaluatePastRePause,
+    /// Recognises a redelivery only by the id's first record, so a copy of a changed
+    /// payload (a variant) is recorded once more as yet another variant.
+    DedupeAgainstFirstRecord,
+    /// Recognises an input without an event id by its content instead of its delivery
+    /// number, so a second, separate input with the same body is taken for a duplicate and
+    /// never recorded.
+    AnonymousByContent,
     /// Not in the catalogue: a probe of the checker itself. Assumes an event id never comes
     /// back with a changed payload and panics when one does (an `unreachable!` where the
     /// contract records a conflict), so that tests can see a panic reported as a finding.
@@ -55,7 +67,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in catalogue order.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::LastArrivalWins,
         Mutant::TimestampOrdering,
         Mutant::IdOnlyDedupe,
@@ -70,6 +82,9 @@ impl Mutant {
         Mutant::ApplyUnsupportedType,
         Mutant::DedupeByBodyHash,
         Mutant::ExpireUnresolved,
+        Mutant::ReEvaluatePastRePause,
+        Mutant::DedupeAgainstFirstRecord,
+        Mutant::AnonymousByContent,
     ];
 
     /// Wrong receivers that test the checker rather than the contract: accepted by name,
@@ -93,23 +108,29 @@ impl Mutant {
             Mutant::ApplyUnsupportedType => "apply-unsupported-type",
             Mutant::DedupeByBodyHash => "dedupe-by-body-hash",
             Mutant::ExpireUnresolved => "expire-unresolved",
+            Mutant::ReEvaluatePastRePause => "re-evaluate-past-re-pause",
+            Mutant::DedupeAgainstFirstRecord => "dedupe-against-first-record",
+            Mutant::AnonymousByContent => "anonymous-by-content",
             Mutant::PanicOnChangedPayload => "panic-on-changed-payload",
         }
-    }
-
-    /// Whether the mutant can only be seen where `authority-current` is relaxed. Re-evaluating
-    /// a conflicted id's first record cannot change a card while every authority is current
-    /// (the authority is at least as new as the record, so re-evaluation gives stale, equal or
-    /// a conflict), so on fixtures that keep the precondition the sweep expects it to pass;
-    /// its model file relaxes the precondition and catches it.
-    pub fn needs_relaxed_precondition(self) -> bool {
-        matches!(self, Mutant::ReevaluateConflictedFirst)
     }
 
     /// Whether only a model in which the retention window passes can catch the mutant (the
     /// sweep catches it in its expiry pass).
     pub fn needs_expiry(self) -> bool {
         matches!(self, Mutant::ExpireUnresolved)
+    }
+
+    /// Why the property-gap report ([`crate::card::differential`]) may find walks on which
+    /// this mutant decides otherwise than the contract while no property fails: a known limit
+    /// of the properties, in words. `None`: any such walk is a missing property.
+    pub fn known_gap(self) -> Option<&'static str> {
+        match self {
+            Mutant::AckBeforeRecord => Some(
+                "a crash on a retry of an input already recorded: the mutant's early acknowledgement is the recorded decision's meaning, so nothing untrue reached the sender; ack-implies-recorded judges what the sender is told, not when",
+            ),
+            _ => None,
+        }
     }
 
     /// The property that catches this mutant: the catalogue's claim, checked by its model
@@ -123,13 +144,16 @@ impl Mutant {
             Mutant::CreateUnknownCard => Property::NoUnknownCard,
             Mutant::IgnorePause => Property::PausedFrozen,
             Mutant::ApplyEqualVersionConflict => Property::VersionMonotonic,
-            Mutant::ForgetHeldAfterReconcile => Property::Convergence,
+            Mutant::ForgetHeldAfterReconcile => Property::ReconciliationSettlesHolds,
             Mutant::AckBeforeRecord => Property::AckImpliesRecorded,
-            Mutant::ReevaluateConflictedFirst => Property::Convergence,
+            Mutant::ReevaluateConflictedFirst => Property::ConflictedNeverDecided,
             Mutant::PauseOnRedelivery => Property::DuplicateNoEffect,
             Mutant::ApplyUnsupportedType => Property::HeldChangesNothing,
             Mutant::DedupeByBodyHash => Property::DuplicateNoEffect,
             Mutant::ExpireUnresolved => Property::EvidenceRetained,
+            Mutant::ReEvaluatePastRePause => Property::RePauseStopsReEvaluation,
+            Mutant::DedupeAgainstFirstRecord => Property::DuplicateNoEffect,
+            Mutant::AnonymousByContent => Property::EvidenceRetained,
             Mutant::PanicOnChangedPayload => Property::Panic,
         }
     }
@@ -161,12 +185,32 @@ impl Policy for Option<Mutant> {
         match self {
             // Any repeated id is a duplicate of its first record.
             Some(Mutant::IdOnlyDedupe) => Some(0),
+            // Only the first record's content is a duplicate.
+            Some(Mutant::DedupeAgainstFirstRecord) => {
+                (identity.first.event.content == event.content).then_some(0)
+            }
             // Only the same bytes are a duplicate.
             Some(Mutant::DedupeByBodyHash) => identity
                 .records()
                 .position(|record| record.event.bytes == event.bytes)
                 .map(|index| u32::try_from(index).expect("fewer than 2^32 contents per id")),
             _ => Spec.recognised_record(identity, event),
+        }
+    }
+
+    #[inline(always)]
+    fn recognised_anonymous(
+        self,
+        anonymous: &BTreeMap<u32, Record>,
+        delivery: u32,
+        event: &Event,
+    ) -> Option<u32> {
+        match self {
+            Some(Mutant::AnonymousByContent) => anonymous
+                .iter()
+                .find(|(_, record)| record.event.content == event.content)
+                .map(|(&number, _)| number),
+            _ => Spec.recognised_anonymous(anonymous, delivery, event),
         }
     }
 
@@ -238,6 +282,11 @@ impl Policy for Option<Mutant> {
     #[inline(always)]
     fn resolves_conflicted(self, conflicted: bool) -> bool {
         conflicted && self != Some(Mutant::ReevaluateConflictedFirst)
+    }
+
+    #[inline(always)]
+    fn stops_at_re_pause(self) -> bool {
+        self != Some(Mutant::ReEvaluatePastRePause)
     }
 
     #[inline(always)]

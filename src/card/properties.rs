@@ -9,7 +9,7 @@
 
 use crate::card::fixture::Scenario;
 use crate::card::property::{Properties, Property};
-use crate::card::receiver::{InputRef, Policy, Receiver, Record, Standing, Verdict};
+use crate::card::receiver::{InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict};
 use crate::card::step::{Fault, Step};
 use crate::card::wire::Version;
 use crate::card::world::{transition, Effect, World};
@@ -171,19 +171,56 @@ pub fn check_step(
                     Step::Expire => unchanged && now.paused == card.paused,
                 }
             })
-        })
+        }) && applied_newer(
+            scenario,
+            before,
+            after,
+            step,
+            effect,
+            arriving.map(|(_, d)| d),
+        )
     };
     let found = broken(Property::FirstRecordImmutable, &first_kept)
         .or_else(|| broken(Property::EvidenceRetained, &retained))
         .or_else(|| broken(Property::NoUnknownCard, &created_ok))
-        .or_else(|| broken(Property::VersionMonotonic, &monotonic));
+        .or_else(|| broken(Property::VersionMonotonic, &monotonic))
+        .or_else(|| {
+            broken(Property::ConflictedNeverDecided, &|| {
+                conflicted_never_decided(before, after)
+            })
+        })
+        .or_else(|| {
+            broken(Property::RePauseStopsReEvaluation, &|| {
+                re_pause_stops(effect)
+            })
+        })
+        .or_else(|| {
+            broken(Property::ReconciliationSettlesHolds, &|| {
+                settles_holds(before, after, step, effect)
+            })
+        });
     if found.is_some() {
         return found;
     }
 
     // The rest speaks about deliveries only.
     let (_, _, delivered, _) = delivery?;
-    let paused_frozen = || frozen(before, after, |card| before.cards()[&card].paused);
+    // paused-frozen: nothing changes a paused card but reconciliation, and an input for it
+    // is held until then (rule 4: whatever the input, a paused card decides nothing).
+    let paused_frozen = || {
+        let decided_while_paused = delivered.is_some_and(|answer| match answer.verdict {
+            Verdict::Decided(decision) => arriving.is_some_and(|(_, arriving)| {
+                let event = &arriving.event;
+                let paused = event
+                    .object_id
+                    .and_then(|card| before.cards().get(&card))
+                    .is_some_and(|card| card.paused);
+                paused && !held_for_pause(decision, event)
+            }),
+            Verdict::Duplicate(_) => false,
+        });
+        !decided_while_paused && frozen(before, after, |card| before.cards()[&card].paused)
+    };
     let held_changes_nothing = || {
         let held = delivered.is_some_and(|answer| match answer.verdict {
             Verdict::Decided(decision) => decision.is_hold(),
@@ -209,6 +246,170 @@ pub fn check_step(
         .or_else(|| broken(Property::AckImpliesRecorded, &ack_matches))
         .or_else(|| broken(Property::DuplicateNoEffect, &duplicate_no_effect))
         .or_else(|| broken(Property::RedeliveryRecognised, &recognised))
+}
+
+/// `conflicted-never-decided`, from the records: in every event id that carries two or more
+/// contents after the step, each record that was waiting before it is resolved now, or
+/// still waits with the decision it had: none is decided, none re-evaluated. (A record
+/// decided before the second content arrived keeps its decision: it was not waiting.)
+fn conflicted_never_decided(before: &Receiver, after: &Receiver) -> bool {
+    after
+        .identities()
+        .iter()
+        .filter(|(_, identity)| identity.is_conflicted())
+        .all(|(id, identity)| {
+            before.identities().get(id).is_none_or(|earlier| {
+                earlier.records().zip(identity.records()).all(|(was, now)| {
+                    was.standing != Standing::Held
+                        || now.standing == Standing::Resolved
+                        || (now.standing == Standing::Held && now.decision == was.decision)
+                })
+            })
+        })
+}
+
+/// Rule 4 and what comes before it: an input for a paused card is held for the pause
+/// (`held_paused`), unless rules 1-3 held it first: a changed payload, an unsupported type,
+/// or no event id. Rule 4 comes before rule 5, so a missing version is found out only at
+/// re-evaluation.
+fn held_for_pause(
+    decision: crate::card::receiver::Decision,
+    event: &crate::card::wire::Event,
+) -> bool {
+    use crate::card::receiver::{Decision, HoldReason};
+    match decision {
+        Decision::Held(HoldReason::Paused) | Decision::ConflictChangedPayload => true,
+        Decision::Held(HoldReason::UnsupportedType) => !event.supported,
+        Decision::Held(HoldReason::Malformed) => event.event_id.is_none(),
+        _ => false,
+    }
+}
+
+/// `reconciliation-settles-holds`, from the settlements a reconciliation recorded: every
+/// hold filed under the card before it is resolved, superseded or re-evaluated, or still
+/// waits under the card because the pass stopped at a re-pause. (A refused snapshot settles
+/// nothing.)
+fn settles_holds(before: &Receiver, after: &Receiver, step: Step, effect: &Effect) -> bool {
+    let (Step::Reconcile(card), Effect::Reconciled(reconciled)) = (step, effect) else {
+        return true;
+    };
+    if reconciled.outcome == crate::card::receiver::Outcome::RefusedBehind {
+        return true;
+    }
+    let paused = after.cards().get(&card).is_some_and(|card| card.paused);
+    let waiting = after.holds().get(&Some(card));
+    before
+        .holds()
+        .get(&Some(card))
+        .into_iter()
+        .flatten()
+        .all(|key| {
+            reconciled.settled.iter().any(|(settled, _)| settled == key)
+                || (paused && waiting.is_some_and(|keys| keys.contains(key)))
+        })
+}
+
+/// The second half of `version-monotonic`, read from what the step recorded: versions
+/// decide, nothing else. A delivery recorded as `applied` carried a version above its
+/// card's before it, one recorded as `stale` a version below, and a snapshot at the card's
+/// own version with another state is never settled (it is a conflict); at reconciliation, where every change of
+/// the card starts from the authority's snapshot, a re-evaluation recorded as `applied`
+/// carried a version above the authority's, one recorded as `stale` a version below the
+/// card's at the end of the pass, and the card ends as the authority or newer.
+fn applied_newer(
+    scenario: &Scenario,
+    before: &Receiver,
+    after: &Receiver,
+    step: Step,
+    effect: &Effect,
+    arriving: Option<&crate::card::fixture::Delivery>,
+) -> bool {
+    let above = |version: Version, floor: u64| matches!(version, Version::Valid(v) if v > floor);
+    match (step, effect) {
+        (Step::Deliver { .. }, Effect::Delivered { delivered, .. }) => {
+            let applied = delivered.is_some_and(|answer| {
+                answer.verdict == Verdict::Decided(crate::card::receiver::Decision::Applied)
+            });
+            let event = arriving.map(|arriving| &arriving.event);
+            let card = event
+                .and_then(|event| event.object_id)
+                .and_then(|card| before.cards().get(&card));
+            // An applied event for a card that did not exist is no-unknown-card's finding.
+            let newer = !applied
+                || card.is_none_or(|card| event.is_some_and(|e| above(e.version, card.version)));
+            // Two states at one version: the second is a conflict, never settled by
+            // anything else (arrival time included).
+            let settled = delivered.is_some_and(|answer| {
+                matches!(answer.verdict, Verdict::Decided(decision) if !decision.is_hold())
+            });
+            let same_version_other_state = card.zip(event).is_some_and(|(card, event)| {
+                event.version == Version::Valid(card.version)
+                    && event.state.is_some_and(|state| state != card.state)
+            });
+            // And `stale` only below the card's version.
+            let stale = delivered.is_some_and(|answer| {
+                answer.verdict == Verdict::Decided(crate::card::receiver::Decision::Stale)
+            });
+            let older = !stale
+                || card.zip(event).is_none_or(
+                    |(card, event)| matches!(event.version, Version::Valid(v) if v < card.version),
+                );
+            newer && older && !(settled && same_version_other_state)
+        }
+        (Step::Reconcile(card), Effect::Reconciled(reconciled)) => {
+            let Some(snapshot) = scenario.authority_for(card) else {
+                return true;
+            };
+            if reconciled.outcome == crate::card::receiver::Outcome::RefusedBehind {
+                return true;
+            }
+            let Some(now) = after.cards().get(&card) else {
+                return false;
+            };
+            // The card only moves forward during the pass, from the authority to `now`: an
+            // applied re-evaluation is above the authority, a stale one below `now`.
+            let re_evaluated = reconciled.settled.iter().all(|(key, settlement)| {
+                use crate::card::receiver::Decision;
+                let version = after.record(*key).event.version;
+                match settlement {
+                    Settlement::ReEvaluated {
+                        to: Decision::Applied,
+                        ..
+                    } => above(version, snapshot.version),
+                    Settlement::ReEvaluated {
+                        to: Decision::Stale,
+                        ..
+                    } => matches!(version, Version::Valid(v) if v < now.version),
+                    _ => true,
+                }
+            });
+            let ends = (now.version, now.state) == (snapshot.version, snapshot.state)
+                || now.version > snapshot.version;
+            re_evaluated && ends
+        }
+        _ => true,
+    }
+}
+
+/// `re-pause-stops-re-evaluation`, from the settlements a reconciliation recorded, in the
+/// order it made them: after a re-evaluation that held its input again (every hold rules 5
+/// and 6 give pauses the card), no later hold is re-evaluated in the same pass.
+fn re_pause_stops(effect: &Effect) -> bool {
+    let Effect::Reconciled(reconciled) = effect else {
+        return true;
+    };
+    let mut re_paused = false;
+    reconciled
+        .settled
+        .iter()
+        .all(|(_, settlement)| match settlement {
+            Settlement::ReEvaluated { to, .. } => {
+                let in_order = !re_paused;
+                re_paused |= to.is_hold();
+                in_order
+            }
+            Settlement::Resolved | Settlement::Superseded => true,
+        })
 }
 
 /// Cards selected by `which` kept their version and state.

@@ -39,6 +39,18 @@ pub enum Property {
     /// card's initial version and every decidable version delivered for that card. A
     /// property of the fixture, checked before any state is explored.
     AuthorityCurrent,
+    /// No content of a conflicted event id is ever decided: once an id carries two
+    /// contents, each of its records still waiting is resolved, never re-evaluated (read
+    /// from the records' standings on every step).
+    ConflictedNeverDecided,
+    /// A re-evaluation stops at a re-pause: once re-evaluating a hold pauses the card again,
+    /// no later hold of that reconciliation is re-evaluated; they wait for the next one
+    /// (read from the settlements a reconciliation records, in order).
+    RePauseStopsReEvaluation,
+    /// Reconciliation settles every hold of its card: each is resolved, superseded or
+    /// re-evaluated, or still waits because the pass stopped at a re-pause (read from the
+    /// settlements a reconciliation records).
+    ReconciliationSettlesHolds,
     /// Not a rule of the contract but the harness's: no step panics (a panic in the
     /// decision function or a check is a finding, reported with the path to it). Always
     /// checked; not in [`Property::ALL`], whose length is its index.
@@ -50,7 +62,7 @@ const _: () = assert!(Property::Panic as usize == Property::ALL.len());
 
 impl Property {
     /// Every property, in the order checks run (and violations are reported).
-    pub const ALL: [Property; 11] = [
+    pub const ALL: [Property; 14] = [
         Property::FirstRecordImmutable,
         Property::EvidenceRetained,
         Property::NoUnknownCard,
@@ -62,10 +74,13 @@ impl Property {
         Property::RedeliveryRecognised,
         Property::Convergence,
         Property::AuthorityCurrent,
+        Property::ConflictedNeverDecided,
+        Property::RePauseStopsReEvaluation,
+        Property::ReconciliationSettlesHolds,
     ];
 
     /// Every property's name, in [`Property::ALL`] order (the discriminant is the index).
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 14] = [
         "first-record-immutable",
         "evidence-retained",
         "no-unknown-card",
@@ -77,6 +92,9 @@ impl Property {
         "redelivery-recognised",
         "convergence",
         "authority-current",
+        "conflicted-never-decided",
+        "re-pause-stops-re-evaluation",
+        "reconciliation-settles-holds",
     ];
 
     /// The property's name in model files and reports.
@@ -105,8 +123,8 @@ impl Property {
 pub struct Properties(u16);
 
 impl Properties {
-    /// SPEC's ten (nine properties and the `authority-current` precondition): what replay
-    /// and model files check unless told otherwise.
+    /// SPEC's thirteen (twelve properties and the `authority-current` precondition): what
+    /// replay and model files check unless told otherwise.
     pub const SPEC: Properties =
         Properties((1 << Property::ALL.len()) - 1 - (1 << Property::RedeliveryRecognised as u16));
 

@@ -710,7 +710,11 @@ impl Receiver {
     ) -> Option<Delivered> {
         let recorded = match event.event_id {
             // The only identity an input without an event id has is its delivery number.
-            None => self.anonymous.get(&delivery)?,
+            None => self.anonymous.get(&policy.recognised_anonymous(
+                &self.anonymous,
+                delivery,
+                event,
+            )?)?,
             Some(id) => {
                 let identity = self.identities.get(&id)?;
                 identity.record(policy.recognised_record(identity, event)?)
@@ -951,12 +955,13 @@ impl Receiver {
                     if !policy.re_evaluates_held() {
                         continue;
                     }
-                    if self.cards[&object].paused {
+                    let re_paused = self.cards[&object].paused;
+                    if re_paused && policy.stops_at_re_pause() {
                         // A hold earlier in this pass paused the card again.
                         still_held.push(key);
                         continue;
                     }
-                    let decision = self.judge(policy, &record.event);
+                    let decision = self.judge_past_re_pause(policy, object, re_paused, &record);
                     let entry = self.record_mut(key);
                     entry.decision = decision;
                     entry.standing = standing(decision);
@@ -1014,6 +1019,26 @@ impl Receiver {
             settled.push((key, Settlement::Resolved));
         }
         settled
+    }
+
+    /// Rules 4-6 for a hold being re-evaluated. The contract never gets here with the card
+    /// paused again (`re_paused`); a wrong receiver that does judges the hold as if the
+    /// card were still just reconciled, and leaves it paused.
+    fn judge_past_re_pause<P: Policy>(
+        &mut self,
+        policy: P,
+        object: Sym,
+        re_paused: bool,
+        record: &Record,
+    ) -> Decision {
+        if re_paused {
+            self.cards.get_mut(&object).expect("reconciled").paused = false;
+        }
+        let decision = self.judge(policy, &record.event);
+        if re_paused {
+            self.cards.get_mut(&object).expect("reconciled").paused = true;
+        }
+        decision
     }
 
     /// Forgets identity records older than the retention window: every record of the id
@@ -1202,6 +1227,18 @@ pub trait Policy: Copy {
         identity.position(event.content)
     }
 
+    /// Rule 1, an input without an event id: the delivery number of the recorded input it
+    /// repeats, if any (the contract: its own delivery number, its only identity).
+    #[inline(always)]
+    fn recognised_anonymous(
+        self,
+        anonymous: &BTreeMap<u32, Record>,
+        delivery: u32,
+        _event: &Event,
+    ) -> Option<u32> {
+        anonymous.contains_key(&delivery).then_some(delivery)
+    }
+
     /// Rule 1, a changed payload: keeps `record` under `identity` and returns its index (the
     /// contract: a new variant, the first record untouched).
     #[inline(always)]
@@ -1248,6 +1285,13 @@ pub trait Policy: Copy {
     #[inline(always)]
     fn resolves_conflicted(self, conflicted: bool) -> bool {
         conflicted
+    }
+
+    /// Reconciliation: whether a re-pause ends the pass's re-evaluations (the contract:
+    /// yes; the rest wait for the next reconciliation).
+    #[inline(always)]
+    fn stops_at_re_pause(self) -> bool {
+        true
     }
 
     /// Reconciliation: whether inputs held for a pause or an unknown card are evaluated

@@ -4,6 +4,7 @@
 
 use super::protocols::{self, card_policy, CheckSettings, LoadedModel};
 use super::{pretty_json, print, EnvironmentError, Error, Outcome};
+use crate::card::differential::{self, DifferentialOptions, DifferentialReport};
 use crate::card::policy::PolicyName;
 use crate::card::sweep::{self, SweepOptions, SweepReport};
 use crate::harness::check::Mode;
@@ -32,6 +33,18 @@ pub struct CheckArgs {
     /// window passing once (default: one in ten; at most N).
     #[arg(long, value_name = "M", requires = "sweep")]
     pub sweep_expiry: Option<usize>,
+    /// With `--sweep`: check each mutant only until its catalogue property breaks (`spec`
+    /// still on every fixture): the same verdicts in a fraction of the time.
+    #[arg(long, requires = "sweep")]
+    pub sweep_until_caught: bool,
+    /// With `--sweep`: also walk each mutant and the contract's policy over the same random
+    /// schedules of the sweep's fixtures and report every walk where their decisions differ
+    /// while no property fails (a property gap).
+    #[arg(long, requires = "sweep")]
+    pub differential: bool,
+    /// With `--differential`: walks per fixture and mutant.
+    #[arg(long, value_name = "W", default_value_t = 20, value_parser = at_least_one, requires = "differential")]
+    pub differential_walks: usize,
     /// The seed of the sweep and of `--simulate`.
     #[arg(long, default_value_t = 1, requires = "sampling")]
     pub seed: u64,
@@ -81,8 +94,8 @@ pub struct CheckArgs {
     /// Stop after about N states (the verdict is then `incomplete`).
     #[arg(long, value_name = "N")]
     pub state_limit: Option<usize>,
-    /// Fault budgets, comma-separated: card models `D,L,C,E` (duplicates, lost acks,
-    /// crashes, expiries); facts models `L,CB,CA,T,P,U` (lost answers, crashes before and
+    /// Fault budgets, comma-separated: card models `D,L,C,E` or `D,L,C,E,R` (duplicates,
+    /// lost acks, crashes, expiries, re-encoded copies); facts models `L,CB,CA,T,P,U` (lost answers, crashes before and
     /// after commit, takeovers, poison entries, upgrade 0 or 1).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u8>>,
@@ -149,6 +162,7 @@ impl CheckArgs {
             expiry: self
                 .sweep_expiry
                 .unwrap_or_else(|| sweep::default_expiry(count)),
+            until_caught: self.sweep_until_caught,
         }))
     }
 }
@@ -194,7 +208,25 @@ pub fn run(args: CheckArgs) -> Outcome {
     if let (Some(report), false) = (&swept, args.json) {
         print(&sweep::render(report));
     }
-    finish(&args, &reports, swept.as_ref())
+    let compared = match (&sweep, args.differential) {
+        (Some(options), true) => Some(differential::run(&DifferentialOptions {
+            count: options.count,
+            seed: options.seed,
+            walks: args.differential_walks,
+            expiry: options.expiry,
+            mutants: options
+                .policies
+                .iter()
+                .filter_map(|policy| policy.0)
+                .collect(),
+            checked: crate::card::property::Properties::SPEC,
+        })?),
+        _ => None,
+    };
+    if let (Some(report), false) = (&compared, args.json) {
+        print(&differential::render(report));
+    }
+    finish(&args, &reports, swept.as_ref(), compared.as_ref())
 }
 
 /// Serves Explorer for the first model (blocks). An address another process holds, or
@@ -220,13 +252,24 @@ fn serve(model: &dyn LoadedModel, path: &Path, address: &str) -> Result<(), Erro
 }
 
 /// Writes the JUnit file if asked and the JSON document or the summary line.
-fn finish(args: &CheckArgs, reports: &[ModelReport], swept: Option<&SweepReport>) -> Outcome {
+fn finish(
+    args: &CheckArgs,
+    reports: &[ModelReport],
+    swept: Option<&SweepReport>,
+    compared: Option<&DifferentialReport>,
+) -> Outcome {
     let all_as_expected = reports.iter().all(|report| report.as_expected)
-        && swept.is_none_or(|report| report.as_expected);
+        && swept.is_none_or(|report| report.as_expected)
+        && compared.is_none_or(|report| report.as_expected);
     if let Some(file) = &args.junit {
         let extra: Vec<ExtraSuite> = swept
             .iter()
             .map(|report| sweep::junit_suite(report))
+            .chain(
+                compared
+                    .iter()
+                    .map(|report| differential::junit_suite(report)),
+            )
             .collect();
         write_junit(file, reports, &extra)?;
     }
@@ -234,6 +277,9 @@ fn finish(args: &CheckArgs, reports: &[ModelReport], swept: Option<&SweepReport>
         let mut document = serde_json::json!({ "models": reports });
         if let Some(report) = swept {
             document["sweep"] = serde_json::to_value(report).expect("reports serialise");
+        }
+        if let Some(report) = compared {
+            document["differential"] = serde_json::to_value(report).expect("reports serialise");
         }
         print(&pretty_json(&document));
     } else {

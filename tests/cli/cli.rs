@@ -791,14 +791,14 @@ fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_fail
     validate_junit(&file);
     let xml = std::fs::read_to_string(&file).unwrap();
     assert_eq!(xml.matches("<testsuite ").count(), 3);
-    // Ten properties, the opt-in one, the harness's `panic` and the verdict for each card
-    // model.
+    // Thirteen properties, the opt-in one, the harness's `panic` and the verdict for each
+    // card model.
     let cases = |suite: &str| {
         let start = xml.find(&format!("<testsuite name=\"{suite}\"")).unwrap();
         let end = start + xml[start..].find("</testsuite>").unwrap();
         xml[start..end].matches("<testcase ").count()
     };
-    assert_eq!(cases("models/b62-15-split.toml"), 13);
+    assert_eq!(cases("models/b62-15-split.toml"), 16);
     assert!(!xml[..xml.find("models/mutant-ignore-pause.toml").unwrap()].contains("<failure"));
     // The mutant's violation is a failure carrying its shortest trace in domain terms.
     assert!(
@@ -1037,7 +1037,15 @@ fn store_drill_junit_is_schema_valid_with_a_case_per_check() {
 
 #[test]
 fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
-    let model = "models/mutant-last-arrival-wins.toml";
+    // B62-15 under last-arrival-wins with convergence alone: version-monotonic, which
+    // catches the mutant first, would cut the paths to a convergence violation short.
+    let model = "models/b62-15.toml";
+    let only = [
+        "--policy",
+        "last-arrival-wins",
+        "--properties",
+        "convergence",
+    ];
     let trace_of = |out: &Output| -> Value {
         let report = json(out);
         report["models"][0]["properties"]
@@ -1058,6 +1066,10 @@ fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
         "dfs",
         "--state-limit",
         "200",
+        only[0],
+        only[1],
+        only[2],
+        only[3],
     ];
     let mut args = limited.to_vec();
     args.push("--json");
@@ -1066,14 +1078,18 @@ fn a_trace_the_state_limit_kept_from_being_shortened_says_so() {
     let text = stdout(&arrival(&limited));
     assert!(text.contains("not known to be shortest"), "{text}");
     // Without the limit the same model's trace is a shortest one, and says nothing more.
-    let out = arrival(&["check", model, "--quiet", "--strategy", "dfs", "--json"]);
+    let mut args = vec!["check", model, "--quiet", "--strategy", "dfs", "--json"];
+    args.extend(only);
+    let out = arrival(&args);
     let trace = trace_of(&out);
     assert_eq!(trace["shortest"], true, "{trace}");
     assert!(
         trace["steps"].as_array().unwrap().len() <= 12,
         "a shortest trace is no longer than the limited run's: {trace}"
     );
-    let text = stdout(&arrival(&["check", model, "--quiet", "--strategy", "dfs"]));
+    let mut args = vec!["check", model, "--quiet", "--strategy", "dfs"];
+    args.extend(only);
+    let text = stdout(&arrival(&args));
     assert!(!text.contains("not known to be shortest"), "{text}");
 }
 
@@ -1274,4 +1290,25 @@ fn pipeline_serve_refuses_a_mutant_and_says_where_mutants_belong() {
             && message.contains("pipeline drill"),
         "{message}"
     );
+}
+
+#[test]
+fn a_fifth_budget_sets_the_re_encoded_copies() {
+    // dedupe-by-body-hash is seen only with a re-encoded copy: `--budgets D,L,C,E,R` gives one.
+    let with = |budgets: &str| {
+        arrival(&[
+            "check",
+            "models/b62-15.toml",
+            "--quiet",
+            "--policy",
+            "dedupe-by-body-hash",
+            "--budgets",
+            budgets,
+        ])
+    };
+    let caught = with("0,0,0,0,1");
+    assert_status(&caught, 1, "one re-encoded copy");
+    assert!(stdout(&caught).contains("duplicate-no-effect      violated"));
+    assert_status(&with("0,0,0,0"), 0, "no re-encoded copy");
+    assert_status(&with("0,0,0,0,0"), 0, "no re-encoded copy, said so");
 }
