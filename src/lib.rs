@@ -60,6 +60,7 @@
 
 pub mod card;
 pub mod cli;
+pub mod conform;
 pub mod facts;
 pub mod harness;
 pub mod pipeline;

@@ -20,12 +20,14 @@
 //! | [`db`] | the two backends behind one [`Database`] trait |
 //! | [`input`] | what the store reads: fixtures, `ingest` lines and snapshot lines, as store inputs |
 //! | [`mutants`] | deliberately broken stores, which the drills must catch |
+//! | [`stdio`] | the store behind the JSON-lines conformance protocol (`arrival store stdio`) |
 //! | [`drill`] | the crash and concurrency drills, and the check of a drilled database against the contract's replay |
 
 pub mod db;
 pub mod drill;
 pub mod input;
 pub mod mutants;
+pub mod stdio;
 mod partial;
 mod rows;
 mod transaction;
