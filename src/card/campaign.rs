@@ -294,9 +294,13 @@ pub fn campaign(
     let started = std::time::Instant::now();
     let mut counts = Counts::default();
     let (mut passed, mut schedules, mut killed) = (0, 0, false);
-    let mut found = None;
     let mut seen_paused = false;
+    // Every kept trace runs; the walks stop at their first failure.
+    let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     for plan in plans {
+        if !failures.is_empty() && !plan.id.starts_with("traces/") {
+            break;
+        }
         let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;
         schedules += 1;
         counts.add(&run.counts);
@@ -305,11 +309,28 @@ pub fn campaign(
         match run.failure {
             None => passed += 1,
             Some(failure) => {
-                found = Some(settle_failure(scenario, plan, &failure, target, options)?);
-                break;
+                // A failure in the liveness phase is replayed with the actions it took.
+                let mut actions = plan.actions.clone();
+                actions.extend(run.liveness.iter().copied());
+                let plan = Plan {
+                    id: plan.id.clone(),
+                    actions,
+                };
+                failures.push((plan, failure));
             }
         }
     }
+    // A named property before `diverged`, then the shortest way there, then the most
+    // direct witness (a version seen to go down).
+    failures.sort_by_key(|(_, failure)| {
+        (failure.property == "diverged", failure.step, !failure.regressed)
+    });
+    let found = match failures.first() {
+        Some((plan, failure)) => {
+            Some(settle_failure(scenario, plan, failure, target, options)?)
+        }
+        None => None,
+    };
     let verdict = match (&found, schedules) {
         (Some(_), _) => Verdict::Violated,
         (None, 0) => Verdict::Incomplete,
@@ -355,9 +376,14 @@ fn settle_failure(
     options: &Options,
 ) -> Result<Found, HarnessError> {
     let property = failure.property.clone();
+    // The same property, inside the schedule (only convergence is seen after it).
+    let liveness_too = property == "convergence";
     let mut same = |actions: &[Action]| -> Result<Option<crate::card::conform::Run>, HarnessError> {
         let run = run_schedule(scenario, target, actions, &options.settings)?;
-        let hit = run.valid && run.failure.as_ref().is_some_and(|f| f.property == property);
+        let hit = run.valid
+            && run.failure.as_ref().is_some_and(|f| {
+                f.property == property && (liveness_too || f.step <= actions.len())
+            });
         Ok(hit.then_some(run))
     };
     let (shrunk, _) = shrink(&plan.actions, options.shrink_budget, |actions| {

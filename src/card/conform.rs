@@ -154,6 +154,8 @@ pub struct Failure {
     pub step: usize,
     /// What was expected and what was seen.
     pub detail: String,
+    /// Whether a card's version was seen to go down (the most direct witness).
+    pub regressed: bool,
 }
 
 /// One schedule's run.
@@ -172,6 +174,9 @@ pub struct Run {
     pub killed: bool,
     /// Whether the target reported its paused cards.
     pub paused_reported: bool,
+    /// The actions the liveness phase took, in order (so that a failure there can be
+    /// replayed as a schedule).
+    pub liveness: Vec<Action>,
 }
 
 /// One world with what the receiver should have answered on the way to it.
@@ -476,7 +481,12 @@ impl<'a> Runner<'a> {
                 break;
             }
             for delivery in owed {
-                if !self.act(step, Action::Deliver { delivery, fault: None })? {
+                let action = Action::Deliver {
+                    delivery,
+                    fault: None,
+                };
+                self.run.liveness.push(action);
+                if !self.act(step + self.run.liveness.len() - 1, action)? {
                     return Ok(());
                 }
             }
@@ -499,7 +509,9 @@ impl<'a> Runner<'a> {
             }
             for card in open {
                 if let Some((answer, branches)) = self.reconcile(card)? {
-                    if !self.settle(step, Action::Reconcile(card), &answer, branches, false)? {
+                    self.run.liveness.push(Action::Reconcile(card));
+                    let at = step + self.run.liveness.len() - 1;
+                    if !self.settle(at, Action::Reconcile(card), &answer, branches, false)? {
                         return Ok(());
                     }
                 }
@@ -516,15 +528,17 @@ impl<'a> Runner<'a> {
                 recorded: false,
             })
             .collect();
-        let done = self.settle(step, Action::Restart, &Answer::Ack(None), same, true)?;
+        let at = step + self.run.liveness.len();
+        let done = self.settle(at, Action::Restart, &Answer::Ack(None), same, true)?;
         if done && !self.candidates.worlds().iter().all(|w| w.is_terminal(self.scenario)) {
             self.run.failure = Some(Failure {
                 property: "convergence".into(),
-                step,
+                step: at,
                 detail: format!(
                     "after {} retries the receiver still has not acknowledged every delivery",
                     self.settings.max_retries
                 ),
+                regressed: false,
             });
         }
         Ok(())
@@ -550,7 +564,9 @@ impl<'a> Runner<'a> {
             channels: self.settings.channels,
             final_read: last_read,
         };
+        let regressed_before = self.run.counts.regressed;
         let property = naming.property(&mut self.run.counts);
+        let regressed = self.run.counts.regressed > regressed_before;
         let property = match property {
             Some(property) => property.to_owned(),
             None if last_read => "convergence".to_owned(),
@@ -560,6 +576,7 @@ impl<'a> Runner<'a> {
             property,
             step,
             detail: naming.diff(),
+            regressed,
         }
     }
 }
@@ -724,6 +741,14 @@ impl Naming<'_> {
                 });
                 if regressed {
                     counts.regressed += 1;
+                    return Some("version-monotonic");
+                }
+                let rewritten = seen.cards.iter().any(|(name, card)| {
+                    last.cards.get(name).is_some_and(|before| {
+                        card.version == before.version && card.state != before.state
+                    })
+                });
+                if rewritten && matches!(self.action, Action::Deliver { .. }) {
                     return Some("version-monotonic");
                 }
             }
