@@ -505,7 +505,9 @@ fn statuses(
         ("version-monotonic", if every { Status::Sampled } else { prefix() }),
         (
             "paused-frozen",
-            if !(channels.paused && seen_paused) {
+            if !channels.paused {
+                Status::Unobserved("paused cards are not compared".into())
+            } else if !seen_paused {
                 Status::Unobserved("the target does not report its paused cards".into())
             } else if every {
                 Status::Sampled
