@@ -386,7 +386,12 @@ fn settle_failure(
             });
         Ok(hit.then_some(run))
     };
-    let (shrunk, _) = shrink(&plan.actions, options.shrink_budget, |actions| {
+    // What comes after the failing step cannot matter to it: cut first.
+    let mut start = plan.actions.clone();
+    if failure.step < start.len() && same(&start[..failure.step])?.is_some() {
+        start.truncate(failure.step);
+    }
+    let (shrunk, _) = shrink(&start, options.shrink_budget, |actions| {
         same(actions).map(|run| run.is_some())
     })?;
     let mut kept = None;
