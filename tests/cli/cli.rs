@@ -121,6 +121,14 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
         &["expect.unresolved", "`e-9` is listed twice"],
     ),
     (
+        "conform-two-faults.json",
+        &["conform.actions[1]", "at most one of"],
+    ),
+    (
+        "conform-unknown-action-key.json",
+        &["conform.actions[0]", "kil_after_ack"],
+    ),
+    (
         "schedule-unknown-delivery.json",
         &["schedule[1]", "delivery 7", "does not have"],
     ),
