@@ -7,16 +7,16 @@
 use crate::card::conform::{describe_action, run_schedule, CardTarget, HarnessError, Settings};
 use crate::card::fixture::{ConformBlock, RawAction, RawFixture, Scenario};
 use crate::card::model::ReceiverModel;
-use crate::card::world::transition;
-use crate::harness::Protocol;
 use crate::card::model_file::LoadedModel;
 use crate::card::policy::Spec;
 use crate::card::replay::replay_steps;
 use crate::card::step::{Action, Budgets, External, Fault, Step};
+use crate::card::world::transition;
 use crate::harness::conform::{
     confirm, shrink, walk, walk_generator, Counts, Reproduced, Status, Verdict,
 };
 use crate::harness::junit::ExtraSuite;
+use crate::harness::Protocol;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
@@ -101,9 +101,9 @@ pub fn trace_plans(scenario: &Scenario, dir: &Path, can_kill: bool) -> (Vec<Plan
         let Some(steps) = &kept.schedule else {
             continue;
         };
-        let name = file.file_stem().map_or_else(String::new, |stem| {
-            stem.to_string_lossy().into_owned()
-        });
+        let name = file
+            .file_stem()
+            .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned());
         // The kept trace's steps name its own catalog's cards: translated by name.
         let steps: Vec<Step> = steps
             .iter()
@@ -323,12 +323,14 @@ pub fn campaign(
     // A named property before `diverged`, then the shortest way there, then the most
     // direct witness (a version seen to go down).
     failures.sort_by_key(|(_, failure)| {
-        (failure.property == "diverged", failure.step, !failure.regressed)
+        (
+            failure.property == "diverged",
+            failure.step,
+            !failure.regressed,
+        )
     });
     let found = match failures.first() {
-        Some((plan, failure)) => {
-            Some(settle_failure(scenario, plan, failure, target, options)?)
-        }
+        Some((plan, failure)) => Some(settle_failure(scenario, plan, failure, target, options)?),
         None => None,
     };
     let verdict = match (&found, schedules) {
@@ -410,7 +412,9 @@ fn settle_failure(
         }
         None => (failure.detail.clone(), failure.step, Vec::new()),
     };
-    let fixture = conform_fixture(scenario, &shrunk, options, &property, &plan.id, log, reproduced);
+    let fixture = conform_fixture(
+        scenario, &shrunk, options, &property, &plan.id, log, reproduced,
+    );
     Ok(Found {
         property: property.clone(),
         found_by: plan.id.clone(),
@@ -442,7 +446,10 @@ pub fn conform_fixture(
     let steps = model_steps(actions);
     let spec = replay_steps(scenario, Spec, "spec", &steps);
     let mut raw = scenario.raw.clone();
-    raw.name = Some(format!("{}: {property} against a real receiver", scenario.name));
+    raw.name = Some(format!(
+        "{}: {property} against a real receiver",
+        scenario.name
+    ));
     raw.description = Some(format!(
         "Found by `arrival conform {} --target {}`: these actions break {property} on that \
          receiver. `schedule` is what they are from the model's side; `expect` is what the \
@@ -462,7 +469,12 @@ pub fn conform_fixture(
         target: options.target.clone(),
         violates: property.to_owned(),
         found_by: found_by.to_owned(),
-        observe: if channels.every_step { "every-step" } else { "end" }.to_owned(),
+        observe: if channels.every_step {
+            "every-step"
+        } else {
+            "end"
+        }
+        .to_owned(),
         channels: channels.names(),
         actions: actions.iter().map(|&a| raw_action(scenario, a)).collect(),
         observed,
@@ -507,7 +519,10 @@ fn statuses(
     let prefix = || Status::Unobserved("the state is read only at the end".into());
     let list: Vec<(&str, Status)> = vec![
         ("no-unknown-card", Status::Sampled),
-        ("version-monotonic", if every { Status::Sampled } else { prefix() }),
+        (
+            "version-monotonic",
+            if every { Status::Sampled } else { prefix() },
+        ),
         (
             "paused-frozen",
             if !channels.paused {
@@ -530,7 +545,10 @@ fn statuses(
                 prefix()
             },
         ),
-        ("duplicate-no-effect", if every { Status::Sampled } else { prefix() }),
+        (
+            "duplicate-no-effect",
+            if every { Status::Sampled } else { prefix() },
+        ),
         (
             "ack-implies-recorded",
             if !killed {
@@ -588,7 +606,10 @@ impl ConformReport {
             self.target,
             self.fixture,
             self.observe,
-            self.channels.iter().map(|c| format!(",{c}")).collect::<String>()
+            self.channels
+                .iter()
+                .map(|c| format!(",{c}"))
+                .collect::<String>()
         );
         let c = &self.counts;
         out += &format!(

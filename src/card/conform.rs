@@ -349,7 +349,9 @@ impl<'a> Runner<'a> {
         {
             return Ok(None);
         }
-        let snapshot = scenario.authority_for(card).expect("reconciled cards have authority");
+        let snapshot = scenario
+            .authority_for(card)
+            .expect("reconciled cards have authority");
         let body = json!({
             "object_id": scenario.catalog.name(card),
             "version": snapshot.version,
@@ -530,7 +532,13 @@ impl<'a> Runner<'a> {
             .collect();
         let at = step + self.run.liveness.len();
         let done = self.settle(at, Action::Restart, &Answer::Ack(None), same, true)?;
-        if done && !self.candidates.worlds().iter().all(|w| w.is_terminal(self.scenario)) {
+        if done
+            && !self
+                .candidates
+                .worlds()
+                .iter()
+                .all(|w| w.is_terminal(self.scenario))
+        {
             self.run.failure = Some(Failure {
                 property: "convergence".into(),
                 step: at,
@@ -775,9 +783,10 @@ impl Naming<'_> {
                 fault: Some(External::KillAfterAck),
                 ..
             } if matches!(self.answer, Answer::Ack(_)) => {
-                let unrecorded = self.before.iter().any(|world| {
-                    fits(&project(self.scenario, world), seen, &self.channels)
-                });
+                let unrecorded = self
+                    .before
+                    .iter()
+                    .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
                 let changes = self.branches.iter().any(|branch| {
                     project(self.scenario, &branch.world).cards
                         != project(self.scenario, &self.before[0]).cards
@@ -855,14 +864,19 @@ impl Naming<'_> {
         };
         let paused_before = |name: &str| {
             self.channels.paused
-                && last.paused.as_ref().is_some_and(|paused| paused.contains(name))
+                && last
+                    .paused
+                    .as_ref()
+                    .is_some_and(|paused| paused.contains(name))
         };
-        if changed.iter().any(|name| paused_before(name) && !reconciled(name)) {
+        if changed
+            .iter()
+            .any(|name| paused_before(name) && !reconciled(name))
+        {
             return Some("paused-frozen");
         }
-        let all = |want: fn(&Branch) -> bool| {
-            !self.branches.is_empty() && self.branches.iter().all(want)
-        };
+        let all =
+            |want: fn(&Branch) -> bool| !self.branches.is_empty() && self.branches.iter().all(want);
         if all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_)))) {
             return Some("duplicate-no-effect");
         }
@@ -896,9 +910,7 @@ impl Naming<'_> {
             Answer::Definite(why) => format!("definite refusal ({why})"),
             Answer::Indefinite(why) => format!("indefinite ({why})"),
         };
-        let seen = self
-            .seen
-            .map_or_else(|| "not read".to_owned(), compact);
+        let seen = self.seen.map_or_else(|| "not read".to_owned(), compact);
         format!(
             "at {}:\n  specification:  {}\n  implementation: answer {answer}, state {seen}",
             describe_action(self.scenario, self.action),

@@ -560,9 +560,11 @@ fn parse_action(
     let mut set = flags.iter().filter(|(on, _)| *on).map(|&(_, fault)| fault);
     let fault = set.next();
     if set.next().is_some() {
-        return Err("an action sets at most one of `ack_lost`, `duplicate`, `reencoded`, \
+        return Err(
+            "an action sets at most one of `ack_lost`, `duplicate`, `reencoded`, \
                     `disconnect`, `kill` and `kill_after_ack`"
-            .into());
+                .into(),
+        );
     }
     match (action.deliver, &action.reconcile, action.restart) {
         (Some(number), None, false) => {
@@ -587,9 +589,11 @@ fn parse_action(
             ))
         }
         (None, None, true) if fault.is_none() => Ok(Action::Restart),
-        _ => Err("an action is one of `deliver` (with at most one fault), `reconcile` (a \
+        _ => Err(
+            "an action is one of `deliver` (with at most one fault), `reconcile` (a \
                   card) or `restart` (true)"
-            .into()),
+                .into(),
+        ),
     }
 }
 

@@ -2,7 +2,7 @@
 //! receiver arrival did not write; the flags, then the campaign of
 //! [`crate::card::campaign`] on a target from [`crate::conform::target`].
 
-use super::{print, pretty_json, EnvironmentError, Error, Outcome};
+use super::{pretty_json, print, EnvironmentError, Error, Outcome};
 use crate::card::campaign::{self, campaign, Options, Plan};
 use crate::card::conform::{Channels, HarnessError, Settings};
 use crate::card::fixture::Scenario;
@@ -73,7 +73,10 @@ fn channels(args: &ConformArgs) -> Result<Channels, Error> {
         "every-step" => true,
         "end" => false,
         other => {
-            return Err(flag("--observe", format!("`{other}`: one of every-step, end")));
+            return Err(flag(
+                "--observe",
+                format!("`{other}`: one of every-step, end"),
+            ));
         }
     };
     let mut chosen = Channels {

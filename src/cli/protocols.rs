@@ -328,7 +328,10 @@ mod facts {
 pub use card::policy as card_policy;
 
 /// A fixture's `conform` block for people: the real receiver's side of the schedule above.
-fn conform_block(scenario: &crate::card::fixture::Scenario, block: &crate::card::fixture::ConformBlock) -> String {
+fn conform_block(
+    scenario: &crate::card::fixture::Scenario,
+    block: &crate::card::fixture::ConformBlock,
+) -> String {
     let actions = scenario.conform.as_deref().unwrap_or_default();
     let mut out = format!(
         "\nconform: against {} these actions broke {} (reproduced {}, found by {}, observe {}):\n",

@@ -261,9 +261,7 @@ pub fn parse_state(body: &[u8]) -> Result<Observed, String> {
         unresolved: Option<std::collections::BTreeSet<String>>,
     }
     let state: State = serde_json::from_slice(body).map_err(|error| {
-        format!(
-            "not a state object {{\"cards\": {{...}}, \"paused\"?, \"unresolved\"?}}: {error}"
-        )
+        format!("not a state object {{\"cards\": {{...}}, \"paused\"?, \"unresolved\"?}}: {error}")
     })?;
     Ok(Observed {
         cards: state.cards,
@@ -293,7 +291,13 @@ impl CardTarget for HttpTarget {
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
         let body = serde_json::to_vec(snapshot).expect("snapshots serialise");
-        let stream = send(self.addr(), "POST", "/_arrival/reconcile", &body, self.timeout);
+        let stream = send(
+            self.addr(),
+            "POST",
+            "/_arrival/reconcile",
+            &body,
+            self.timeout,
+        );
         match stream.and_then(read_reply) {
             Ok(reply) if reply.status == 404 => Err(HarnessError {
                 what: self.what("/_arrival/reconcile"),
@@ -307,10 +311,12 @@ impl CardTarget for HttpTarget {
 
     fn read(&mut self) -> Result<Observed, HarnessError> {
         let what = self.what("/_arrival/state");
-        let reply = request(self.addr(), "GET", "/_arrival/state", b"", self.timeout)
-            .map_err(|error| HarnessError {
-                what: what.clone(),
-                message: error.to_string(),
+        let reply =
+            request(self.addr(), "GET", "/_arrival/state", b"", self.timeout).map_err(|error| {
+                HarnessError {
+                    what: what.clone(),
+                    message: error.to_string(),
+                }
             })?;
         if reply.status != 200 {
             return Err(HarnessError {

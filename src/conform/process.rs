@@ -43,10 +43,8 @@ impl Supervisor {
             .port();
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let data_dir = std::env::temp_dir().join(format!(
-            "arrival-conform-{}-{n}-{port}",
-            std::process::id()
-        ));
+        let data_dir =
+            std::env::temp_dir().join(format!("arrival-conform-{}-{n}-{port}", std::process::id()));
         Ok(Supervisor {
             template,
             port,

@@ -206,11 +206,15 @@ impl CardTarget for StdioTarget {
     }
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
-        let answer = self.call(json!({"type": "reconcile", "snapshot": snapshot}), Send::Wait)?;
+        let answer = self.call(
+            json!({"type": "reconcile", "snapshot": snapshot}),
+            Send::Wait,
+        )?;
         match answer {
-            Answer::Definite(why) if why.starts_with("error 10") => Err(self.error(
-                "does not support reconciliation (error 10 to `reconcile`)".to_owned(),
-            )),
+            Answer::Definite(why) if why.starts_with("error 10") => {
+                Err(self
+                    .error("does not support reconciliation (error 10 to `reconcile`)".to_owned()))
+            }
             other => Ok(other),
         }
     }

@@ -1,8 +1,7 @@
 //! What every protocol's conformance run shares, with no I/O and no protocol: the set of
 //! model worlds still consistent with what a real receiver was seen to do, seeded random
-//! walks through a [`Protocol`] as schedules, the shrinking of a failing schedule over an
-//! abstract runner, its confirmation by rerunning, Jepsen-style counts and the words of a
-//! verdict.
+//! walks through a model as schedules, the shrinking of a failing schedule over an abstract
+//! runner, its confirmation by rerunning, Jepsen-style counts and the words of a verdict.
 //!
 //! A conformance run samples an implementation: a run that finds nothing is `sampled`,
 //! never proved, and whatever the target does not let arrival see is `unobserved`.

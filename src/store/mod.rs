@@ -27,9 +27,9 @@ pub mod db;
 pub mod drill;
 pub mod input;
 pub mod mutants;
-pub mod stdio;
 mod partial;
 mod rows;
+pub mod stdio;
 mod transaction;
 
 pub use mutants::StoreMutant;

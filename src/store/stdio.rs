@@ -23,7 +23,10 @@ pub fn serve(input: impl BufRead, output: &mut dyn Write, mutant: Option<StoreMu
         let request: Value = match serde_json::from_str(&line) {
             Ok(value) => value,
             Err(error) => {
-                reply(output, &json!({"type": "error", "code": 12, "text": error.to_string()}))?;
+                reply(
+                    output,
+                    &json!({"type": "error", "code": 12, "text": error.to_string()}),
+                )?;
                 continue;
             }
         };
@@ -70,7 +73,10 @@ fn start(request: &Value) -> Result<Store, String> {
         .and_then(Value::as_str)
         .ok_or("`start` without `data_dir`")?;
     let url = DbUrl::Sqlite(std::path::Path::new(dir).join("cards.db"));
-    let fresh = request.get("fresh").and_then(Value::as_bool).unwrap_or(false);
+    let fresh = request
+        .get("fresh")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let mut store = Store::open(&url).map_err(|error| error.to_string())?;
     if fresh {
         store.reset().map_err(|error| error.to_string())?;
@@ -106,10 +112,7 @@ fn deliver(
     let body = request.get("body").and_then(Value::as_str).unwrap_or("");
     let event = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
     let incoming = Incoming {
-        delivery: request
-            .get("delivery")
-            .and_then(Value::as_u64)
-            .unwrap_or(0) as u32,
+        delivery: request.get("delivery").and_then(Value::as_u64).unwrap_or(0) as u32,
         received_at: None,
         event,
     };
@@ -129,8 +132,7 @@ fn deliver(
     let result = match mutant {
         None => store.deliver(&incoming, &mut emit).map(|_| ()),
         Some(mutant) => {
-            crate::store::mutants::deliver_batch(store, mutant, &[incoming], &mut emit)
-                .map(|_| ())
+            crate::store::mutants::deliver_batch(store, mutant, &[incoming], &mut emit).map(|_| ())
         }
     };
     if let Some(error) = failed {

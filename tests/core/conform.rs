@@ -58,7 +58,10 @@ impl CardTarget for InProcess {
     }
 
     fn deliver(&mut self, delivery: u32, body: &[u8], send: Send) -> Result<Answer, HarnessError> {
-        let event = self.catalog.event_from_bytes(body).expect("fixtures send JSON");
+        let event = self
+            .catalog
+            .event_from_bytes(body)
+            .expect("fixtures send JSON");
         let delivered = self.receiver.deliver(self.policy, delivery, None, &event);
         Ok(match send {
             Send::Wait => Answer::Ack(Some(delivered.ack.name().to_owned())),
@@ -91,10 +94,14 @@ impl CardTarget for InProcess {
             })
             .collect();
         let paused = self.receiver.paused().map(|c| catalog.name(c).to_owned());
-        let unresolved = self.receiver.unresolved().into_iter().map(|input| match input {
-            InputRef::Event(id) => catalog.name(id).to_owned(),
-            InputRef::Delivery(number) => format!("delivery-{number}"),
-        });
+        let unresolved = self
+            .receiver
+            .unresolved()
+            .into_iter()
+            .map(|input| match input {
+                InputRef::Event(id) => catalog.name(id).to_owned(),
+                InputRef::Delivery(number) => format!("delivery-{number}"),
+            });
         Ok(Observed {
             cards,
             paused: Some(paused.collect()),
@@ -133,7 +140,11 @@ fn run(policy: Option<Mutant>, channels: Channels, walks: usize) -> ConformRepor
 
 fn shrunk(report: &ConformReport) -> (String, Vec<String>, String) {
     let found = report.failure.as_ref().expect("a failure");
-    (found.property.clone(), found.steps.clone(), found.reproduced.clone())
+    (
+        found.property.clone(),
+        found.steps.clone(),
+        found.reproduced.clone(),
+    )
 }
 
 fn cards_only(every_step: bool) -> Channels {
@@ -154,11 +165,25 @@ fn the_contract_s_own_receiver_passes_every_kept_trace_and_walk_and_is_only_samp
     // the 20 walks.
     assert_eq!(report.schedules, 13 + 20);
     assert!(report.as_expected("pass"));
-    let status = |name: &str| report.properties.iter().find(|p| p.0 == name).unwrap().1.clone();
+    let status = |name: &str| {
+        report
+            .properties
+            .iter()
+            .find(|p| p.0 == name)
+            .unwrap()
+            .1
+            .clone()
+    };
     assert_eq!(status("version-monotonic"), Status::Sampled);
-    assert!(matches!(status("first-record-immutable"), Status::Unobserved(_)));
+    assert!(matches!(
+        status("first-record-immutable"),
+        Status::Unobserved(_)
+    ));
     // Nothing here can be killed, so nothing says what a kill does.
-    assert!(matches!(status("ack-implies-recorded"), Status::NotExercised(_)));
+    assert!(matches!(
+        status("ack-implies-recorded"),
+        Status::NotExercised(_)
+    ));
 }
 
 #[test]
@@ -174,7 +199,10 @@ fn last_arrival_wins_is_caught_by_version_monotonic_with_the_kept_trace_s_two_de
     );
     let fixture = &report.failure.as_ref().unwrap().fixture;
     let schedule = serde_json::to_value(fixture.schedule.as_ref().unwrap()).unwrap();
-    assert_eq!(schedule, serde_json::json!([{"deliver": 1}, {"deliver": 3}]));
+    assert_eq!(
+        schedule,
+        serde_json::json!([{"deliver": 1}, {"deliver": 3}])
+    );
 }
 
 #[test]
@@ -189,7 +217,11 @@ fn id_only_dedupe_is_unseen_in_final_cards_seen_in_cards_after_every_step_and_na
         shrunk(&every),
         (
             "diverged".into(),
-            vec!["deliver #4".into(), "deliver #6".into(), "deliver #7".into()],
+            vec![
+                "deliver #4".into(),
+                "deliver #6".into(),
+                "deliver #7".into()
+            ],
             "3/3".into()
         )
     );

@@ -28,7 +28,10 @@ fn found(report: &Value) -> (String, Vec<String>, String) {
     let steps = failure["steps"].as_array().expect("steps");
     (
         failure["property"].as_str().unwrap().to_owned(),
-        steps.iter().map(|s| s.as_str().unwrap().to_owned()).collect(),
+        steps
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect(),
         failure["reproduced"].as_str().unwrap().to_owned(),
     )
 }
@@ -39,7 +42,11 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 #[test]
 fn the_correct_python_receiver_passes_b62_15_with_verdict_sampled() {
-    let output = conform("models/b62-15.toml", &python("python-sqlite"), &["--walks", "3"]);
+    let output = conform(
+        "models/b62-15.toml",
+        &python("python-sqlite"),
+        &["--walks", "3"],
+    );
     assert_status(&output, 0, "conform python-sqlite");
     let report = json(&output);
     assert_eq!(report["verdict"], "sampled");
@@ -82,13 +89,21 @@ fn last_arrival_wins_in_python_is_caught_by_the_kept_trace_s_two_deliveries_and_
     assert_eq!(written["schedule"], kept["schedule"]);
     assert_eq!(written["conform"]["violates"], "version-monotonic");
     let file = fixture.to_str().unwrap();
-    assert_status(&arrival(&["replay", file]), 0, "replay of the conform fixture");
+    assert_status(
+        &arrival(&["replay", file]),
+        0,
+        "replay of the conform fixture",
+    );
     // Rerun against the receiver: still broken (1), as expected when named (0), and the
     // correct receiver passes it (0).
     assert_status(&conform(file, &lastwins, &[]), 1, "rerun on lastwins");
     let named = conform(file, &lastwins, &["--expect", "version-monotonic"]);
     assert_status(&named, 0, "rerun on lastwins, expected to fail");
-    assert_status(&conform(file, &python("python-sqlite"), &[]), 0, "rerun on sqlite");
+    assert_status(
+        &conform(file, &python("python-sqlite"), &[]),
+        0,
+        "rerun on sqlite",
+    );
 }
 
 #[test]
@@ -138,7 +153,15 @@ fn a_python_receiver_that_answers_before_committing_loses_a_decision_to_a_kill_a
     let output = conform(
         "models/b62-15.toml",
         &python("python-ack-first"),
-        &["--no-traces", "--walks", "1", "--seed", "1", "--shrink-budget", "6"],
+        &[
+            "--no-traces",
+            "--walks",
+            "1",
+            "--seed",
+            "1",
+            "--shrink-budget",
+            "6",
+        ],
     );
     assert_status(&output, 1, "conform python-ack-first");
     let (property, steps, reproduced) = found(&json(&output));
@@ -240,8 +263,16 @@ fn a_broken_harness_is_exit_3_never_a_verdict() {
 #[test]
 fn a_bad_target_or_flag_is_exit_2() {
     let output = conform("models/b62-15.toml", "somewhere", &[]);
-    assert_status(&output, 2, "a target that is neither a file nor a shorthand");
-    let output = conform("models/b62-15.toml", "http:true", &["--observe", "sometimes"]);
+    assert_status(
+        &output,
+        2,
+        "a target that is neither a file nor a shorthand",
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        "http:true",
+        &["--observe", "sometimes"],
+    );
     assert_status(&output, 2, "an unknown --observe");
     let output = conform("fixtures/B62-15-events.json", "http:true", &[]);
     assert_status(&output, 2, "a fixture without a conform block");
