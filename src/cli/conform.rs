@@ -144,6 +144,13 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
 
 /// Runs the campaign: `Ok(true)` when the result is what `--expect` says.
 pub fn run(args: &ConformArgs) -> Outcome {
+    // Output paths first: a run that cannot write its results stops before any work.
+    if let Some(file) = &args.junit {
+        crate::harness::input::writable_file("--junit", file)?;
+    }
+    if let Some(dir) = &args.trace_out {
+        crate::harness::input::writable_dir("--trace-out", dir)?;
+    }
     let target_file = TargetFile::parse(&args.target)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
     let chosen = channels(args)?;

@@ -778,6 +778,47 @@ fn validate_junit(file: &std::path::Path) {
 }
 
 #[test]
+fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
+    let dir = temp_dir("conform-junit");
+    let file = dir.path().join("conform.xml");
+    let target = format!(
+        "stdio:{} store stdio --mutant ack-before-commit",
+        crate::util::ARRIVAL
+    );
+    let out = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--target",
+        &target,
+        "--no-traces",
+        "--walks",
+        "1",
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 9 + 1);
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(xml.contains("ack-implies-recorded (violated)"));
+    // A harness failure writes the harness case alone, failed.
+    let broken = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--target",
+        "http:true",
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(broken.status.code(), Some(3), "{}", stderr(&broken));
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 1);
+    assert!(xml.contains("name=\"harness\""));
+}
+
+#[test]
 fn junit_output_is_schema_valid_with_a_case_per_property_and_the_trace_in_a_failure() {
     let dir = temp_dir("junit");
     let file = dir.path().join("out.xml");
