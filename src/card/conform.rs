@@ -31,7 +31,7 @@ pub enum Answer {
 
 /// How a request is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Send {
+pub enum Sending {
     /// Send and wait for the answer.
     Wait,
     /// Send, then close the connection without reading.
@@ -79,7 +79,12 @@ pub trait CardTarget {
         fresh: bool,
     ) -> Result<(), HarnessError>;
     /// Sends one delivery's envelope bytes.
-    fn deliver(&mut self, delivery: u32, body: &[u8], send: Send) -> Result<Answer, HarnessError>;
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError>;
     /// Sends an authority snapshot (`{"object_id", "version", "state"}`).
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError>;
     /// Reads the receiver's state.
@@ -289,18 +294,18 @@ impl<'a> Runner<'a> {
             _ => serde_json::to_vec(raw).expect("JSON values serialise"),
         };
         let send = match fault {
-            Some(External::Disconnect) => Send::Disconnect,
+            Some(External::Disconnect) => Sending::Disconnect,
             Some(External::Kill) if self.target.can_kill() => {
                 let window = self.settings.kill_window_ms.max(1);
-                Send::KillAfter(Duration::from_millis(self.draws.below(window)))
+                Sending::KillAfter(Duration::from_millis(self.draws.below(window)))
             }
-            Some(External::Kill) => Send::Disconnect,
-            _ => Send::Wait,
+            Some(External::Kill) => Sending::Disconnect,
+            _ => Sending::Wait,
         };
         self.run.counts.attempted += 1;
         let answer = self.target.deliver(delivery, &body, send)?;
         self.count(&answer, fault);
-        if matches!(send, Send::KillAfter(_)) {
+        if matches!(send, Sending::KillAfter(_)) {
             self.run.counts.kills += 1;
             self.run.killed = true;
             self.target.start(&BTreeMap::new(), false)?;

@@ -3,7 +3,7 @@
 //! receiver behind it, started and killed by a [`Supervisor`].
 
 use super::process::Supervisor;
-use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Send};
+use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
 use crate::card::replay::CardReport;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -204,21 +204,21 @@ impl HttpTarget {
         }
     }
 
-    fn post(&mut self, path: &str, body: &[u8], send_how: Send) -> Result<Answer, HarnessError> {
+    fn post(&mut self, path: &str, body: &[u8], send_how: Sending) -> Result<Answer, HarnessError> {
         let sent = send(self.addr(), "POST", path, body, self.timeout);
         let stream = match (sent, send_how) {
             (Err(error), _) => return Ok(Answer::Indefinite(error.to_string())),
-            (Ok(stream), Send::Disconnect) => {
+            (Ok(stream), Sending::Disconnect) => {
                 let _ = stream.shutdown(Shutdown::Both);
                 return Ok(Answer::Indefinite("disconnected by arrival".into()));
             }
-            (Ok(stream), Send::KillAfter(delay)) => {
+            (Ok(stream), Sending::KillAfter(delay)) => {
                 std::thread::sleep(delay);
                 self.supervisor.kill();
                 drop(stream);
                 return Ok(Answer::Indefinite("killed in flight".into()));
             }
-            (Ok(stream), Send::Wait) => stream,
+            (Ok(stream), Sending::Wait) => stream,
         };
         match read_reply(stream) {
             Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
@@ -285,7 +285,12 @@ impl CardTarget for HttpTarget {
         self.wait_ready()
     }
 
-    fn deliver(&mut self, _delivery: u32, body: &[u8], send: Send) -> Result<Answer, HarnessError> {
+    fn deliver(
+        &mut self,
+        _delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
         self.post("/webhook", body, send)
     }
 

@@ -3,7 +3,7 @@
 //! Maelstrom's error codes, the receiver started and killed by a [`Supervisor`].
 
 use super::process::Supervisor;
-use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Send};
+use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
 use crate::card::replay::CardReport;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -100,18 +100,18 @@ impl StdioTarget {
     }
 
     /// Sends and waits; a timeout or the end of the process is indefinite.
-    fn call(&mut self, message: Value, send_how: Send) -> Result<Answer, HarnessError> {
+    fn call(&mut self, message: Value, send_how: Sending) -> Result<Answer, HarnessError> {
         let Some(id) = self.send(message) else {
             return Ok(Answer::Indefinite("the receiver's input is closed".into()));
         };
         match send_how {
-            Send::Disconnect => return Ok(Answer::Indefinite("not waited for".into())),
-            Send::KillAfter(delay) => {
+            Sending::Disconnect => return Ok(Answer::Indefinite("not waited for".into())),
+            Sending::KillAfter(delay) => {
                 std::thread::sleep(delay);
                 self.supervisor.kill();
                 return Ok(Answer::Indefinite("killed in flight".into()));
             }
-            Send::Wait => {}
+            Sending::Wait => {}
         }
         match self.reply(id, self.timeout)? {
             Reply::Line(value) => Ok(answer_of(&value)),
@@ -196,7 +196,12 @@ impl CardTarget for StdioTarget {
         }
     }
 
-    fn deliver(&mut self, delivery: u32, body: &[u8], send: Send) -> Result<Answer, HarnessError> {
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
         let message = json!({
             "type": "deliver",
             "delivery": delivery,
@@ -208,7 +213,7 @@ impl CardTarget for StdioTarget {
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
         let answer = self.call(
             json!({"type": "reconcile", "snapshot": snapshot}),
-            Send::Wait,
+            Sending::Wait,
         )?;
         match answer {
             Answer::Definite(why) if why.starts_with("error 10") => {

@@ -7,7 +7,7 @@
 use crate::util::root;
 use arrival::card::campaign::{campaign, trace_plans, walk_plans, ConformReport, Options, Plan};
 use arrival::card::conform::{
-    Answer, CardTarget, Channels, HarnessError, Observed, Send, Settings,
+    Answer, CardTarget, Channels, HarnessError, Observed, Sending, Settings,
 };
 use arrival::card::fixture::Scenario;
 use arrival::card::model_file::load_model;
@@ -57,14 +57,19 @@ impl CardTarget for InProcess {
         Ok(())
     }
 
-    fn deliver(&mut self, delivery: u32, body: &[u8], send: Send) -> Result<Answer, HarnessError> {
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
         let event = self
             .catalog
             .event_from_bytes(body)
             .expect("fixtures send JSON");
         let delivered = self.receiver.deliver(self.policy, delivery, None, &event);
         Ok(match send {
-            Send::Wait => Answer::Ack(Some(delivered.ack.name().to_owned())),
+            Sending::Wait => Answer::Ack(Some(delivered.ack.name().to_owned())),
             _ => Answer::Indefinite("not waited for".into()),
         })
     }
