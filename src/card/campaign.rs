@@ -143,6 +143,58 @@ fn same_fixture(a: &RawFixture, b: &RawFixture) -> bool {
     value(a) == value(b)
 }
 
+/// For each card mutant (those that need no expiry step), its shortest counterexample
+/// schedule on the model file's fixture and budgets, by breadth-first search for the
+/// property that catches it, up to `state_limit` states; and the mutants not caught within
+/// it. Schedules already among `known` are left out.
+pub fn mutant_plans(
+    loaded: &LoadedModel,
+    state_limit: usize,
+    known: &[Plan],
+    can_kill: bool,
+) -> (Vec<Plan>, Vec<String>) {
+    use crate::card::mutants::Mutant;
+    use crate::card::policy::PolicyName;
+    use crate::card::property::Properties;
+    use crate::harness::explore::{shortest, Engine, Settings as Explore, Strategy};
+    let (mut plans, mut missed): (Vec<Plan>, Vec<String>) = (Vec::new(), Vec::new());
+    for mutant in Mutant::ALL.into_iter().filter(|m| !m.needs_expiry()) {
+        let mut under = loaded.clone();
+        under.policy = PolicyName(Some(mutant));
+        under.file.expiries = 0;
+        let property = mutant.caught_by();
+        let model = crate::card::check::build_model(&under, Properties::only(property));
+        let settings = Explore {
+            strategy: Strategy::Bfs,
+            threads: 1,
+            state_limit: Some(state_limit),
+            label: mutant.name().to_owned(),
+            progress: false,
+            engine: Engine::Arrival,
+        };
+        let Some(steps) = shortest(&model, property as usize, &settings) else {
+            missed.push(format!(
+                "mutants/{} (no counterexample within {state_limit} states)",
+                mutant.name()
+            ));
+            continue;
+        };
+        let actions = actions_of(&steps, can_kill).expect("no expiry in these searches");
+        let seen = known
+            .iter()
+            .chain(plans.iter())
+            .any(|p| p.actions == actions);
+        if !seen {
+            plans.push(Plan {
+                id: format!("mutants/{}.{}", mutant.name(), property.name()),
+                actions,
+            });
+        }
+    }
+    plans.sort_by_key(|plan| plan.actions.len());
+    (plans, missed)
+}
+
 /// Seeded random walks through the model under the model file's budgets and
 /// reconciliation, with external faults on top: a model crash is a kill in flight or a
 /// disconnect, and up to `crashes` kills right after an acknowledgement or restarts between
@@ -295,10 +347,11 @@ pub fn campaign(
     let mut counts = Counts::default();
     let (mut passed, mut schedules, mut killed) = (0, 0, false);
     let mut seen_paused = false;
-    // Every kept trace runs; the walks stop at their first failure.
+    // Every kept trace and mutant schedule runs; the walks stop at their first failure.
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     for plan in plans {
-        if !failures.is_empty() && !plan.id.starts_with("traces/") {
+        let exhaustive = plan.id.starts_with("traces/") || plan.id.starts_with("mutants/");
+        if !failures.is_empty() && !exhaustive {
             break;
         }
         let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;

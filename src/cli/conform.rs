@@ -30,6 +30,12 @@ pub struct ConformArgs {
     /// Leave out the kept counterexample traces.
     #[arg(long)]
     pub no_traces: bool,
+    /// Leave out the mutants' shortest counterexample schedules.
+    #[arg(long)]
+    pub no_mutants: bool,
+    /// The most states the search for one mutant's shortest schedule explores.
+    #[arg(long, default_value_t = 50_000)]
+    pub mutant_state_limit: usize,
     /// When the state is read: `every-step` or `end`.
     #[arg(long, default_value = "every-step")]
     pub observe: String,
@@ -134,6 +140,12 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
         let (traces, left) = campaign::trace_plans(&scenario, &dir, true);
         plans.extend(traces);
         skipped.extend(left);
+    }
+    if !args.no_mutants {
+        let (found, missed) =
+            campaign::mutant_plans(&loaded, args.mutant_state_limit, &plans, true);
+        plans.extend(found);
+        skipped.extend(missed);
     }
     if loaded.file.expiries > 0 {
         skipped.push("expiry steps: arrival cannot move the receiver's clock".into());

@@ -791,6 +791,7 @@ fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
         "--target",
         &target,
         "--no-traces",
+        "--no-mutants",
         "--walks",
         "1",
         "--junit",

@@ -256,3 +256,30 @@ fn a_plan_is_the_same_for_the_same_seed() {
     assert_eq!(first, walk_plans(&loaded, 10, 3, true));
     assert_ne!(first, walk_plans(&loaded, 10, 4, true));
 }
+
+#[test]
+fn the_mutants_caught_on_b62_15_within_the_limit_each_get_a_shortest_schedule() {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let (plans, missed) = arrival::card::campaign::mutant_plans(&loaded, 50_000, &[], true);
+    let ids: Vec<(&str, usize)> = plans
+        .iter()
+        .map(|plan| (plan.id.as_str(), plan.actions.len()))
+        .collect();
+    // Shortest first; timestamp-ordering's schedule is last-arrival-wins's and
+    // overwrite-first-record's is id-only-dedupe's, so each runs once.
+    assert_eq!(
+        ids,
+        [
+            ("mutants/create-unknown-card.no-unknown-card", 1),
+            ("mutants/ack-before-record.ack-implies-recorded", 1),
+            ("mutants/last-arrival-wins.version-monotonic", 2),
+            ("mutants/id-only-dedupe.evidence-retained", 2),
+            ("mutants/ignore-pause.paused-frozen", 2),
+            ("mutants/apply-equal-version-conflict.version-monotonic", 2),
+            ("mutants/pause-on-redelivery.duplicate-no-effect", 2),
+        ]
+    );
+    // Two cannot break on B62-15 under its budgets (no unsupported type is delivered, no
+    // re-encoded copy is allowed); two need deeper schedules than the limit reaches.
+    assert_eq!(missed.len(), 4, "{missed:?}");
+}
