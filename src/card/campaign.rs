@@ -324,7 +324,8 @@ pub struct ConformReport {
     pub passed: usize,
     /// Counts over every run, shrinking and confirmation excluded.
     pub counts: Counts,
-    /// Each property's status.
+    /// Each property's status (in JSON: `{"name", "status", "why"?}`).
+    #[serde(serialize_with = "properties_json")]
     pub properties: Vec<(String, Status)>,
     /// The first failure.
     pub failure: Option<Found>,
@@ -334,6 +335,26 @@ pub struct ConformReport {
     pub warnings: Vec<String>,
     /// Wall time.
     pub seconds: f64,
+}
+
+fn properties_json<S: serde::Serializer>(
+    properties: &[(String, Status)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = serializer.serialize_seq(Some(properties.len()))?;
+    for (name, status) in properties {
+        let why = match status {
+            Status::Unobserved(why) | Status::NotExercised(why) => Some(why),
+            _ => None,
+        };
+        let mut entry = serde_json::json!({"name": name, "status": status.word()});
+        if let Some(why) = why {
+            entry["why"] = serde_json::json!(why);
+        }
+        seq.serialize_element(&entry)?;
+    }
+    seq.end()
 }
 
 /// Runs every plan until one fails; shrinks and confirms that one.

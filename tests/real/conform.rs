@@ -54,6 +54,13 @@ fn the_correct_python_receiver_passes_b62_15_with_verdict_sampled() {
     assert_eq!(report["schedules"], 13 + 1 + 3);
     assert_eq!(report["passed"], 13 + 1 + 3);
     assert_eq!(report["counts"]["regressed"], 0);
+    let status = |name: &str| {
+        let properties = report["properties"].as_array().unwrap();
+        let entry = properties.iter().find(|p| p["name"] == name).unwrap();
+        entry["status"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(status("evidence-retained"), "sampled");
+    assert_eq!(status("first-record-immutable"), "unobserved");
 }
 
 #[test]
