@@ -283,3 +283,83 @@ fn the_mutants_caught_on_b62_15_within_the_limit_each_get_a_shortest_schedule() 
     // re-encoded copy is allowed); two need deeper schedules than the limit reaches.
     assert_eq!(missed.len(), 4, "{missed:?}");
 }
+
+/// The in-process receiver that keeps nothing across a kill: a restart starts it from
+/// the initial cards again.
+struct Forgetful {
+    inner: InProcess,
+    initial: BTreeMap<String, CardReport>,
+}
+
+impl CardTarget for Forgetful {
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError> {
+        if fresh {
+            self.initial = initial.clone();
+        }
+        let initial = self.initial.clone();
+        self.inner.start(&initial, true)
+    }
+
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
+        let send = match send {
+            Sending::KillAfter(_) => Sending::Disconnect,
+            other => other,
+        };
+        self.inner.deliver(delivery, body, send)
+    }
+
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        self.inner.reconcile(snapshot)
+    }
+
+    fn read(&mut self) -> Result<Observed, HarnessError> {
+        self.inner.read()
+    }
+
+    fn kill(&mut self) -> Result<(), HarnessError> {
+        Ok(())
+    }
+
+    fn can_kill(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_receiver_that_forgets_across_a_kill_fails_ack_implies_recorded_on_one_delivery() {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let scenario = Scenario::clone(&loaded.scenario);
+    let plans = walk_plans(&loaded, 20, 1, true);
+    let options = Options {
+        settings: Settings {
+            channels: Channels::ALL,
+            max_retries: 3,
+            kill_window_ms: 1,
+            seed: 1,
+        },
+        shrink_budget: 100,
+        confirm: 3,
+        target: "forgetful".into(),
+        source: "models/b62-15.toml".into(),
+    };
+    let mut target = Forgetful {
+        inner: InProcess::new(None),
+        initial: BTreeMap::new(),
+    };
+    let report = campaign(&scenario, &plans, &mut target, &options).unwrap();
+    let (property, steps, reproduced) = shrunk(&report);
+    assert_eq!(property, "ack-implies-recorded");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert!(steps[0].ends_with("(kill after ack)"), "{steps:?}");
+    assert_eq!(reproduced, "3/3");
+    assert_eq!(report.counts.lost, 1);
+}
