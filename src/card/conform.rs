@@ -792,9 +792,9 @@ impl Naming<'_> {
                     .before
                     .iter()
                     .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
+                let before = project(self.scenario, &self.before[0]);
                 let changes = self.branches.iter().any(|branch| {
-                    project(self.scenario, &branch.world).cards
-                        != project(self.scenario, &self.before[0]).cards
+                    !fits(&project(self.scenario, &branch.world), &before, &self.channels)
                 });
                 (unrecorded && changes).then_some("ack-implies-recorded")
             }
