@@ -794,7 +794,11 @@ impl Naming<'_> {
                     .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
                 let before = project(self.scenario, &self.before[0]);
                 let changes = self.branches.iter().any(|branch| {
-                    !fits(&project(self.scenario, &branch.world), &before, &self.channels)
+                    !fits(
+                        &project(self.scenario, &branch.world),
+                        &before,
+                        &self.channels,
+                    )
                 });
                 (unrecorded && changes).then_some("ack-implies-recorded")
             }
