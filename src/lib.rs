@@ -12,17 +12,18 @@
 //!
 //! The tree shows it: one harness, a folder per protocol beside it, the real parts beside
 //! those, and a thin command line. Dependencies point one way: `harness` <- `card`, `facts`
-//! <- `store`, `pipeline` <- `cli` <- `main`. The harness never imports a protocol; the
+//! <- `store`, `pipeline`, `conform` <- `cli` <- `main`. The harness never imports a protocol; the
 //! decision functions never do I/O or read a clock; the real parts acknowledge only after a
 //! commit.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`harness`] | what every protocol's checker shares: the [`harness::Protocol`] trait, the stateright model around it, arrival's own checker for it (with sleep sets in depth-first search when a protocol says which steps commute; `stateright`'s on request), the Explorer's model, exploration, shortest counterexamples, sharding and report merging, random-walk simulation, a panicking step reported as the `panic` finding, verdicts, JSON/text/JUnit reports, sequence diagrams, model-file parsing, typed input errors |
+//! | [`harness`] | what every protocol's checker shares (and conformance runs: [`harness::conform`]'s candidate worlds, walks, shrinking, confirmation): the [`harness::Protocol`] trait, the stateright model around it, arrival's own checker for it (with sleep sets in depth-first search when a protocol says which steps commute; `stateright`'s on request), the Explorer's model, exploration, shortest counterexamples, sharding and report merging, random-walk simulation, a panicking step reported as the `panic` finding, verdicts, JSON/text/JUnit reports, sequence diagrams, model-file parsing, typed input errors |
 //! | [`card`] | the card.snapshot protocol: wire format, the pure receiver, its world, properties, mutants, fixtures, replay, model, traces, sweep |
 //! | [`facts`] | the application-facts protocol (contract v2): signed envelopes, keys bound to tenants, ingress checks, the inbox and READY, the operator steps, the pipeline's world, properties, mutants, replay, model |
-//! | [`store`] | the durable card receiver: the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), split by job into the store and its types, the row codec, the partial-receiver loading and one decision's transaction; `arrival store` commands, crash and concurrency drills ([`store::drill`]: shared setup, crash, concurrent, the check against the contract's replay) |
+//! | [`store`] | the durable card receiver (also behind the conformance protocol, [`store::stdio`]): the card decision function in one database transaction per decision (SQLite embedded, PostgreSQL for several receivers), split by job into the store and its types, the row codec, the partial-receiver loading and one decision's transaction; `arrival store` commands, crash and concurrency drills ([`store::drill`]: shared setup, crash, concurrent, the check against the contract's replay) |
 //! | [`pipeline`] | the real facts pipeline: axum ingress, Redis Stream consumer group, SQLite inbox (its schema under versioned migrations, [`pipeline::schema`]), fixture runner, drills (one file per drill in [`pipeline::drill`]), load generator, `pipeline explain` ([`pipeline::explain`]: rows loaded once, the answer a pure function of them), `/metrics` and health ([`pipeline::metrics`]), dead letters for people ([`pipeline::dead_letters`]) (all the I/O of `facts`) |
+//! | [`conform`] | `arrival conform`'s real side: a receiver arrival did not write, as a process (its own process group, `SIGKILL`, restart on the same data), spoken to over HTTP (a small client that reads chunked answers) or JSON lines; the target file |
 //! | [`cli`] | the `arrival` command line: every subcommand's clap definition and dispatch, the protocol registry ([`cli::protocols`]), the exit statuses ([`cli::Exit`]) and the one error type that keeps bad input apart from a failing environment ([`cli::Error`]); clap belongs here, not in the library modules |
 //!
 //! The card protocol, module by module (data flows from the edge inwards):
@@ -47,6 +48,8 @@
 //! | [`card::model_file`] | card model files read and validated into a [`card::model_file::LoadedModel`] |
 //! | [`card::check`] | card model runs, through the harness |
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
+//! | [`card::conform`] | the model as the oracle for a receiver arrival did not write: the [`card::conform::CardTarget`] trait, external faults as the model steps they may be, the candidate worlds filtered by each answer and state read, the property named when none is left |
+//! | [`card::campaign`] | a conformance campaign: plans from a model file (kept traces, seeded walks), the first failure shrunk, confirmed and written as a fixture with a `conform` block, the report and JUnit |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |
@@ -61,6 +64,7 @@
 
 pub mod card;
 pub mod cli;
+pub mod conform;
 pub mod facts;
 pub mod harness;
 pub mod pipeline;

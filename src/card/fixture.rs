@@ -5,7 +5,7 @@
 //! fixture errors: they are what the receiver must hold.
 
 use crate::card::receiver::{Card, InputRef};
-use crate::card::step::{Fault, Step};
+use crate::card::step::{Action, External, Fault, Step};
 use crate::card::wire::{Catalog, Event, Snapshot, StateId, Sym};
 use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
@@ -142,6 +142,72 @@ pub struct RawFixture {
     /// What replay checks at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<RawExpect>,
+    /// For a schedule `arrival conform` found against a real receiver: the external
+    /// actions it took (kills, restarts, disconnects included), which `schedule` shows
+    /// from the model's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conform: Option<ConformBlock>,
+}
+
+/// One action of a conformance schedule as written: a `deliver` with at most one
+/// external fault, a `reconcile`, or a `restart`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawAction {
+    /// Send this delivery number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<u32>,
+    /// Read the whole acknowledgement, then drop it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ack_lost: bool,
+    /// An extra copy of an acknowledged delivery.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+    /// An extra copy in other bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reencoded: bool,
+    /// Close the connection right after sending.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disconnect: bool,
+    /// Kill the receiver while the request is in flight, then restart it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill: bool,
+    /// Kill the receiver right after its acknowledgement is read, then restart it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill_after_ack: bool,
+    /// Send this card's authority snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<String>,
+    /// Kill the receiver between steps and start it again on the same data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restart: bool,
+}
+
+/// A fixture's `conform` block: what `arrival conform` found and how to run it again.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConformBlock {
+    /// The target it was found against, as named on the command line.
+    pub target: String,
+    /// The property broken, or `diverged`.
+    pub violates: String,
+    /// The schedule it was shrunk from.
+    pub found_by: String,
+    /// `every-step` or `end`.
+    pub observe: String,
+    /// What was read besides the cards (`ack`, `paused`, `unresolved`).
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// The external actions, in order.
+    pub actions: Vec<RawAction>,
+    /// What the receiver answered and showed, step by step, the run that was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<Value>,
+    /// How many reruns failed the same way (`3/3`).
+    pub reproduced: String,
+    /// The seed of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// One delivery, typed.
@@ -211,6 +277,8 @@ pub struct Scenario {
     pub expect: Option<Expect>,
     /// What a counterexample fixture's `trace` block says it shows, parsed.
     pub trace: Option<Shown>,
+    /// The `conform` block's actions, parsed.
+    pub conform: Option<Vec<Action>>,
     /// The file as read, for writing traces back out.
     pub raw: RawFixture,
 }
@@ -328,6 +396,20 @@ impl Scenario {
                     .map_err(|message| bad("trace.violates".into(), message))?,
             }),
         };
+        let conform = match &raw.conform {
+            None => None,
+            Some(block) => Some(
+                block
+                    .actions
+                    .iter()
+                    .enumerate()
+                    .map(|(index, action)| {
+                        parse_action(action, &numbers, &with_authority, &catalog)
+                            .map_err(|message| bad(format!("conform.actions[{index}]"), message))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         let name = raw.name.clone().unwrap_or_else(|| {
             file.file_stem().map_or_else(
                 || "fixture".into(),
@@ -345,6 +427,7 @@ impl Scenario {
             retention_seconds: raw.retention_seconds,
             expect,
             trace,
+            conform,
             raw,
         })
     }
@@ -455,6 +538,60 @@ fn parse_step(
         (Some(_), Some(_)) => Err("a step is either `deliver` or `reconcile`, not both".into()),
         (None, None) => Err(
             "a step needs `deliver` (a delivery number), `reconcile` (a card) or `expire` (true)"
+                .into(),
+        ),
+    }
+}
+
+fn parse_action(
+    action: &RawAction,
+    numbers: &BTreeMap<u32, usize>,
+    with_authority: &BTreeSet<String>,
+    catalog: &Catalog,
+) -> Result<Action, String> {
+    let flags = [
+        (action.ack_lost, External::LostAck),
+        (action.duplicate, External::Duplicate),
+        (action.reencoded, External::Reencoded),
+        (action.disconnect, External::Disconnect),
+        (action.kill, External::Kill),
+        (action.kill_after_ack, External::KillAfterAck),
+    ];
+    let mut set = flags.iter().filter(|(on, _)| *on).map(|&(_, fault)| fault);
+    let fault = set.next();
+    if set.next().is_some() {
+        return Err(
+            "an action sets at most one of `ack_lost`, `duplicate`, `reencoded`, \
+                    `disconnect`, `kill` and `kill_after_ack`"
+                .into(),
+        );
+    }
+    match (action.deliver, &action.reconcile, action.restart) {
+        (Some(number), None, false) => {
+            if !numbers.contains_key(&number) {
+                return Err(format!(
+                    "`deliver` names delivery {number}, which the fixture does not have"
+                ));
+            }
+            Ok(Action::Deliver {
+                delivery: number,
+                fault,
+            })
+        }
+        (None, Some(card), false) if fault.is_none() => {
+            if !with_authority.contains(card) {
+                return Err(format!(
+                    "`reconcile` names `{card}`, which has no authority snapshot"
+                ));
+            }
+            Ok(Action::Reconcile(
+                catalog.find(card).expect("authority cards are interned"),
+            ))
+        }
+        (None, None, true) if fault.is_none() => Ok(Action::Restart),
+        _ => Err(
+            "an action is one of `deliver` (with at most one fault), `reconcile` (a \
+                  card) or `restart` (true)"
                 .into(),
         ),
     }

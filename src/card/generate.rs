@@ -150,6 +150,7 @@ pub fn fixture(options: &GenOptions) -> Result<RawFixture, InputError> {
         authority,
         schedule: None,
         trace: None,
+        conform: None,
         expect: None,
     };
     let scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;
@@ -371,6 +372,7 @@ pub fn small(seed: u64) -> Result<RawFixture, InputError> {
         authority,
         schedule: None,
         trace: None,
+        conform: None,
         expect: None,
     };
     let mut scenario = Scenario::from_raw(Path::new("(generated)"), raw.clone())?;

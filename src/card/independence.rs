@@ -109,6 +109,7 @@ fn part<'a>(
         schedule: None,
         trace: None,
         expect: None,
+        conform: None,
         ..raw.clone()
     })
 }

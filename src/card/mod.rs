@@ -5,9 +5,11 @@
 
 pub mod audit;
 pub mod cache;
+pub mod campaign;
 mod canonical;
 pub mod check;
 pub mod commute;
+pub mod conform;
 pub mod differential;
 pub mod fingerprint;
 pub mod fixture;

@@ -221,3 +221,41 @@ pub enum Reconciliation {
     /// Only once every delivery is acknowledged.
     End,
 }
+
+/// A fault only a real receiver can take: what `arrival conform` does around a delivery
+/// besides sending it. Each maps to the model steps it may be (see
+/// [`crate::card::conform`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum External {
+    /// The whole 2xx answer is read, then dropped: the model's lost acknowledgement.
+    LostAck,
+    /// An extra copy of a delivery already acknowledged.
+    Duplicate,
+    /// An extra copy in other bytes (same content).
+    Reencoded,
+    /// The connection is closed right after the request is sent: indefinite.
+    Disconnect,
+    /// The receiver's process group is killed while the request is in flight, then
+    /// restarted: indefinite.
+    Kill,
+    /// The receiver's process group is killed right after its acknowledgement is read,
+    /// then restarted: the acknowledged decision must survive.
+    KillAfterAck,
+}
+
+/// One action of a conformance schedule: a step the model knows, or one it cannot see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// Send delivery `delivery`, with an external fault.
+    Deliver {
+        /// The delivery number.
+        delivery: u32,
+        /// What arrival does around it, if anything.
+        fault: Option<External>,
+    },
+    /// Send the card's authority snapshot.
+    Reconcile(Sym),
+    /// Kill the receiver's process group between steps and start it on the same data:
+    /// nothing may change.
+    Restart,
+}

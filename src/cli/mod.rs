@@ -7,6 +7,7 @@
 //! | [`protocols`] | the protocol registry: which protocol a fixture or model file is, its replay and check |
 //! | [`replay`] | `arrival replay` |
 //! | [`check`] | `arrival check` (and its sweep) |
+//! | [`conform`] | `arrival conform`: a card model run against a receiver arrival did not write |
 //! | [`merge`] | `arrival report merge` |
 //! | [`gen`] | `arrival gen` |
 //! | [`store`] | `arrival store ...` |
@@ -18,6 +19,7 @@
 //! | [`exit`] | the exit statuses |
 
 pub mod check;
+pub mod conform;
 pub mod error;
 pub mod exit;
 pub mod explain;
@@ -59,6 +61,9 @@ pub enum Command {
     /// Combine reports: `merge` the `check --shard K/N --json` reports of N jobs.
     #[command(subcommand)]
     Report(merge::ReportCommand),
+    /// Run a card model's schedules against a receiver arrival did not write (HTTP or JSON
+    /// lines), the model as the oracle (docs/conform.md).
+    Conform(conform::ConformArgs),
     /// Write a synthetic fixture (cards, deliveries, authority and a computed `expect`).
     Gen(gen::GenArgs),
     /// The real facts pipeline: HTTP ingress, Redis Stream, SQLite inbox (docs/pipeline.md).
@@ -98,6 +103,7 @@ fn dispatch(command: Command) -> Outcome {
         Command::Check(args) => check::run(args),
         Command::Report(merge::ReportCommand::Merge(args)) => merge::run(&args),
         Command::Gen(args) => gen::run(args),
+        Command::Conform(args) => conform::run(&args),
         Command::Pipeline { command } => pipeline::run(command),
         Command::Store(command) => store::run(command),
     }

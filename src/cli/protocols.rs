@@ -200,6 +200,9 @@ mod card {
                     table::render(&report)
                 };
                 print(&(trace_header(from_trace, &policy.to_string()) + &table));
+                if let Some(block) = &scenario.raw.conform {
+                    print(&super::conform_block(&scenario, block));
+                }
             }
             Ok(report.passed())
         }
@@ -323,3 +326,26 @@ mod facts {
 }
 
 pub use card::policy as card_policy;
+
+/// A fixture's `conform` block for people: the real receiver's side of the schedule above.
+fn conform_block(
+    scenario: &crate::card::fixture::Scenario,
+    block: &crate::card::fixture::ConformBlock,
+) -> String {
+    let actions = scenario.conform.as_deref().unwrap_or_default();
+    let mut out = format!(
+        "\nconform: against {} these actions broke {} (reproduced {}, found by {}, observe {}):\n",
+        block.target, block.violates, block.reproduced, block.found_by, block.observe
+    );
+    for (index, &action) in actions.iter().enumerate() {
+        out += &format!(
+            "  {}. {}\n",
+            index + 1,
+            crate::card::conform::describe_action(scenario, action)
+        );
+    }
+    out += "the table above is the model's side of them (kills after an acknowledgement are \
+            plain deliveries, restarts are nothing, a kill in flight or a disconnect is a crash \
+            before recording)\n";
+    out
+}

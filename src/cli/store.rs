@@ -77,6 +77,13 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Speak the JSON-lines conformance protocol on standard input and output (a SQLite
+    /// file in the data directory `start` names), for `arrival conform`.
+    Stdio {
+        /// Run a deliberately broken store: ack-before-commit or two-transactions.
+        #[arg(long)]
+        mutant: Option<String>,
+    },
     /// Drills that kill receivers or run several at once, checked against the model.
     #[command(subcommand)]
     Drill(DrillCommand),
@@ -193,8 +200,20 @@ pub fn run(command: StoreCommand) -> Outcome {
         } => ingest(&db, file, fixture, batch, broken.as_deref()),
         StoreCommand::Reconcile { db, fixture, file } => reconcile(&db, fixture, file),
         StoreCommand::Show { db, json } => show(&db, json),
+        StoreCommand::Stdio { mutant: broken } => stdio(broken.as_deref()),
         StoreCommand::Drill(command) => run_drill(command),
     }
+}
+
+/// `store stdio`: the conformance protocol until standard input ends; a store failure
+/// ends the process (a crash, as the conformance run sees it).
+fn stdio(broken: Option<&str>) -> Outcome {
+    let broken = mutant(broken)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    crate::store::stdio::serve(std::io::stdin().lock(), &mut out, broken)
+        .map_err(|message| EnvironmentError::new("store stdio", message))?;
+    Ok(true)
 }
 
 /// `store init`: the schema, and a fixture's initial cards.

@@ -16,6 +16,7 @@
 
 pub mod check;
 pub mod checker;
+pub mod conform;
 pub mod diagram;
 pub mod explore;
 pub mod explorer;

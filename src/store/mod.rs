@@ -20,6 +20,7 @@
 //! | [`db`] | the two backends behind one [`Database`] trait |
 //! | [`input`] | what the store reads: fixtures, `ingest` lines and snapshot lines, as store inputs |
 //! | [`mutants`] | deliberately broken stores, which the drills must catch |
+//! | [`stdio`] | the store behind the JSON-lines conformance protocol (`arrival store stdio`) |
 //! | [`drill`] | the crash and concurrency drills, and the check of a drilled database against the contract's replay |
 
 pub mod db;
@@ -28,6 +29,7 @@ pub mod input;
 pub mod mutants;
 mod partial;
 mod rows;
+pub mod stdio;
 mod transaction;
 
 pub use mutants::StoreMutant;

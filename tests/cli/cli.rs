@@ -121,6 +121,14 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
         &["expect.unresolved", "`e-9` is listed twice"],
     ),
     (
+        "conform-two-faults.json",
+        &["conform.actions[1]", "at most one of"],
+    ),
+    (
+        "conform-unknown-action-key.json",
+        &["conform.actions[0]", "kil_after_ack"],
+    ),
+    (
         "schedule-unknown-delivery.json",
         &["schedule[1]", "delivery 7", "does not have"],
     ),
@@ -767,6 +775,48 @@ fn validate_junit(file: &std::path::Path) {
         file.display(),
         String::from_utf8_lossy(&validated.stderr)
     );
+}
+
+#[test]
+fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
+    let dir = temp_dir("conform-junit");
+    let file = dir.path().join("conform.xml");
+    let target = format!(
+        "stdio:{} store stdio --mutant ack-before-commit",
+        crate::util::ARRIVAL
+    );
+    let out = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--target",
+        &target,
+        "--no-traces",
+        "--no-mutants",
+        "--walks",
+        "1",
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 9 + 1);
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(xml.contains("ack-implies-recorded (violated)"));
+    // A harness failure writes the harness case alone, failed.
+    let broken = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--target",
+        "http:true",
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(broken.status.code(), Some(3), "{}", stderr(&broken));
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 1);
+    assert!(xml.contains("name=\"harness\""));
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! parser, and the facts ingress, properties and replay. No services, no model checking
 //! beyond a few steps; the target cargo-mutants runs (`--test core`).
 //!
+//! - `conform`: the conformance oracle on in-process targets (the `CardTarget` trait):
+//!   what it passes, what it names, what it cannot see.
 //! - `rules`: one test per rule and precedence edge of the decision function,
 //!   reconciliation and retention, as tables of rows through one `check` helper.
 //! - `walkthrough`: the B62-15 walkthrough of `docs/protocol.md`, step by step.
@@ -16,6 +18,7 @@
 #[path = "../util/mod.rs"]
 mod util;
 
+mod conform;
 mod facts_ingress;
 mod facts_properties;
 mod facts_replay;

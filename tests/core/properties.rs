@@ -492,6 +492,7 @@ impl Board {
             authority,
             schedule: None,
             trace: None,
+            conform: None,
             expect: None,
         }
     }

@@ -5,6 +5,8 @@
 //! - `store`: the card store on SQLite and PostgreSQL, each test written once and run on
 //!   both backends (`backend_test!`), with the crash and concurrency drills.
 //! - `pipeline`: the facts pipeline (axum + Redis + SQLite) and its kill drills.
+//! - `conform`: `arrival conform` against the Python example receivers, the store behind
+//!   `arrival store stdio`, and broken harnesses (exit 3).
 //! - `explain`: `pipeline explain` and the chain from receipt to verdict, on a real `serve`.
 //! - `inbox`: the pipeline's inbox schema under versioned migrations (SQLite only).
 //! - `operator`: the operator's commands on a real inbox, and every facts fixture played
@@ -15,6 +17,7 @@
 #[path = "../util/mod.rs"]
 mod util;
 
+mod conform;
 mod explain;
 mod inbox;
 mod operator;

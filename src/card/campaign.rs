@@ -1,0 +1,781 @@
+//! A conformance campaign against one card receiver: schedules planned from a model file
+//! (its fixture's kept counterexample traces and seeded random walks, bounded by its
+//! budgets) or from a fixture's `conform` block, run one by one through
+//! [`crate::card::conform::run_schedule`]; the first failure shrunk, confirmed by rerunning
+//! and written as a fixture; the report with its counts, property statuses and JUnit.
+
+use crate::card::conform::{describe_action, run_schedule, CardTarget, HarnessError, Settings};
+use crate::card::fixture::{ConformBlock, RawAction, RawFixture, Scenario};
+use crate::card::model::ReceiverModel;
+use crate::card::model_file::LoadedModel;
+use crate::card::policy::Spec;
+use crate::card::replay::replay_steps;
+use crate::card::step::{Action, Budgets, External, Fault, Step};
+use crate::card::world::transition;
+use crate::harness::conform::{
+    confirm, shrink, walk, walk_generator, Counts, Reproduced, Status, Verdict,
+};
+use crate::harness::junit::ExtraSuite;
+use crate::harness::Protocol;
+use serde::Serialize;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+
+/// One schedule to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// `traces/NAME`, `walks/s7/w42` or `fixture`.
+    pub id: String,
+    /// The external actions.
+    pub actions: Vec<Action>,
+}
+
+/// The model steps a kept trace takes, as actions: a crash before recording becomes a kill
+/// in flight (a disconnect when the target cannot be killed). `None` when a step cannot be
+/// driven from outside (an expiry step: arrival has no hold on the receiver's clock).
+pub fn actions_of(steps: &[Step], can_kill: bool) -> Option<Vec<Action>> {
+    steps
+        .iter()
+        .map(|&step| match step {
+            Step::Deliver { delivery, fault } => Some(Action::Deliver {
+                delivery,
+                fault: match fault {
+                    None => None,
+                    Some(Fault::AckLost) => Some(External::LostAck),
+                    Some(Fault::Duplicate) => Some(External::Duplicate),
+                    Some(Fault::Reencoded) => Some(External::Reencoded),
+                    Some(Fault::Crash) if can_kill => Some(External::Kill),
+                    Some(Fault::Crash) => Some(External::Disconnect),
+                },
+            }),
+            Step::Reconcile(card) => Some(Action::Reconcile(card)),
+            Step::Expire => None,
+        })
+        .collect()
+}
+
+/// The model steps a schedule of actions shows (kills after an acknowledgement are plain
+/// deliveries, restarts disappear, an indefinite fault is a crash before recording).
+pub fn model_steps(actions: &[Action]) -> Vec<Step> {
+    actions
+        .iter()
+        .filter_map(|&action| match action {
+            Action::Deliver { delivery, fault } => Some(Step::Deliver {
+                delivery,
+                fault: match fault {
+                    None | Some(External::KillAfterAck) => None,
+                    Some(External::LostAck) => Some(Fault::AckLost),
+                    Some(External::Duplicate) => Some(Fault::Duplicate),
+                    Some(External::Reencoded) => Some(Fault::Reencoded),
+                    Some(External::Disconnect) | Some(External::Kill) => Some(Fault::Crash),
+                },
+            }),
+            Action::Reconcile(card) => Some(Step::Reconcile(card)),
+            Action::Restart => None,
+        })
+        .collect()
+}
+
+/// The kept counterexample traces in `dir` whose fixture is the model's (same initial
+/// cards, deliveries and authority), shortest first; and the names of those that cannot
+/// be driven.
+pub fn trace_plans(scenario: &Scenario, dir: &Path, can_kill: bool) -> (Vec<Plan>, Vec<String>) {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let (mut plans, mut skipped) = (Vec::new(), Vec::new());
+    for file in files {
+        let Ok(kept) = Scenario::load(&file) else {
+            continue;
+        };
+        if !same_fixture(&kept.raw, &scenario.raw) {
+            continue;
+        }
+        let Some(steps) = &kept.schedule else {
+            continue;
+        };
+        let name = file
+            .file_stem()
+            .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned());
+        // The kept trace's steps name its own catalog's cards: translated by name.
+        let steps: Vec<Step> = steps
+            .iter()
+            .map(|&step| match step {
+                Step::Reconcile(card) => Step::Reconcile(
+                    scenario
+                        .catalog
+                        .find(kept.catalog.name(card))
+                        .expect("the same fixture names the same cards"),
+                ),
+                other => other,
+            })
+            .collect();
+        match actions_of(&steps, can_kill) {
+            Some(actions) => plans.push(Plan {
+                id: format!("traces/{name}"),
+                actions,
+            }),
+            None => skipped.push(format!("traces/{name} (an expiry step cannot be driven)")),
+        }
+    }
+    plans.sort_by_key(|plan| plan.actions.len());
+    (plans, skipped)
+}
+
+fn same_fixture(a: &RawFixture, b: &RawFixture) -> bool {
+    let value = |raw: &RawFixture| {
+        let authority: Vec<Value> = raw
+            .authority
+            .iter()
+            .map(|snapshot| {
+                serde_json::json!([snapshot.object_id, snapshot.version, snapshot.state])
+            })
+            .collect();
+        serde_json::json!([raw.initial, raw.deliveries, authority])
+    };
+    value(a) == value(b)
+}
+
+/// For each card mutant (those that need no expiry step), its shortest counterexample
+/// schedule on the model file's fixture and budgets, by breadth-first search for the
+/// property that catches it, up to `state_limit` states; and the mutants not caught within
+/// it. Schedules already among `known` are left out.
+pub fn mutant_plans(
+    loaded: &LoadedModel,
+    state_limit: usize,
+    known: &[Plan],
+    can_kill: bool,
+) -> (Vec<Plan>, Vec<String>) {
+    use crate::card::mutants::Mutant;
+    use crate::card::policy::PolicyName;
+    use crate::card::property::Properties;
+    use crate::harness::explore::{shortest, Engine, Settings as Explore, Strategy};
+    let (mut plans, mut missed): (Vec<Plan>, Vec<String>) = (Vec::new(), Vec::new());
+    for mutant in Mutant::ALL.into_iter().filter(|m| !m.needs_expiry()) {
+        let mut under = loaded.clone();
+        under.policy = PolicyName(Some(mutant));
+        under.file.expiries = 0;
+        let property = mutant.caught_by();
+        let model = crate::card::check::build_model(&under, Properties::only(property));
+        let settings = Explore {
+            strategy: Strategy::Bfs,
+            threads: 1,
+            state_limit: Some(state_limit),
+            label: mutant.name().to_owned(),
+            progress: false,
+            engine: Engine::Arrival,
+        };
+        let Some(steps) = shortest(&model, property as usize, &settings) else {
+            missed.push(format!(
+                "mutants/{} (no counterexample within {state_limit} states)",
+                mutant.name()
+            ));
+            continue;
+        };
+        let actions = actions_of(&steps, can_kill).expect("no expiry in these searches");
+        let seen = known
+            .iter()
+            .chain(plans.iter())
+            .any(|p| p.actions == actions);
+        if !seen {
+            plans.push(Plan {
+                id: format!("mutants/{}.{}", mutant.name(), property.name()),
+                actions,
+            });
+        }
+    }
+    plans.sort_by_key(|plan| plan.actions.len());
+    (plans, missed)
+}
+
+/// Seeded random walks through the model under the model file's budgets and
+/// reconciliation, with external faults on top: a model crash is a kill in flight or a
+/// disconnect, and up to `crashes` kills right after an acknowledgement or restarts between
+/// steps are added.
+pub fn walk_plans(loaded: &LoadedModel, walks: usize, seed: u64, can_kill: bool) -> Vec<Plan> {
+    let file = &loaded.file;
+    let budgets = Budgets {
+        duplicates: file.duplicates,
+        lost_acks: file.lost_acks,
+        crashes: file.crashes,
+        expiries: 0,
+        reencodings: file.reencodings,
+    };
+    let model = ReceiverModel::new(
+        Arc::clone(&loaded.scenario),
+        None,
+        budgets,
+        file.reconciliation,
+    );
+    (0..walks)
+        .map(|index| {
+            let steps = walk(
+                model.init(),
+                |world, offered| model.steps(world, offered),
+                |world, &step| transition(&loaded.scenario, Spec, world, step).0,
+                (seed, index),
+                200,
+            );
+            let mut draws = walk_generator(seed ^ 0xFA17, index);
+            let mut kills = if can_kill { file.crashes } else { 0 };
+            let mut actions = Vec::with_capacity(steps.len() + 1);
+            for action in actions_of(&steps, can_kill).expect("walks take no expiry step") {
+                let action = match action {
+                    Action::Deliver {
+                        delivery,
+                        fault: Some(External::Kill),
+                    } if draws.chance(0.5) => Action::Deliver {
+                        delivery,
+                        fault: Some(External::Disconnect),
+                    },
+                    Action::Deliver {
+                        delivery,
+                        fault: None,
+                    } if kills > 0 && draws.chance(0.15) => {
+                        kills -= 1;
+                        Action::Deliver {
+                            delivery,
+                            fault: Some(External::KillAfterAck),
+                        }
+                    }
+                    other => other,
+                };
+                actions.push(action);
+                if kills > 0 && draws.chance(0.05) {
+                    kills -= 1;
+                    actions.push(Action::Restart);
+                }
+            }
+            Plan {
+                id: format!("walks/s{seed}/w{index}"),
+                actions,
+            }
+        })
+        .collect()
+}
+
+/// How a campaign runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How each schedule runs.
+    pub settings: Settings,
+    /// Runs the shrinker may spend.
+    pub shrink_budget: usize,
+    /// Reruns that confirm the shrunk schedule.
+    pub confirm: usize,
+    /// The target as named on the command line.
+    pub target: String,
+    /// The model or fixture file, for reports.
+    pub source: String,
+}
+
+/// The first failure, shrunk and confirmed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Found {
+    /// The property broken, or `diverged`.
+    pub property: String,
+    /// The schedule it was found by.
+    pub found_by: String,
+    /// Its length before shrinking.
+    pub original_steps: usize,
+    /// The shrunk schedule, in words.
+    pub steps: Vec<String>,
+    /// The action at which it showed (from 1) and what was expected and seen.
+    pub step: usize,
+    /// What was expected and what was seen.
+    pub detail: String,
+    /// `3/3`, or fewer for a flaky receiver.
+    pub reproduced: String,
+    /// Whether some reruns did not fail the same way.
+    pub flaky: bool,
+    /// The schedule as a fixture (`schedule` from the model's side, `conform` with the
+    /// actions).
+    #[serde(skip)]
+    pub fixture: RawFixture,
+    /// The receiver's last log lines.
+    pub log_tail: Vec<String>,
+}
+
+/// What a campaign found.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConformReport {
+    /// The target as named.
+    pub target: String,
+    /// The model or fixture file.
+    pub source: String,
+    /// The fixture's name.
+    pub fixture: String,
+    /// `every-step` or `end`.
+    pub observe: &'static str,
+    /// What was compared besides the cards.
+    pub channels: Vec<String>,
+    /// `sampled`, `violated` or `incomplete`.
+    pub verdict: Verdict,
+    /// Schedules run.
+    pub schedules: usize,
+    /// Schedules that ran to the end with nothing broken.
+    pub passed: usize,
+    /// Counts over every run, shrinking and confirmation excluded.
+    pub counts: Counts,
+    /// Each property's status (in JSON: `{"name", "status", "why"?}`).
+    #[serde(serialize_with = "properties_json")]
+    pub properties: Vec<(String, Status)>,
+    /// The first failure.
+    pub failure: Option<Found>,
+    /// Schedules that could not be driven, and why.
+    pub skipped: Vec<String>,
+    /// Notes on what this run cannot see.
+    pub warnings: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+fn properties_json<S: serde::Serializer>(
+    properties: &[(String, Status)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = serializer.serialize_seq(Some(properties.len()))?;
+    for (name, status) in properties {
+        let why = match status {
+            Status::Unobserved(why) | Status::NotExercised(why) => Some(why),
+            _ => None,
+        };
+        let mut entry = serde_json::json!({"name": name, "status": status.word()});
+        if let Some(why) = why {
+            entry["why"] = serde_json::json!(why);
+        }
+        seq.serialize_element(&entry)?;
+    }
+    seq.end()
+}
+
+/// Runs every plan until one fails; shrinks and confirms that one.
+pub fn campaign(
+    scenario: &Scenario,
+    plans: &[Plan],
+    target: &mut dyn CardTarget,
+    options: &Options,
+) -> Result<ConformReport, HarnessError> {
+    let started = std::time::Instant::now();
+    let mut counts = Counts::default();
+    let (mut passed, mut schedules, mut killed) = (0, 0, false);
+    let mut seen_paused = false;
+    // Every kept trace and mutant schedule runs; the walks stop at their first failure.
+    let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
+    for plan in plans {
+        let exhaustive = plan.id.starts_with("traces/") || plan.id.starts_with("mutants/");
+        if !failures.is_empty() && !exhaustive {
+            break;
+        }
+        let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;
+        schedules += 1;
+        counts.add(&run.counts);
+        killed |= run.killed;
+        seen_paused |= run.paused_reported;
+        match run.failure {
+            None => passed += 1,
+            Some(failure) => {
+                // A failure in the liveness phase is replayed with the actions it took.
+                let mut actions = plan.actions.clone();
+                actions.extend(run.liveness.iter().copied());
+                let plan = Plan {
+                    id: plan.id.clone(),
+                    actions,
+                };
+                failures.push((plan, failure));
+            }
+        }
+    }
+    // A named property before `diverged`, then the shortest way there, then the most
+    // direct witness (a version seen to go down).
+    failures.sort_by_key(|(_, failure)| {
+        (
+            failure.property == "diverged",
+            failure.step,
+            !failure.regressed,
+        )
+    });
+    let found = match failures.first() {
+        Some((plan, failure)) => Some(settle_failure(scenario, plan, failure, target, options)?),
+        None => None,
+    };
+    let verdict = match (&found, schedules) {
+        (Some(_), _) => Verdict::Violated,
+        (None, 0) => Verdict::Incomplete,
+        (None, _) => Verdict::Sampled,
+    };
+    let channels = options.settings.channels;
+    let mut warnings = Vec::new();
+    if !channels.every_step {
+        warnings.push(
+            "the state is read only at the end: reconciliation heals most wrong decisions \
+             before then, so what a step did on the way is not seen"
+                .to_owned(),
+        );
+    }
+    Ok(ConformReport {
+        target: options.target.clone(),
+        source: options.source.clone(),
+        fixture: scenario.name.clone(),
+        observe: if channels.every_step {
+            "every-step"
+        } else {
+            "end"
+        },
+        channels: channels.names(),
+        verdict,
+        schedules,
+        passed,
+        counts,
+        properties: statuses(&found, channels, killed, seen_paused),
+        failure: found,
+        skipped: Vec::new(),
+        warnings,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Shrinks a failure over reruns of the same property, confirms it and writes its fixture.
+fn settle_failure(
+    scenario: &Scenario,
+    plan: &Plan,
+    failure: &crate::card::conform::Failure,
+    target: &mut dyn CardTarget,
+    options: &Options,
+) -> Result<Found, HarnessError> {
+    let property = failure.property.clone();
+    // The same property, inside the schedule (only convergence is seen after it).
+    let liveness_too = property == "convergence";
+    let mut same = |actions: &[Action]| -> Result<Option<crate::card::conform::Run>, HarnessError> {
+        let run = run_schedule(scenario, target, actions, &options.settings)?;
+        let hit = run.valid
+            && run.failure.as_ref().is_some_and(|f| {
+                f.property == property && (liveness_too || f.step <= actions.len())
+            });
+        Ok(hit.then_some(run))
+    };
+    // What comes after the failing step cannot matter to it: cut first.
+    let mut start = plan.actions.clone();
+    if failure.step < start.len() && same(&start[..failure.step])?.is_some() {
+        start.truncate(failure.step);
+    }
+    let (shrunk, _) = shrink(&start, options.shrink_budget, |actions| {
+        same(actions).map(|run| run.is_some())
+    })?;
+    let mut kept = None;
+    let reproduced: Reproduced = confirm(options.confirm, || {
+        let run = same(&shrunk)?;
+        let hit = run.is_some();
+        if kept.is_none() {
+            kept = run;
+        }
+        Ok(hit)
+    })?;
+    let (detail, step, log) = match &kept {
+        Some(run) => {
+            let failure = run.failure.as_ref().expect("a kept run failed");
+            (failure.detail.clone(), failure.step, run.log.clone())
+        }
+        None => (failure.detail.clone(), failure.step, Vec::new()),
+    };
+    let fixture = conform_fixture(
+        scenario, &shrunk, options, &property, &plan.id, log, reproduced,
+    );
+    Ok(Found {
+        property: property.clone(),
+        found_by: plan.id.clone(),
+        original_steps: plan.actions.len(),
+        steps: shrunk
+            .iter()
+            .map(|&action| describe_action(scenario, action))
+            .collect(),
+        step,
+        detail,
+        reproduced: reproduced.text(),
+        flaky: reproduced.flaky(),
+        fixture,
+        log_tail: target.log_tail(),
+    })
+}
+
+/// The fixture of a shrunk schedule: its model steps as `schedule`, what the SPEC
+/// receiver ends with after them as `expect`, the external actions in `conform`.
+pub fn conform_fixture(
+    scenario: &Scenario,
+    actions: &[Action],
+    options: &Options,
+    property: &str,
+    found_by: &str,
+    observed: Vec<Value>,
+    reproduced: Reproduced,
+) -> RawFixture {
+    let steps = model_steps(actions);
+    let spec = replay_steps(scenario, Spec, "spec", &steps);
+    let mut raw = scenario.raw.clone();
+    raw.name = Some(format!(
+        "{}: {property} against a real receiver",
+        scenario.name
+    ));
+    raw.description = Some(format!(
+        "Found by `arrival conform {} --target {}`: these actions break {property} on that \
+         receiver. `schedule` is what they are from the model's side; `expect` is what the \
+         SPEC receiver ends with after exactly those steps.",
+        options.source, options.target
+    ));
+    raw.schedule = Some(
+        steps
+            .iter()
+            .map(|&step| crate::card::trace::raw_step(scenario, step))
+            .collect(),
+    );
+    raw.trace = None;
+    raw.expect = Some(spec.as_expect());
+    let channels = options.settings.channels;
+    raw.conform = Some(ConformBlock {
+        target: options.target.clone(),
+        violates: property.to_owned(),
+        found_by: found_by.to_owned(),
+        observe: if channels.every_step {
+            "every-step"
+        } else {
+            "end"
+        }
+        .to_owned(),
+        channels: channels.names(),
+        actions: actions.iter().map(|&a| raw_action(scenario, a)).collect(),
+        observed,
+        reproduced: reproduced.text(),
+        seed: Some(options.settings.seed),
+    });
+    raw
+}
+
+/// An action as written in a `conform` block.
+pub fn raw_action(scenario: &Scenario, action: Action) -> RawAction {
+    match action {
+        Action::Deliver { delivery, fault } => RawAction {
+            deliver: Some(delivery),
+            ack_lost: fault == Some(External::LostAck),
+            duplicate: fault == Some(External::Duplicate),
+            reencoded: fault == Some(External::Reencoded),
+            disconnect: fault == Some(External::Disconnect),
+            kill: fault == Some(External::Kill),
+            kill_after_ack: fault == Some(External::KillAfterAck),
+            ..RawAction::default()
+        },
+        Action::Reconcile(card) => RawAction {
+            reconcile: Some(scenario.catalog.name(card).to_owned()),
+            ..RawAction::default()
+        },
+        Action::Restart => RawAction {
+            restart: true,
+            ..RawAction::default()
+        },
+    }
+}
+
+/// The properties a conformance run can speak of, and where each stands.
+fn statuses(
+    found: &Option<Found>,
+    channels: crate::card::conform::Channels,
+    killed: bool,
+    seen_paused: bool,
+) -> Vec<(String, Status)> {
+    let every = channels.every_step;
+    let prefix = || Status::Unobserved("the state is read only at the end".into());
+    let list: Vec<(&str, Status)> = vec![
+        ("no-unknown-card", Status::Sampled),
+        (
+            "version-monotonic",
+            if every { Status::Sampled } else { prefix() },
+        ),
+        (
+            "paused-frozen",
+            if !channels.paused {
+                Status::Unobserved("paused cards are not compared".into())
+            } else if !seen_paused {
+                Status::Unobserved("the target does not report its paused cards".into())
+            } else if every {
+                Status::Sampled
+            } else {
+                prefix()
+            },
+        ),
+        (
+            "held-changes-nothing",
+            if !channels.ack {
+                Status::Unobserved("acknowledgements' meanings are not compared".into())
+            } else if every {
+                Status::Sampled
+            } else {
+                prefix()
+            },
+        ),
+        (
+            "duplicate-no-effect",
+            if every { Status::Sampled } else { prefix() },
+        ),
+        (
+            "ack-implies-recorded",
+            if !killed {
+                Status::NotExercised("no kill or restart ran".into())
+            } else if every {
+                Status::Sampled
+            } else {
+                prefix()
+            },
+        ),
+        (
+            "evidence-retained",
+            if channels.ack && every {
+                Status::Sampled
+            } else {
+                Status::Unobserved(
+                    "identity records are not shown; a changed payload swallowed shows only \
+                     in the acknowledgement's meaning, read after every step"
+                        .into(),
+                )
+            },
+        ),
+        (
+            "first-record-immutable",
+            Status::Unobserved("identity records are not shown".into()),
+        ),
+        ("convergence", Status::Sampled),
+    ];
+    list.into_iter()
+        .map(|(name, status)| {
+            let status = match found {
+                Some(found) if found.property == name => Status::Violated,
+                _ => status,
+            };
+            (name.to_owned(), status)
+        })
+        .collect()
+}
+
+impl ConformReport {
+    /// Whether the run is what `expect` (`pass` or a property) says it should be.
+    pub fn as_expected(&self, expect: &str) -> bool {
+        match (&self.failure, expect) {
+            (None, "pass") => self.verdict == Verdict::Sampled,
+            (Some(found), property) => found.property == property && !found.flaky,
+            _ => false,
+        }
+    }
+
+    /// The report for people.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "conform {} against {} (fixture {}, observe {}, channels cards{})\n",
+            self.source,
+            self.target,
+            self.fixture,
+            self.observe,
+            self.channels
+                .iter()
+                .map(|c| format!(",{c}"))
+                .collect::<String>()
+        );
+        let c = &self.counts;
+        out += &format!(
+            "schedules: {} run, {} passed ({:.2} s)\ncounts: attempted {}, acknowledged {}, \
+             dropped by arrival {}, indefinite {}, lost {}, recovered {}, regressed {}, \
+             unexpected {}, changed payloads swallowed {}, kills {}\n",
+            self.schedules,
+            self.passed,
+            self.seconds,
+            c.attempted,
+            c.acknowledged,
+            c.dropped_by_arrival,
+            c.indefinite,
+            c.lost,
+            c.recovered,
+            c.regressed,
+            c.unexpected,
+            c.changed_payloads_swallowed,
+            c.kills
+        );
+        for (name, status) in &self.properties {
+            let why = match status {
+                Status::Unobserved(why) | Status::NotExercised(why) => format!(" ({why})"),
+                _ => String::new(),
+            };
+            out += &format!("  {:<24} {}{why}\n", name, status.word());
+        }
+        for skipped in &self.skipped {
+            out += &format!("skipped: {skipped}\n");
+        }
+        for warning in &self.warnings {
+            out += &format!("warning: {warning}\n");
+        }
+        if let Some(found) = &self.failure {
+            out += &format!(
+                "VIOLATED {} (found by {}, {} step(s), shrunk to {}; reproduced {}{}):\n",
+                found.property,
+                found.found_by,
+                found.original_steps,
+                found.steps.len(),
+                found.reproduced,
+                if found.flaky { ", flaky" } else { "" }
+            );
+            for (index, step) in found.steps.iter().enumerate() {
+                out += &format!("  {}. {step}\n", index + 1);
+            }
+            out += &format!("{}\n", found.detail);
+        }
+        out += &format!("verdict: {}", self.verdict.word());
+        out
+    }
+
+    /// The run as a JUnit suite: a case per property, and a `harness` case (passed: the
+    /// target was started, reset and read every time).
+    pub fn junit(&self) -> ExtraSuite {
+        let mut cases: Vec<(String, Option<String>)> = self
+            .properties
+            .iter()
+            .map(|(name, status)| {
+                let failure = match (status, &self.failure) {
+                    (Status::Violated, Some(found)) => Some(format!(
+                        "{} (reproduced {}): {}\n{}",
+                        found.steps.join(", "),
+                        found.reproduced,
+                        found.found_by,
+                        found.detail
+                    )),
+                    _ => None,
+                };
+                (format!("{name} ({})", status.word()), failure)
+            })
+            .collect();
+        if let Some(found) = &self.failure {
+            if found.property == "diverged" {
+                cases.push(("diverged".into(), Some(found.detail.clone())));
+            }
+        }
+        cases.push(("harness".into(), None));
+        ExtraSuite {
+            name: format!("conform {} against {}", self.source, self.target),
+            cases,
+            seconds: self.seconds,
+        }
+    }
+}
+
+/// The JUnit suite of a run the harness could not complete: only its `harness` case,
+/// failed.
+pub fn harness_suite(source: &str, target: &str, error: &HarnessError) -> ExtraSuite {
+    ExtraSuite {
+        name: format!("conform {source} against {target}"),
+        cases: vec![("harness".into(), Some(error.to_string()))],
+        seconds: 0.0,
+    }
+}

@@ -1,0 +1,929 @@
+//! The model as the oracle for a card.snapshot receiver arrival did not write: the
+//! [`CardTarget`] a receiver is driven through (over HTTP, JSON lines or in-process), a
+//! schedule's external actions mapped to the model steps they may be, the set of model
+//! worlds still consistent with what the receiver answered and showed, and the contract
+//! property named when that set empties. No I/O: the targets that talk to processes are in
+//! `crate::conform`.
+
+use crate::card::fixture::Scenario;
+use crate::card::policy::Spec;
+use crate::card::receiver::{Decision, Verdict};
+use crate::card::replay::CardReport;
+use crate::card::step::{Action, Budgets, External, Fault, Step};
+use crate::card::world::{transition, Effect, World};
+use crate::harness::conform::{Candidates, Counts};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// What a target answered to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// An acknowledgement, with its meaning when the target gave one (`applied`,
+    /// `ignored`, `held`; for a reconciliation its outcome).
+    Ack(Option<String>),
+    /// A definite refusal: nothing happened.
+    Definite(String),
+    /// Nothing known: maybe recorded, maybe not.
+    Indefinite(String),
+}
+
+/// How a request is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sending {
+    /// Send and wait for the answer.
+    Wait,
+    /// Send, then close the connection without reading.
+    Disconnect,
+    /// Send, wait this long, then kill the target's process group.
+    KillAfter(Duration),
+}
+
+/// What a target lets arrival see of its state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Observed {
+    /// Every card it knows.
+    pub cards: BTreeMap<String, CardReport>,
+    /// The paused cards, if it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<BTreeSet<String>>,
+    /// The unresolved inputs, if it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unresolved: Option<BTreeSet<String>>,
+}
+
+/// The target could not be started, reset, read or spoken to: never a receiver verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HarnessError {
+    /// What failed, as the user knows it.
+    pub what: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.message)
+    }
+}
+
+/// A card.snapshot receiver under test. Implemented over HTTP and JSON lines in
+/// `crate::conform`, and by anything a `#[test]` wants to drive in-process.
+pub trait CardTarget {
+    /// Starts the receiver: `fresh` on empty storage seeded with `initial`, otherwise on
+    /// the storage it had (after a kill).
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError>;
+    /// Sends one delivery's envelope bytes.
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError>;
+    /// Sends an authority snapshot (`{"object_id", "version", "state"}`).
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError>;
+    /// Reads the receiver's state.
+    fn read(&mut self) -> Result<Observed, HarnessError>;
+    /// Kills the receiver (its whole process group); [`CardTarget::start`] with
+    /// `fresh = false` follows.
+    fn kill(&mut self) -> Result<(), HarnessError>;
+    /// Whether [`CardTarget::kill`] is possible.
+    fn can_kill(&self) -> bool;
+    /// The receiver's last log lines, for failure reports.
+    fn log_tail(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// What the run reads and compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Channels {
+    /// Compare the acknowledgement's meaning.
+    pub ack: bool,
+    /// Compare the paused cards, when the target reports them.
+    pub paused: bool,
+    /// Compare the unresolved inputs, when the target reports them.
+    pub unresolved: bool,
+    /// Read the state after every step (otherwise only at the end).
+    pub every_step: bool,
+}
+
+impl Channels {
+    /// Everything.
+    pub const ALL: Channels = Channels {
+        ack: true,
+        paused: true,
+        unresolved: true,
+        every_step: true,
+    };
+
+    /// The channel names besides the cards, for reports.
+    pub fn names(self) -> Vec<String> {
+        [
+            (self.ack, "ack"),
+            (self.paused, "paused"),
+            (self.unresolved, "unresolved"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| (*name).to_owned())
+        .collect()
+    }
+}
+
+/// How one schedule is run.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// What is read and compared.
+    pub channels: Channels,
+    /// Retries of an owed delivery in the liveness phase.
+    pub max_retries: usize,
+    /// How long after sending a kill in flight comes, at most (milliseconds).
+    pub kill_window_ms: u64,
+    /// Seeds the kill-in-flight delays.
+    pub seed: u64,
+}
+
+/// Where and why a schedule failed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Failure {
+    /// The property broken, or `diverged`.
+    pub property: String,
+    /// The action (counted from 1) at which it showed; one past the schedule for the
+    /// liveness phase.
+    pub step: usize,
+    /// What was expected and what was seen.
+    pub detail: String,
+    /// Whether a card's version was seen to go down (the most direct witness).
+    pub regressed: bool,
+}
+
+/// One schedule's run.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    /// The failure, if any.
+    pub failure: Option<Failure>,
+    /// Whether the schedule is one the model allows (a reconcile of a card no candidate
+    /// could reconcile is not).
+    pub valid: bool,
+    /// Counts.
+    pub counts: Counts,
+    /// What was answered and seen, step by step.
+    pub log: Vec<Value>,
+    /// Whether a restart or kill happened.
+    pub killed: bool,
+    /// Whether the target reported its paused cards.
+    pub paused_reported: bool,
+    /// The actions the liveness phase took, in order (so that a failure there can be
+    /// replayed as a schedule).
+    pub liveness: Vec<Action>,
+}
+
+/// One world with what the receiver should have answered on the way to it.
+#[derive(Clone)]
+struct Branch {
+    world: World,
+    word: Option<&'static str>,
+    verdict: Option<Verdict>,
+    recorded: bool,
+}
+
+/// Runs one schedule against a freshly reset target, then the liveness phase.
+pub fn run_schedule(
+    scenario: &Scenario,
+    target: &mut dyn CardTarget,
+    actions: &[Action],
+    settings: &Settings,
+) -> Result<Run, HarnessError> {
+    let mut runner = Runner::new(scenario, target, settings)?;
+    runner.run.valid = true;
+    for (index, &action) in actions.iter().enumerate() {
+        if !runner.act(index + 1, action)? {
+            return Ok(runner.run);
+        }
+    }
+    runner.liveness(actions.len() + 1)?;
+    Ok(runner.run)
+}
+
+struct Runner<'a> {
+    scenario: &'a Scenario,
+    target: &'a mut dyn CardTarget,
+    settings: &'a Settings,
+    candidates: Candidates<World>,
+    last: Option<Observed>,
+    run: Run,
+    draws: crate::harness::rng::SplitMix,
+}
+
+impl<'a> Runner<'a> {
+    fn new(
+        scenario: &'a Scenario,
+        target: &'a mut dyn CardTarget,
+        settings: &'a Settings,
+    ) -> Result<Runner<'a>, HarnessError> {
+        let start = World::initial(scenario, Budgets::UNLIMITED);
+        let initial = project(scenario, &start);
+        target.start(&initial.cards, true)?;
+        let seen = target.read()?;
+        if !fits(&initial, &seen, &Channels::ALL) {
+            return Err(HarnessError {
+                what: "reset".into(),
+                message: format!(
+                    "reset not verified: after a fresh start the receiver shows {}, not the \
+                     fixture's initial cards {}",
+                    compact(&seen),
+                    compact(&initial)
+                ),
+            });
+        }
+        Ok(Runner {
+            scenario,
+            target,
+            settings,
+            candidates: Candidates::new(start),
+            last: Some(seen),
+            run: Run::default(),
+            draws: crate::harness::rng::SplitMix::new(settings.seed),
+        })
+    }
+
+    /// One action; `false` when the schedule stops (a failure, or a schedule the model
+    /// does not allow).
+    fn act(&mut self, step: usize, action: Action) -> Result<bool, HarnessError> {
+        let (answer, branches) = match action {
+            Action::Deliver { delivery, fault } => self.deliver(delivery, fault)?,
+            Action::Reconcile(card) => match self.reconcile(card)? {
+                Some(outcome) => outcome,
+                None => {
+                    self.run.valid = false;
+                    return Ok(false);
+                }
+            },
+            Action::Restart => {
+                self.restart()?;
+                let same = self.candidates.worlds().iter().map(|world| Branch {
+                    world: world.clone(),
+                    word: None,
+                    verdict: None,
+                    recorded: false,
+                });
+                (Answer::Ack(None), same.collect())
+            }
+        };
+        self.settle(step, action, &answer, branches, false)
+    }
+
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        fault: Option<External>,
+    ) -> Result<(Answer, Vec<Branch>), HarnessError> {
+        let index = self
+            .scenario
+            .delivery_index(delivery)
+            .expect("schedules name existing deliveries");
+        let raw = &self.scenario.raw.deliveries[index].event;
+        let body = match fault {
+            Some(External::Reencoded) => crate::card::fixture::reencode(raw).into_bytes(),
+            _ => serde_json::to_vec(raw).expect("JSON values serialise"),
+        };
+        let send = match fault {
+            Some(External::Disconnect) => Sending::Disconnect,
+            Some(External::Kill) if self.target.can_kill() => {
+                let window = self.settings.kill_window_ms.max(1);
+                Sending::KillAfter(Duration::from_millis(self.draws.below(window)))
+            }
+            Some(External::Kill) => Sending::Disconnect,
+            _ => Sending::Wait,
+        };
+        self.run.counts.attempted += 1;
+        let answer = self.target.deliver(delivery, &body, send)?;
+        self.count(&answer, fault);
+        if matches!(send, Sending::KillAfter(_)) {
+            self.run.counts.kills += 1;
+            self.run.killed = true;
+            self.target.start(&BTreeMap::new(), false)?;
+        }
+        if fault == Some(External::KillAfterAck) && self.target.can_kill() {
+            self.restart()?;
+        }
+        let steps = delivery_branches(delivery, fault, &answer);
+        let branches = self.branch(&steps);
+        Ok((answer, branches))
+    }
+
+    fn count(&mut self, answer: &Answer, fault: Option<External>) {
+        match answer {
+            Answer::Ack(_) => {
+                self.run.counts.acknowledged += 1;
+                if fault == Some(External::LostAck) {
+                    self.run.counts.dropped_by_arrival += 1;
+                }
+            }
+            Answer::Definite(_) => {}
+            Answer::Indefinite(_) => self.run.counts.indefinite += 1,
+        }
+    }
+
+    fn restart(&mut self) -> Result<(), HarnessError> {
+        if !self.target.can_kill() {
+            return Ok(());
+        }
+        self.target.kill()?;
+        self.run.counts.kills += 1;
+        self.run.killed = true;
+        self.target.start(&BTreeMap::new(), false)
+    }
+
+    fn reconcile(
+        &mut self,
+        card: crate::card::wire::Sym,
+    ) -> Result<Option<(Answer, Vec<Branch>)>, HarnessError> {
+        let scenario = self.scenario;
+        if !self
+            .candidates
+            .worlds()
+            .iter()
+            .any(|world| world.reconcilable(scenario, card))
+        {
+            return Ok(None);
+        }
+        let snapshot = scenario
+            .authority_for(card)
+            .expect("reconciled cards have authority");
+        let body = json!({
+            "object_id": scenario.catalog.name(card),
+            "version": snapshot.version,
+            "state": scenario.catalog.state_value(snapshot.state),
+        });
+        self.run.counts.attempted += 1;
+        let answer = self.target.reconcile(&body)?;
+        self.count(&answer, None);
+        let steps: Vec<Option<Step>> = match answer {
+            Answer::Ack(_) => vec![Some(Step::Reconcile(card))],
+            Answer::Definite(_) => vec![None],
+            Answer::Indefinite(_) => vec![Some(Step::Reconcile(card)), None],
+        };
+        let branches = self.branch(&steps);
+        Ok(Some((answer, branches)))
+    }
+
+    /// Every candidate world through every model step the action may have been.
+    fn branch(&self, steps: &[Option<Step>]) -> Vec<Branch> {
+        let mut out: Vec<Branch> = Vec::new();
+        for world in self.candidates.worlds() {
+            for step in steps {
+                let branch = match *step {
+                    None => Branch {
+                        world: world.clone(),
+                        word: None,
+                        verdict: None,
+                        recorded: false,
+                    },
+                    Some(step) => step_branch(self.scenario, world, step),
+                };
+                if !out.iter().any(|other| other.world == branch.world) {
+                    out.push(branch);
+                }
+            }
+        }
+        out
+    }
+
+    /// Filters the branches by the answer and (when read) the state; names the property
+    /// when nothing is left.
+    fn settle(
+        &mut self,
+        step: usize,
+        action: Action,
+        answer: &Answer,
+        branches: Vec<Branch>,
+        last_read: bool,
+    ) -> Result<bool, HarnessError> {
+        let channels = self.settings.channels;
+        let word = match answer {
+            Answer::Ack(Some(word)) if channels.ack => Some(word.as_str()),
+            _ => None,
+        };
+        let answered: Vec<Branch> = branches
+            .iter()
+            .filter(|branch| match (word, branch.word) {
+                (Some(seen), Some(expected)) => seen == expected,
+                _ => true,
+            })
+            .cloned()
+            .collect();
+        let read = channels.every_step || last_read;
+        let seen = if read {
+            Some(self.target.read()?)
+        } else {
+            None
+        };
+        let kept: Vec<Branch> = answered
+            .into_iter()
+            .filter(|branch| {
+                seen.as_ref().is_none_or(|seen| {
+                    fits(&project(self.scenario, &branch.world), seen, &channels)
+                })
+            })
+            .collect();
+        self.log(step, action, answer, seen.as_ref());
+        self.run.paused_reported |= seen.as_ref().is_some_and(|seen| seen.paused.is_some());
+        if kept.is_empty() {
+            let failure = self.name(step, action, answer, &branches, seen.as_ref(), last_read);
+            self.run.failure = Some(failure);
+            return Ok(false);
+        }
+        if kept.iter().all(|branch| branch.recorded)
+            && matches!(answer, Answer::Indefinite(_))
+            && seen.is_some()
+        {
+            self.run.counts.recovered += 1;
+        }
+        self.candidates = Candidates::of(kept.into_iter().map(|branch| branch.world).collect());
+        if seen.is_some() {
+            self.last = seen;
+        }
+        Ok(true)
+    }
+
+    fn log(&mut self, step: usize, action: Action, answer: &Answer, seen: Option<&Observed>) {
+        let answer = match answer {
+            Answer::Ack(word) => json!({"ack": word}),
+            Answer::Definite(why) => json!({"definite": why}),
+            Answer::Indefinite(why) => json!({"indefinite": why}),
+        };
+        let mut entry = json!({
+            "step": step,
+            "action": describe_action(self.scenario, action),
+            "answer": answer,
+        });
+        if let Some(seen) = seen {
+            entry["state"] = serde_json::to_value(seen).expect("observations serialise");
+        }
+        self.run.log.push(entry);
+    }
+
+    /// Faults stop: owed deliveries are retried, paused cards reconciled, then the
+    /// terminal is read and compared.
+    fn liveness(&mut self, step: usize) -> Result<(), HarnessError> {
+        for _ in 0..self.settings.max_retries.max(1) {
+            let owed: Vec<u32> = {
+                let world = &self.candidates.worlds()[0];
+                self.scenario
+                    .deliveries
+                    .iter()
+                    .enumerate()
+                    .filter(|(index, _)| world.owes(*index))
+                    .map(|(_, delivery)| delivery.number)
+                    .collect()
+            };
+            if owed.is_empty() {
+                break;
+            }
+            for delivery in owed {
+                let action = Action::Deliver {
+                    delivery,
+                    fault: None,
+                };
+                self.run.liveness.push(action);
+                if !self.act(step + self.run.liveness.len() - 1, action)? {
+                    return Ok(());
+                }
+            }
+        }
+        for _ in 0..(2 * self.scenario.authority.len() + 1) {
+            let scenario = self.scenario;
+            let open: Vec<crate::card::wire::Sym> = scenario
+                .authority
+                .iter()
+                .filter(|snapshot| {
+                    self.candidates
+                        .worlds()
+                        .iter()
+                        .any(|world| world.is_open(scenario, snapshot))
+                })
+                .map(|snapshot| snapshot.object_id)
+                .collect();
+            if open.is_empty() {
+                break;
+            }
+            for card in open {
+                if let Some((answer, branches)) = self.reconcile(card)? {
+                    self.run.liveness.push(Action::Reconcile(card));
+                    let at = step + self.run.liveness.len() - 1;
+                    if !self.settle(at, Action::Reconcile(card), &answer, branches, false)? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let same: Vec<Branch> = self
+            .candidates
+            .worlds()
+            .iter()
+            .map(|world| Branch {
+                world: world.clone(),
+                word: None,
+                verdict: None,
+                recorded: false,
+            })
+            .collect();
+        let at = step + self.run.liveness.len();
+        let done = self.settle(at, Action::Restart, &Answer::Ack(None), same, true)?;
+        if done
+            && !self
+                .candidates
+                .worlds()
+                .iter()
+                .all(|w| w.is_terminal(self.scenario))
+        {
+            self.run.failure = Some(Failure {
+                property: "convergence".into(),
+                step: at,
+                detail: format!(
+                    "after {} retries the receiver still has not acknowledged every delivery",
+                    self.settings.max_retries
+                ),
+                regressed: false,
+            });
+        }
+        Ok(())
+    }
+
+    fn name(
+        &mut self,
+        step: usize,
+        action: Action,
+        answer: &Answer,
+        branches: &[Branch],
+        seen: Option<&Observed>,
+        last_read: bool,
+    ) -> Failure {
+        let naming = Naming {
+            scenario: self.scenario,
+            action,
+            answer,
+            before: self.candidates.worlds(),
+            branches,
+            seen,
+            last: self.last.as_ref(),
+            channels: self.settings.channels,
+            final_read: last_read,
+        };
+        let regressed_before = self.run.counts.regressed;
+        let property = naming.property(&mut self.run.counts);
+        let regressed = self.run.counts.regressed > regressed_before;
+        let property = match property {
+            Some(property) => property.to_owned(),
+            None if last_read => "convergence".to_owned(),
+            None => "diverged".to_owned(),
+        };
+        Failure {
+            property,
+            step,
+            detail: naming.diff(),
+            regressed,
+        }
+    }
+}
+
+/// The model steps an action with this answer may have been (`None`: nothing happened).
+fn delivery_branches(delivery: u32, fault: Option<External>, answer: &Answer) -> Vec<Option<Step>> {
+    let step = |fault| Some(Step::Deliver { delivery, fault });
+    let unknown = vec![step(Some(Fault::Crash)), step(Some(Fault::AckLost))];
+    match fault {
+        Some(External::Disconnect) | Some(External::Kill) => unknown,
+        Some(External::Duplicate) | Some(External::Reencoded) => {
+            let copy = if fault == Some(External::Duplicate) {
+                step(Some(Fault::Duplicate))
+            } else {
+                step(Some(Fault::Reencoded))
+            };
+            match answer {
+                Answer::Ack(_) => vec![copy],
+                Answer::Definite(_) => vec![None],
+                Answer::Indefinite(_) => vec![copy, None],
+            }
+        }
+        Some(External::LostAck) => match answer {
+            Answer::Ack(_) => vec![step(Some(Fault::AckLost))],
+            Answer::Definite(_) => vec![None],
+            Answer::Indefinite(_) => unknown,
+        },
+        None | Some(External::KillAfterAck) => match answer {
+            Answer::Ack(_) => vec![step(None)],
+            Answer::Definite(_) => vec![None],
+            Answer::Indefinite(_) => unknown,
+        },
+    }
+}
+
+fn step_branch(scenario: &Scenario, world: &World, step: Step) -> Branch {
+    let (next, effect) = transition(scenario, Spec, world, step);
+    let (word, verdict, recorded) = match effect {
+        Effect::Delivered { delivered, .. } => match delivered {
+            Some(delivered) => (Some(delivered.ack.name()), Some(delivered.verdict), true),
+            None => (None, None, false),
+        },
+        Effect::Reconciled(reconciled) => (Some(reconciled.outcome.name()), None, true),
+        Effect::Expired(_) => (None, None, true),
+    };
+    Branch {
+        world: next,
+        word,
+        verdict,
+        recorded,
+    }
+}
+
+/// A world as a target would show it.
+pub fn project(scenario: &Scenario, world: &World) -> Observed {
+    let catalog = &scenario.catalog;
+    let cards = world
+        .receiver
+        .cards()
+        .iter()
+        .map(|(&id, card)| {
+            let report = CardReport {
+                version: card.version,
+                state: catalog.state_value(card.state).clone(),
+            };
+            (catalog.name(id).to_owned(), report)
+        })
+        .collect();
+    let paused = world
+        .receiver
+        .paused()
+        .map(|card| catalog.name(card).to_owned())
+        .collect();
+    let unresolved = world
+        .receiver
+        .unresolved()
+        .into_iter()
+        .map(|input| scenario.input_name(input))
+        .collect();
+    Observed {
+        cards,
+        paused: Some(paused),
+        unresolved: Some(unresolved),
+    }
+}
+
+/// Whether an observation fits the model's projection on the channels compared.
+pub fn fits(model: &Observed, seen: &Observed, channels: &Channels) -> bool {
+    let optional = |on: bool, model: &Option<BTreeSet<String>>, seen: &Option<BTreeSet<String>>| {
+        !on || seen.is_none() || model == seen
+    };
+    model.cards == seen.cards
+        && optional(channels.paused, &model.paused, &seen.paused)
+        && optional(channels.unresolved, &model.unresolved, &seen.unresolved)
+}
+
+fn compact(observed: &Observed) -> String {
+    serde_json::to_string(observed).expect("observations serialise")
+}
+
+/// An action in domain terms: `deliver #3 (kill after ack)`.
+pub fn describe_action(scenario: &Scenario, action: Action) -> String {
+    match action {
+        Action::Deliver { delivery, fault } => {
+            let fault = match fault {
+                None => "",
+                Some(External::LostAck) => " (ack read and dropped)",
+                Some(External::Duplicate) => " (duplicate)",
+                Some(External::Reencoded) => " (re-encoded copy)",
+                Some(External::Disconnect) => " (disconnect)",
+                Some(External::Kill) => " (kill in flight)",
+                Some(External::KillAfterAck) => " (kill after ack)",
+            };
+            format!("deliver #{delivery}{fault}")
+        }
+        Action::Reconcile(card) => format!("reconcile {}", scenario.catalog.name(card)),
+        Action::Restart => "restart".into(),
+    }
+}
+
+/// What the naming of a failed step reads.
+struct Naming<'a> {
+    scenario: &'a Scenario,
+    action: Action,
+    answer: &'a Answer,
+    before: &'a [World],
+    branches: &'a [Branch],
+    seen: Option<&'a Observed>,
+    last: Option<&'a Observed>,
+    channels: Channels,
+    final_read: bool,
+}
+
+impl Naming<'_> {
+    /// The contract property the observations witness, if one does.
+    fn property(&self, counts: &mut Counts) -> Option<&'static str> {
+        if let Some(name) = self.lost_after_kill() {
+            counts.lost += 1;
+            return Some(name);
+        }
+        if let Some(seen) = self.seen {
+            let known = |name: &String| {
+                self.before
+                    .iter()
+                    .chain(self.branches.iter().map(|branch| &branch.world))
+                    .any(|world| {
+                        self.scenario
+                            .catalog
+                            .find(name)
+                            .is_some_and(|id| world.receiver.cards().contains_key(&id))
+                    })
+            };
+            if seen.cards.keys().any(|name| !known(name)) {
+                counts.unexpected += 1;
+                return Some("no-unknown-card");
+            }
+            if let Some(last) = self.last {
+                let regressed = seen.cards.iter().any(|(name, card)| {
+                    last.cards
+                        .get(name)
+                        .is_some_and(|before| card.version < before.version)
+                });
+                if regressed {
+                    counts.regressed += 1;
+                    return Some("version-monotonic");
+                }
+                let rewritten = seen.cards.iter().any(|(name, card)| {
+                    last.cards.get(name).is_some_and(|before| {
+                        card.version == before.version && card.state != before.state
+                    })
+                });
+                if rewritten && matches!(self.action, Action::Deliver { .. }) {
+                    return Some("version-monotonic");
+                }
+            }
+        }
+        if self.half_recorded() {
+            return Some("evidence-retained");
+        }
+        if self.swallowed() {
+            counts.changed_payloads_swallowed += 1;
+            return Some("evidence-retained");
+        }
+        self.changed_cards()
+    }
+
+    /// An acknowledged decision missing after a kill right after its acknowledgement, or
+    /// state lost across a restart.
+    fn lost_after_kill(&self) -> Option<&'static str> {
+        let seen = self.seen?;
+        if self.final_read {
+            return None;
+        }
+        match self.action {
+            Action::Deliver {
+                fault: Some(External::KillAfterAck),
+                ..
+            } if matches!(self.answer, Answer::Ack(_)) => {
+                let unrecorded = self
+                    .before
+                    .iter()
+                    .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
+                let before = project(self.scenario, &self.before[0]);
+                let changes = self.branches.iter().any(|branch| {
+                    !fits(
+                        &project(self.scenario, &branch.world),
+                        &before,
+                        &self.channels,
+                    )
+                });
+                (unrecorded && changes).then_some("ack-implies-recorded")
+            }
+            Action::Restart => {
+                let last = self.last?;
+                let lost = last.cards.iter().any(|(name, card)| {
+                    seen.cards
+                        .get(name)
+                        .is_none_or(|now| now.version < card.version)
+                });
+                lost.then_some("ack-implies-recorded")
+            }
+            _ => None,
+        }
+    }
+
+    /// After an indefinite step, the decision's effect on the cards is there but its
+    /// record (the unresolved input it leaves) is not: the decision was not stored whole.
+    fn half_recorded(&self) -> bool {
+        let Some(seen) = self.seen else {
+            return false;
+        };
+        if !matches!(self.answer, Answer::Indefinite(_))
+            || !self.channels.unresolved
+            || seen.unresolved.is_none()
+        {
+            return false;
+        }
+        let shown = |branch: &Branch| project(self.scenario, &branch.world);
+        let effect = self.branches.iter().any(|branch| {
+            let model = shown(branch);
+            branch.recorded
+                && model.cards == seen.cards
+                && (seen.paused.is_none() || model.paused == seen.paused)
+                && model.unresolved != seen.unresolved
+        });
+        let record_missing = self
+            .branches
+            .iter()
+            .any(|branch| !branch.recorded && shown(branch).unresolved == seen.unresolved);
+        effect && record_missing
+    }
+
+    /// A changed payload acknowledged with a meaning other than `held`.
+    fn swallowed(&self) -> bool {
+        let Answer::Ack(Some(word)) = self.answer else {
+            return false;
+        };
+        self.channels.ack
+            && word != "held"
+            && !self.branches.is_empty()
+            && self.branches.iter().all(|branch| {
+                branch.verdict == Some(Verdict::Decided(Decision::ConflictChangedPayload))
+            })
+    }
+
+    /// A card changed where the contract says nothing may change it.
+    fn changed_cards(&self) -> Option<&'static str> {
+        let (seen, last) = (self.seen?, self.last?);
+        let changed: Vec<&String> = seen
+            .cards
+            .iter()
+            .filter(|(name, card)| last.cards.get(*name) != Some(card))
+            .map(|(name, _)| name)
+            .collect();
+        if changed.is_empty() {
+            return None;
+        }
+        let reconciled = |name: &str| {
+            matches!(self.action, Action::Reconcile(card)
+                if self.scenario.catalog.name(card) == name)
+        };
+        let paused_before = |name: &str| {
+            self.channels.paused
+                && last
+                    .paused
+                    .as_ref()
+                    .is_some_and(|paused| paused.contains(name))
+        };
+        if changed
+            .iter()
+            .any(|name| paused_before(name) && !reconciled(name))
+        {
+            return Some("paused-frozen");
+        }
+        let all =
+            |want: fn(&Branch) -> bool| !self.branches.is_empty() && self.branches.iter().all(want);
+        if all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_)))) {
+            return Some("duplicate-no-effect");
+        }
+        let held = matches!(self.answer, Answer::Ack(Some(word)) if word == "held");
+        if self.channels.ack && held && all(|branch| branch.word == Some("held")) {
+            return Some("held-changes-nothing");
+        }
+        None
+    }
+
+    /// The model's expectation beside what was seen.
+    fn diff(&self) -> String {
+        let expected: Vec<String> = self
+            .branches
+            .iter()
+            .take(2)
+            .map(|branch| {
+                let mut shown = project(self.scenario, &branch.world);
+                if !self.channels.paused {
+                    shown.paused = None;
+                }
+                if !self.channels.unresolved {
+                    shown.unresolved = None;
+                }
+                let word = branch.word.unwrap_or("-");
+                format!("answer {word}, state {}", compact(&shown))
+            })
+            .collect();
+        let answer = match self.answer {
+            Answer::Ack(word) => word.clone().unwrap_or_else(|| "2xx".into()),
+            Answer::Definite(why) => format!("definite refusal ({why})"),
+            Answer::Indefinite(why) => format!("indefinite ({why})"),
+        };
+        let seen = self.seen.map_or_else(|| "not read".to_owned(), compact);
+        format!(
+            "at {}:\n  specification:  {}\n  implementation: answer {answer}, state {seen}",
+            describe_action(self.scenario, self.action),
+            expected.join("\n                  or: ")
+        )
+    }
+}

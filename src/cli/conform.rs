@@ -1,0 +1,216 @@
+//! `arrival conform`: a card model (or a fixture's `conform` block) run against a
+//! receiver arrival did not write; the flags, then the campaign of
+//! [`crate::card::campaign`] on a target from [`crate::conform::target`].
+
+use super::{pretty_json, print, EnvironmentError, Error, Outcome};
+use crate::card::campaign::{self, campaign, Options, Plan};
+use crate::card::conform::{Channels, HarnessError, Settings};
+use crate::card::fixture::Scenario;
+use crate::card::model_file::load_model;
+use crate::conform::target::TargetFile;
+use crate::harness::InputError;
+use std::path::{Path, PathBuf};
+
+/// `arrival conform`.
+#[derive(clap::Args)]
+pub struct ConformArgs {
+    /// A card model file (`models/b62-15.toml`), or a fixture with a `conform` block
+    /// (written by an earlier run) to rerun its actions.
+    pub source: PathBuf,
+    /// The receiver: a target file (`FILE.toml`), or `http:COMMAND ARGS...` /
+    /// `stdio:COMMAND ARGS...` with `{port}` and `{data_dir}` placeholders.
+    #[arg(long)]
+    pub target: String,
+    /// Seeded random walks after the kept traces.
+    #[arg(long, default_value_t = 20)]
+    pub walks: usize,
+    /// The walks' and kill delays' seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Leave out the kept counterexample traces.
+    #[arg(long)]
+    pub no_traces: bool,
+    /// Leave out the mutants' shortest counterexample schedules.
+    #[arg(long)]
+    pub no_mutants: bool,
+    /// The most states the search for one mutant's shortest schedule explores.
+    #[arg(long, default_value_t = 50_000)]
+    pub mutant_state_limit: usize,
+    /// When the state is read: `every-step` or `end`.
+    #[arg(long, default_value = "every-step")]
+    pub observe: String,
+    /// What is compared besides the cards: any of `ack`, `paused`, `unresolved` (comma
+    /// separated), or `cards` alone.
+    #[arg(long, default_value = "ack,paused,unresolved")]
+    pub channels: String,
+    /// Retries of an owed delivery in the liveness phase.
+    #[arg(long, default_value_t = 5)]
+    pub max_retries: usize,
+    /// Runs the shrinker may spend on a failing schedule.
+    #[arg(long, default_value_t = 100)]
+    pub shrink_budget: usize,
+    /// Reruns that confirm the shrunk schedule.
+    #[arg(long, default_value_t = 3)]
+    pub confirm: usize,
+    /// A kill in flight comes up to this many milliseconds after the request is sent.
+    #[arg(long, default_value_t = 5)]
+    pub kill_window_ms: u64,
+    /// `pass`, or the property the receiver must be caught by (default: the target
+    /// file's `expect`, else `pass`).
+    #[arg(long)]
+    pub expect: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the result as JUnit XML (a case per property and a `harness` case).
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Write the shrunk failing schedule as a fixture into this folder.
+    #[arg(long)]
+    pub trace_out: Option<PathBuf>,
+}
+
+fn flag(name: &str, message: String) -> Error {
+    InputError::invalid(Path::new(name), "command line", message).into()
+}
+
+fn channels(args: &ConformArgs) -> Result<Channels, Error> {
+    let every_step = match args.observe.as_str() {
+        "every-step" => true,
+        "end" => false,
+        other => {
+            return Err(flag(
+                "--observe",
+                format!("`{other}`: one of every-step, end"),
+            ));
+        }
+    };
+    let mut chosen = Channels {
+        ack: false,
+        paused: false,
+        unresolved: false,
+        every_step,
+    };
+    for word in args.channels.split(',').map(str::trim) {
+        match word {
+            "cards" => {}
+            "ack" => chosen.ack = true,
+            "paused" => chosen.paused = true,
+            "unresolved" => chosen.unresolved = true,
+            other => {
+                return Err(flag(
+                    "--channels",
+                    format!("`{other}`: each one of cards, ack, paused, unresolved"),
+                ))
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// The scenario and its schedules.
+fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error> {
+    let is_fixture = args.source.extension().is_some_and(|ext| ext == "json");
+    if is_fixture {
+        let scenario = Scenario::load(&args.source)?;
+        let Some(actions) = scenario.conform.clone() else {
+            return Err(InputError::invalid(
+                &args.source,
+                "conform",
+                "the fixture has no `conform` block: give a model file, or a fixture written \
+                 by `arrival conform --trace-out`",
+            )
+            .into());
+        };
+        let plan = Plan {
+            id: "fixture".into(),
+            actions,
+        };
+        return Ok((scenario, vec![plan], Vec::new()));
+    }
+    let loaded = load_model(&args.source, None)?;
+    let scenario = Scenario::clone(&loaded.scenario);
+    let mut skipped = Vec::new();
+    let mut plans = Vec::new();
+    if !args.no_traces {
+        let dir = scenario
+            .file
+            .parent()
+            .map_or_else(|| PathBuf::from("regressions"), |p| p.join("regressions"));
+        let (traces, left) = campaign::trace_plans(&scenario, &dir, true);
+        plans.extend(traces);
+        skipped.extend(left);
+    }
+    if !args.no_mutants {
+        let (found, missed) =
+            campaign::mutant_plans(&loaded, args.mutant_state_limit, &plans, true);
+        plans.extend(found);
+        skipped.extend(missed);
+    }
+    if loaded.file.expiries > 0 {
+        skipped.push("expiry steps: arrival cannot move the receiver's clock".into());
+    }
+    plans.extend(campaign::walk_plans(&loaded, args.walks, args.seed, true));
+    Ok((scenario, plans, skipped))
+}
+
+/// Runs the campaign: `Ok(true)` when the result is what `--expect` says.
+pub fn run(args: &ConformArgs) -> Outcome {
+    // Output paths first: a run that cannot write its results stops before any work.
+    if let Some(file) = &args.junit {
+        crate::harness::input::writable_file("--junit", file)?;
+    }
+    if let Some(dir) = &args.trace_out {
+        crate::harness::input::writable_dir("--trace-out", dir)?;
+    }
+    let target_file = TargetFile::parse(&args.target)?;
+    let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
+    let chosen = channels(args)?;
+    let (scenario, plans, skipped) = plans(args)?;
+    let options = Options {
+        settings: Settings {
+            channels: chosen,
+            max_retries: args.max_retries,
+            kill_window_ms: args.kill_window_ms,
+            seed: args.seed,
+        },
+        shrink_budget: args.shrink_budget,
+        confirm: args.confirm,
+        target: args.target.clone(),
+        source: args.source.display().to_string(),
+    };
+    let harness_failed = |error: HarnessError| -> Error {
+        if let Some(file) = &args.junit {
+            let suite = campaign::harness_suite(&options.source, &options.target, &error);
+            let _ = crate::harness::junit::write_suite(file, &suite);
+        }
+        EnvironmentError::new(error.what, error.message).into()
+    };
+    let mut target = target_file.open().map_err(harness_failed)?;
+    let mut report =
+        campaign(&scenario, &plans, target.as_mut(), &options).map_err(harness_failed)?;
+    report.skipped = skipped;
+    drop(target);
+    if let (Some(found), Some(dir)) = (&report.failure, &args.trace_out) {
+        let stem = args
+            .source
+            .file_stem()
+            .map_or_else(|| "conform".into(), |s| s.to_string_lossy().into_owned());
+        let file = dir.join(format!("{stem}.conform.{}.json", found.property));
+        std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(&file, pretty_json(&found.fixture)))
+            .map_err(|source| InputError::Write { file, source })?;
+    }
+    if let Some(file) = &args.junit {
+        crate::harness::junit::write_suite(file, &report.junit())?;
+    }
+    if args.json {
+        let mut value = serde_json::to_value(&report).expect("reports serialise");
+        value["expect"] = serde_json::json!(expect);
+        value["as_expected"] = serde_json::json!(report.as_expected(&expect));
+        print(&pretty_json(&value));
+    } else {
+        print(&format!("{}\nexpected: {expect}\n", report.text()));
+    }
+    Ok(report.as_expected(&expect))
+}

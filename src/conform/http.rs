@@ -1,0 +1,359 @@
+//! The HTTP conformance target: a minimal blocking HTTP/1.1 client for loopback (one
+//! connection per request, `Content-Length`, chunked or read-to-close bodies) and the
+//! receiver behind it, started and killed by a [`Supervisor`].
+
+use super::process::Supervisor;
+use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
+use crate::card::replay::CardReport;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// One HTTP answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Header names (lower case) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body, dechunked.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+fn head(method: &str, path: &str, addr: SocketAddr, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// Connects and sends a request; the stream is returned unread.
+pub fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&head(method, path, addr, body))?;
+    Ok(stream)
+}
+
+/// Sends a request and reads the whole answer.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Reply> {
+    read_reply(send(addr, method, path, body, timeout)?)
+}
+
+/// Reads an answer: the status line, the headers, then a body by `Content-Length`, by
+/// chunks, or up to the end of the connection.
+pub fn read_reply(stream: TcpStream) -> std::io::Result<Reply> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the connection closed before an answer",
+        ));
+    }
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP status line: {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = trimmed.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value): &(String, String)| value.clone())
+    };
+    let body = if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        dechunk(&mut reader)?
+    } else if let Some(length) = find("content-length") {
+        let length: usize = length
+            .parse()
+            .map_err(|_| std::io::Error::other(format!("bad Content-Length {length:?}")))?;
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        body
+    } else {
+        let mut body = Vec::new();
+        reader.read_to_end(&mut body)?;
+        body
+    };
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// A chunked body, decoded (extensions and trailers skipped).
+pub fn dechunk(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let size = line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size, 16)
+            .map_err(|_| std::io::Error::other(format!("bad chunk size line {line:?}")))?;
+        if size == 0 {
+            loop {
+                line.clear();
+                if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                    return Ok(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader.read_exact(&mut body[start..])?;
+        line.clear();
+        reader.read_line(&mut line)?;
+    }
+}
+
+/// A receiver spoken to over HTTP (docs/conform.md).
+pub struct HttpTarget {
+    supervisor: Supervisor,
+    timeout: Duration,
+    ready_timeout: Duration,
+    initial: BTreeMap<String, CardReport>,
+}
+
+impl HttpTarget {
+    /// A target running `command` (with `{port}` and `{data_dir}`).
+    pub fn new(
+        command: Vec<String>,
+        timeout: Duration,
+        ready_timeout: Duration,
+    ) -> Result<HttpTarget, HarnessError> {
+        Ok(HttpTarget {
+            supervisor: Supervisor::new(command)?,
+            timeout,
+            ready_timeout,
+            initial: BTreeMap::new(),
+        })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.supervisor.port))
+    }
+
+    fn what(&self, path: &str) -> String {
+        format!("target http://{}{path}", self.addr())
+    }
+
+    fn wait_ready(&mut self) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.supervisor.exited() {
+                return Err(self.supervisor.ended(&status));
+            }
+            let probe = request(self.addr(), "GET", "/healthz", b"", self.timeout);
+            if probe.is_ok_and(|reply| (200..300).contains(&reply.status)) {
+                return Ok(());
+            }
+            if started.elapsed() > self.ready_timeout {
+                return Err(HarnessError {
+                    what: self.what("/healthz"),
+                    message: format!(
+                        "not ready (no 2xx) after {} ms",
+                        self.ready_timeout.as_millis()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn post(&mut self, path: &str, body: &[u8], send_how: Sending) -> Result<Answer, HarnessError> {
+        let sent = send(self.addr(), "POST", path, body, self.timeout);
+        let stream = match (sent, send_how) {
+            (Err(error), _) => return Ok(Answer::Indefinite(error.to_string())),
+            (Ok(stream), Sending::Disconnect) => {
+                let _ = stream.shutdown(Shutdown::Both);
+                return Ok(Answer::Indefinite("disconnected by arrival".into()));
+            }
+            (Ok(stream), Sending::KillAfter(delay)) => {
+                std::thread::sleep(delay);
+                self.supervisor.kill();
+                drop(stream);
+                return Ok(Answer::Indefinite("killed in flight".into()));
+            }
+            (Ok(stream), Sending::Wait) => stream,
+        };
+        match read_reply(stream) {
+            Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
+            Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
+            Err(error) => {
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    // No request may still run inside the receiver when the next starts.
+                    self.supervisor.kill();
+                    self.start(&BTreeMap::new(), false)?;
+                }
+                Ok(Answer::Indefinite(error.to_string()))
+            }
+        }
+    }
+}
+
+/// The acknowledgement's meaning: the `Arrival-Ack` header, else the body's `ack` or
+/// `outcome`.
+fn meaning(reply: &Reply) -> Option<String> {
+    if let Some(word) = reply.header("arrival-ack") {
+        return Some(word.to_owned());
+    }
+    let body: Value = serde_json::from_slice(&reply.body).ok()?;
+    ["ack", "outcome"]
+        .iter()
+        .find_map(|key| body.get(key).and_then(Value::as_str).map(str::to_owned))
+}
+
+/// Reads `{"cards": {...}, "paused"?: [...], "unresolved"?: [...]}`.
+pub fn parse_state(body: &[u8]) -> Result<Observed, String> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        cards: BTreeMap<String, CardReport>,
+        #[serde(default)]
+        paused: Option<std::collections::BTreeSet<String>>,
+        #[serde(default)]
+        unresolved: Option<std::collections::BTreeSet<String>>,
+    }
+    let state: State = serde_json::from_slice(body).map_err(|error| {
+        format!("not a state object {{\"cards\": {{...}}, \"paused\"?, \"unresolved\"?}}: {error}")
+    })?;
+    Ok(Observed {
+        cards: state.cards,
+        paused: state.paused,
+        unresolved: state.unresolved,
+    })
+}
+
+impl CardTarget for HttpTarget {
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError> {
+        self.supervisor.kill();
+        if fresh {
+            self.initial = initial.clone();
+            self.supervisor.fresh_data(initial)?;
+        }
+        self.supervisor.spawn(false)?;
+        self.wait_ready()
+    }
+
+    fn deliver(
+        &mut self,
+        _delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
+        self.post("/webhook", body, send)
+    }
+
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        let body = serde_json::to_vec(snapshot).expect("snapshots serialise");
+        let stream = send(
+            self.addr(),
+            "POST",
+            "/_arrival/reconcile",
+            &body,
+            self.timeout,
+        );
+        match stream.and_then(read_reply) {
+            Ok(reply) if reply.status == 404 => Err(HarnessError {
+                what: self.what("/_arrival/reconcile"),
+                message: "answered 404: the receiver does not support reconciliation".into(),
+            }),
+            Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
+            Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
+            Err(error) => Ok(Answer::Indefinite(error.to_string())),
+        }
+    }
+
+    fn read(&mut self) -> Result<Observed, HarnessError> {
+        let what = self.what("/_arrival/state");
+        let reply =
+            request(self.addr(), "GET", "/_arrival/state", b"", self.timeout).map_err(|error| {
+                HarnessError {
+                    what: what.clone(),
+                    message: error.to_string(),
+                }
+            })?;
+        if reply.status != 200 {
+            return Err(HarnessError {
+                what,
+                message: format!("answered {}, not 200", reply.status),
+            });
+        }
+        parse_state(&reply.body).map_err(|message| HarnessError { what, message })
+    }
+
+    fn kill(&mut self) -> Result<(), HarnessError> {
+        self.supervisor.kill();
+        Ok(())
+    }
+
+    fn can_kill(&self) -> bool {
+        true
+    }
+
+    fn log_tail(&self) -> Vec<String> {
+        self.supervisor.tail()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dechunk;
+
+    #[test]
+    fn a_chunked_body_is_put_back_together() {
+        let wire = b"4\r\n{\"ac\r\n9;ext=1\r\nk\": \"held\r\n2\r\n\"}\r\n0\r\n\r\n";
+        let body = dechunk(&mut &wire[..]).unwrap();
+        assert_eq!(body, b"{\"ack\": \"held\"}");
+    }
+}

@@ -1,0 +1,16 @@
+//! The real side of `arrival conform`: the receivers under test as processes, spoken to
+//! over HTTP or JSON lines, started, killed (the whole process group) and restarted on the
+//! same data directory. Everything that judges what they do is pure and lives in
+//! [`crate::card::conform`] and [`crate::harness::conform`].
+//!
+//! | module | job |
+//! |---|---|
+//! | [`target`] | the target file (`--target FILE.toml`) and its command-line shorthands, read into a running target |
+//! | [`process`] | the process supervisor: placeholders, process group, `SIGKILL`, data directory, stderr tail |
+//! | [`http`] | the HTTP target and its minimal blocking client (chunked answers included) |
+//! | [`stdio`] | the JSON-lines target |
+
+pub mod http;
+pub mod process;
+pub mod stdio;
+pub mod target;

@@ -1,0 +1,175 @@
+//! The process supervisor of a conformance target: the user's command started in its own
+//! process group with `{port}` and `{data_dir}` filled in, its data directory made fresh
+//! (with `initial.json`) or kept for a restart, a crash as `SIGKILL` to the whole group,
+//! and the last lines of its standard error kept for reports.
+
+use crate::card::conform::HarnessError;
+use crate::card::replay::CardReport;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// How many lines of the target's standard error are kept.
+pub const LOG_LINES: usize = 32;
+
+/// The target's process and its data directory.
+pub struct Supervisor {
+    template: Vec<String>,
+    /// The port substituted for `{port}`.
+    pub port: u16,
+    /// The directory substituted for `{data_dir}`.
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    log: Arc<Mutex<VecDeque<String>>>,
+}
+
+fn harness(what: &str, message: impl std::fmt::Display) -> HarnessError {
+    HarnessError {
+        what: what.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+impl Supervisor {
+    /// A supervisor for `template` (not started), with a free port and a new data
+    /// directory under the system's temporary folder.
+    pub fn new(template: Vec<String>) -> Result<Supervisor, HarnessError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map_err(|error| harness("a free port on 127.0.0.1", error))?
+            .port();
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let data_dir =
+            std::env::temp_dir().join(format!("arrival-conform-{}-{n}-{port}", std::process::id()));
+        Ok(Supervisor {
+            template,
+            port,
+            data_dir,
+            child: None,
+            log: Arc::default(),
+        })
+    }
+
+    /// The command line with its placeholders filled in.
+    pub fn command_line(&self) -> Vec<String> {
+        self.template
+            .iter()
+            .map(|word| {
+                word.replace("{port}", &self.port.to_string())
+                    .replace("{data_dir}", &self.data_dir.display().to_string())
+            })
+            .collect()
+    }
+
+    /// Empties the data directory and writes `initial.json` into it.
+    pub fn fresh_data(&self, initial: &BTreeMap<String, CardReport>) -> Result<(), HarnessError> {
+        let what = format!("data directory {}", self.data_dir.display());
+        if self.data_dir.exists() {
+            std::fs::remove_dir_all(&self.data_dir).map_err(|e| harness(&what, e))?;
+        }
+        std::fs::create_dir_all(&self.data_dir).map_err(|e| harness(&what, e))?;
+        let text = serde_json::to_string(initial).expect("cards serialise");
+        std::fs::write(self.data_dir.join("initial.json"), text).map_err(|e| harness(&what, e))
+    }
+
+    /// Starts the command in a process group of its own; with `piped`, its standard input
+    /// and output are returned for the JSON-lines protocol.
+    pub fn spawn(
+        &mut self,
+        piped: bool,
+    ) -> Result<Option<(ChildStdin, ChildStdout)>, HarnessError> {
+        self.kill();
+        let words = self.command_line();
+        let Some((program, args)) = words.split_first() else {
+            return Err(harness("target command", "the command is empty"));
+        };
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .process_group(0)
+            .stdin(if piped { Stdio::piped() } else { Stdio::null() })
+            .stdout(if piped { Stdio::piped() } else { Stdio::null() })
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|error| harness(&format!("target command `{}`", words.join(" ")), error))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::clone(&self.log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = log.lock().expect("the log lock is never poisoned");
+                if log.len() == LOG_LINES {
+                    log.pop_front();
+                }
+                log.push_back(line);
+            }
+        });
+        let pipes = piped.then(|| {
+            (
+                child.stdin.take().expect("stdin is piped"),
+                child.stdout.take().expect("stdout is piped"),
+            )
+        });
+        self.child = Some(child);
+        Ok(pipes)
+    }
+
+    /// If the process has ended, how.
+    pub fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    /// `SIGKILL` to the whole process group, then reaps the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let group = child.id() as libc::pid_t;
+            // SAFETY: killpg only sends a signal; the group is the child's own.
+            unsafe {
+                libc::killpg(group, libc::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The last lines of the target's standard error.
+    pub fn tail(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .expect("the log lock is never poisoned")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The error for a command that ended while arrival waited for it.
+    pub fn ended(&mut self, status: &str) -> HarnessError {
+        let tail = self.tail();
+        harness(
+            &format!("target command `{}`", self.command_line().join(" ")),
+            format!(
+                "exited ({status}) before it was ready{}",
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its last stderr lines:\n  {}", tail.join("\n  "))
+                }
+            ),
+        )
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}

@@ -1,0 +1,101 @@
+//! How a target is named: a target file (`--target FILE.toml`: `kind`, `command` with
+//! `{port}` and `{data_dir}`, timeouts, the expected result) or a shorthand
+//! (`--target http:COMMAND...`, `--target stdio:COMMAND...`, words split on spaces).
+
+use super::http::HttpTarget;
+use super::stdio::StdioTarget;
+use crate::card::conform::{CardTarget, HarnessError};
+use crate::harness::InputError;
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// The kinds of target.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `POST /webhook` and friends.
+    Http,
+    /// JSON lines on standard input and output.
+    Stdio,
+}
+
+fn default_timeout() -> u64 {
+    2_000
+}
+
+fn default_ready() -> u64 {
+    10_000
+}
+
+fn default_expect() -> String {
+    "pass".into()
+}
+
+/// A target file.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetFile {
+    /// `http` or `stdio`.
+    pub kind: Kind,
+    /// The command and its arguments, with `{port}` and `{data_dir}`.
+    pub command: Vec<String>,
+    /// How long one request may take (milliseconds).
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// How long the receiver may take to be ready (milliseconds).
+    #[serde(default = "default_ready")]
+    pub ready_timeout_ms: u64,
+    /// `pass`, or the property a known-broken receiver must be caught by.
+    #[serde(default = "default_expect")]
+    pub expect: String,
+}
+
+impl TargetFile {
+    /// Reads `--target`: a `.toml` file, or `http:...` / `stdio:...`.
+    pub fn parse(text: &str) -> Result<TargetFile, InputError> {
+        let shorthand = |kind, rest: &str| TargetFile {
+            kind,
+            command: rest.split_whitespace().map(str::to_owned).collect(),
+            timeout_ms: default_timeout(),
+            ready_timeout_ms: default_ready(),
+            expect: default_expect(),
+        };
+        let file = if let Some(rest) = text.strip_prefix("http:") {
+            shorthand(Kind::Http, rest)
+        } else if let Some(rest) = text.strip_prefix("stdio:") {
+            shorthand(Kind::Stdio, rest)
+        } else {
+            let path = Path::new(text);
+            if !text.ends_with(".toml") {
+                return Err(InputError::invalid(
+                    Path::new("--target"),
+                    "command line",
+                    format!(
+                        "`{text}` is neither a target file (FILE.toml) nor `http:COMMAND` or \
+                         `stdio:COMMAND`"
+                    ),
+                ));
+            }
+            crate::harness::model_file::parse(path)?
+        };
+        if file.command.is_empty() {
+            return Err(InputError::invalid(
+                Path::new(text),
+                "command",
+                "the command is empty: give the program and its arguments",
+            ));
+        }
+        Ok(file)
+    }
+
+    /// The target, not started yet.
+    pub fn open(&self) -> Result<Box<dyn CardTarget>, HarnessError> {
+        let timeout = Duration::from_millis(self.timeout_ms);
+        let ready = Duration::from_millis(self.ready_timeout_ms);
+        Ok(match self.kind {
+            Kind::Http => Box::new(HttpTarget::new(self.command.clone(), timeout, ready)?),
+            Kind::Stdio => Box::new(StdioTarget::new(self.command.clone(), timeout, ready)?),
+        })
+    }
+}

@@ -1,0 +1,310 @@
+//! What every protocol's conformance run shares, with no I/O and no protocol: the set of
+//! model worlds still consistent with what a real receiver was seen to do, seeded random
+//! walks through a model as schedules, the shrinking of a failing schedule over an abstract
+//! runner, its confirmation by rerunning, Jepsen-style counts and the words of a verdict.
+//!
+//! A conformance run samples an implementation: a run that finds nothing is `sampled`,
+//! never proved, and whatever the target does not let arrival see is `unobserved`.
+
+use super::rng::SplitMix;
+use serde::Serialize;
+
+/// The model worlds consistent with every observation so far.
+///
+/// A definite step maps each world to its successor; an indefinite one (a timeout, a
+/// reset, a kill in flight) maps it to every branch it may have taken; an observation
+/// keeps only the worlds it fits. An empty set is a violation at that step.
+#[derive(Clone, Debug)]
+pub struct Candidates<W> {
+    worlds: Vec<W>,
+}
+
+impl<W: Clone + PartialEq> Candidates<W> {
+    /// One world: the start.
+    pub fn new(start: W) -> Candidates<W> {
+        Candidates {
+            worlds: vec![start],
+        }
+    }
+
+    /// These worlds (equal ones kept once); at least one.
+    pub fn of(worlds: Vec<W>) -> Candidates<W> {
+        let mut kept: Vec<W> = Vec::with_capacity(worlds.len());
+        for world in worlds {
+            if !kept.contains(&world) {
+                kept.push(world);
+            }
+        }
+        Candidates { worlds: kept }
+    }
+
+    /// The worlds, in the order their branches were taken.
+    pub fn worlds(&self) -> &[W] {
+        &self.worlds
+    }
+
+    /// Whether no world is left.
+    pub fn is_empty(&self) -> bool {
+        self.worlds.is_empty()
+    }
+
+    /// Replaces every world by its branches (equal branches kept once).
+    pub fn advance(&mut self, mut branches: impl FnMut(&W) -> Vec<W>) {
+        let mut next: Vec<W> = Vec::new();
+        for world in &self.worlds {
+            for branch in branches(world) {
+                if !next.contains(&branch) {
+                    next.push(branch);
+                }
+            }
+        }
+        self.worlds = next;
+    }
+
+    /// Keeps the worlds an observation fits; returns the worlds it had before.
+    pub fn keep(&mut self, mut fits: impl FnMut(&W) -> bool) -> Vec<W> {
+        let before = self.worlds.clone();
+        self.worlds.retain(|world| fits(world));
+        before
+    }
+}
+
+/// Where a property stands after a conformance run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "why")]
+pub enum Status {
+    /// Checked on every schedule run and never broken: sampled, not proved.
+    Sampled,
+    /// Broken by a schedule.
+    Violated,
+    /// The target does not let arrival see what the property needs (the reason says what).
+    Unobserved(String),
+    /// No schedule exercised it (the reason says why).
+    NotExercised(String),
+}
+
+impl Status {
+    /// The word in reports.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Sampled => "sampled",
+            Status::Violated => "violated",
+            Status::Unobserved(_) => "unobserved",
+            Status::NotExercised(_) => "not exercised",
+        }
+    }
+}
+
+/// A run's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every schedule ran and nothing broke: what was sampled conforms.
+    Sampled,
+    /// A schedule broke a property (or diverged from the model).
+    Violated,
+    /// No schedule ran to the end.
+    Incomplete,
+}
+
+impl Verdict {
+    /// The word in reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Sampled => "sampled",
+            Verdict::Violated => "violated",
+            Verdict::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// Jepsen-style counts over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Requests sent, retries and copies included.
+    pub attempted: u64,
+    /// Acknowledgements read.
+    pub acknowledged: u64,
+    /// Acknowledgements arrival read and then dropped (lost-ack faults).
+    pub dropped_by_arrival: u64,
+    /// Requests whose outcome is unknown: timeouts, disconnects, non-2xx, kills in flight.
+    pub indefinite: u64,
+    /// Acknowledged decisions later missing.
+    pub lost: u64,
+    /// Indefinite requests whose effect later showed.
+    pub recovered: u64,
+    /// Versions seen to go down.
+    pub regressed: u64,
+    /// Things the model has no place for (unknown cards).
+    pub unexpected: u64,
+    /// Changed payloads acknowledged as if they were duplicates.
+    pub changed_payloads_swallowed: u64,
+    /// Kills of the target's process group.
+    pub kills: u64,
+}
+
+impl Counts {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Counts) {
+        self.attempted += other.attempted;
+        self.acknowledged += other.acknowledged;
+        self.dropped_by_arrival += other.dropped_by_arrival;
+        self.indefinite += other.indefinite;
+        self.lost += other.lost;
+        self.recovered += other.recovered;
+        self.regressed += other.regressed;
+        self.unexpected += other.unexpected;
+        self.changed_payloads_swallowed += other.changed_payloads_swallowed;
+        self.kills += other.kills;
+    }
+}
+
+/// How many reruns of a failing schedule failed the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Reproduced {
+    /// Reruns that failed the same way.
+    pub hits: usize,
+    /// Reruns.
+    pub runs: usize,
+}
+
+impl Reproduced {
+    /// `3/3`.
+    pub fn text(self) -> String {
+        format!("{}/{}", self.hits, self.runs)
+    }
+
+    /// Whether some reruns did not fail the same way.
+    pub fn flaky(self) -> bool {
+        self.hits < self.runs
+    }
+}
+
+/// Reruns a failing schedule `runs` times; `fails` says whether one rerun failed the same
+/// way.
+pub fn confirm<E>(
+    runs: usize,
+    mut fails: impl FnMut() -> Result<bool, E>,
+) -> Result<Reproduced, E> {
+    let mut hits = 0;
+    for _ in 0..runs {
+        if fails()? {
+            hits += 1;
+        }
+    }
+    Ok(Reproduced { hits, runs })
+}
+
+/// Shrinks a failing schedule: removes chunks of steps, halving their size down to one
+/// step, keeping every removal after which `fails` still says the schedule fails the same
+/// way, until no single step can go or `budget` runs are spent. `fails` is the abstract
+/// runner (it may say `false` for a schedule the model does not allow). Returns the
+/// shortest schedule found and the runs spent.
+pub fn shrink<A: Clone, E>(
+    steps: &[A],
+    budget: usize,
+    mut fails: impl FnMut(&[A]) -> Result<bool, E>,
+) -> Result<(Vec<A>, usize), E> {
+    let mut best = steps.to_vec();
+    let mut spent = 0;
+    let mut chunk = best.len().div_ceil(2).max(1);
+    loop {
+        let mut removed_any = false;
+        let mut start = 0;
+        while start < best.len() && spent < budget {
+            let end = (start + chunk).min(best.len());
+            let mut candidate = best[..start].to_vec();
+            candidate.extend_from_slice(&best[end..]);
+            spent += 1;
+            if !candidate.is_empty() && fails(&candidate)? {
+                best = candidate;
+                removed_any = true;
+            } else {
+                start += chunk;
+            }
+        }
+        if spent >= budget || (chunk == 1 && !removed_any) {
+            return Ok((best, spent));
+        }
+        if !removed_any {
+            chunk = (chunk / 2).max(1);
+        }
+    }
+}
+
+/// Walk `walk` of a seeded family: from `start`, a step drawn uniformly from those
+/// `steps` offers until none remains or `max_depth` steps are taken, each applied with
+/// `advance` (a step that changes nothing stays in the walk: a real receiver still gets
+/// it). Walk `w` depends on (seed, `w`) alone, so it comes back on its own.
+pub fn walk<W, S: Clone>(
+    start: W,
+    steps: impl Fn(&W, &mut Vec<S>),
+    advance: impl Fn(&W, &S) -> W,
+    (seed, walk): (u64, usize),
+    max_depth: usize,
+) -> Vec<S> {
+    let mut generator = walk_generator(seed, walk);
+    let mut world = start;
+    let mut taken = Vec::new();
+    let mut offered = Vec::new();
+    while taken.len() < max_depth {
+        offered.clear();
+        steps(&world, &mut offered);
+        if offered.is_empty() {
+            break;
+        }
+        let step = offered[generator.scaled_below(offered.len())].clone();
+        world = advance(&world, &step);
+        taken.push(step);
+    }
+    taken
+}
+
+/// The generator of walk `walk` under `seed` (also for the faults a caller adds to it).
+pub fn walk_generator(seed: u64, walk: usize) -> SplitMix {
+    let a = SplitMix::new(seed ^ 0xC0F0_4A11).next_u64();
+    SplitMix::new(SplitMix::new(a ^ walk as u64).next_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrinking_keeps_only_the_steps_the_failure_needs() {
+        // Fails whenever 3 comes somewhere after 1.
+        let fails = |steps: &[u32]| -> Result<bool, ()> {
+            let one = steps.iter().position(|&s| s == 1);
+            let three = steps.iter().rposition(|&s| s == 3);
+            Ok(matches!((one, three), (Some(a), Some(b)) if a < b))
+        };
+        let (shrunk, _) = shrink(&[5, 1, 2, 4, 6, 3, 7], 200, fails).unwrap();
+        assert_eq!(shrunk, vec![1, 3]);
+    }
+
+    #[test]
+    fn an_indefinite_step_forks_and_an_observation_cuts_back() {
+        let mut set = Candidates::new(10);
+        set.advance(|&w| vec![w, w + 1]);
+        assert_eq!(set.worlds(), &[10, 11]);
+        set.advance(|&w| vec![w + 1, w + 2]);
+        assert_eq!(set.worlds(), &[11, 12, 13]);
+        let before = set.keep(|&w| w == 12);
+        assert_eq!(before.len(), 3);
+        assert_eq!(set.worlds(), &[12]);
+        set.keep(|&w| w == 99);
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn confirmation_counts_the_reruns_that_failed_the_same_way() {
+        let mut n = 0;
+        let reproduced = confirm(3, || -> Result<bool, ()> {
+            n += 1;
+            Ok(n != 2)
+        })
+        .unwrap();
+        assert_eq!(reproduced.text(), "2/3");
+        assert!(reproduced.flaky());
+    }
+}

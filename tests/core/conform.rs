@@ -1,0 +1,365 @@
+//! The conformance oracle without processes: receivers inside the test, driven through
+//! the `CardTarget` trait (what a user's `#[test]` would do), checked by the same campaign
+//! `arrival conform` runs. The receivers are the crate's own pure receiver under the
+//! contract and under two of its mutants; what is under test here is the oracle (the
+//! candidate worlds, the naming, shrinking), not the receivers.
+
+use crate::util::root;
+use arrival::card::campaign::{campaign, trace_plans, walk_plans, ConformReport, Options, Plan};
+use arrival::card::conform::{
+    Answer, CardTarget, Channels, HarnessError, Observed, Sending, Settings,
+};
+use arrival::card::fixture::Scenario;
+use arrival::card::model_file::load_model;
+use arrival::card::mutants::Mutant;
+use arrival::card::receiver::{Card, InputRef, Receiver};
+use arrival::card::replay::CardReport;
+use arrival::card::wire::{Catalog, Snapshot};
+use arrival::harness::conform::{Status, Verdict};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The pure receiver under a policy, as a target that keeps everything in memory (so it
+/// cannot be killed: kills become disconnects and restarts are skipped).
+struct InProcess {
+    policy: Option<Mutant>,
+    catalog: Catalog,
+    receiver: Receiver,
+}
+
+impl InProcess {
+    fn new(policy: Option<Mutant>) -> InProcess {
+        InProcess {
+            policy,
+            catalog: Catalog::new(),
+            receiver: Receiver::default(),
+        }
+    }
+}
+
+impl CardTarget for InProcess {
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError> {
+        if fresh {
+            let catalog = &mut self.catalog;
+            let cards: Vec<_> = initial
+                .iter()
+                .map(|(name, card)| {
+                    let card = Card::new(card.version, catalog.state(&card.state));
+                    (catalog.sym(name), card)
+                })
+                .collect();
+            self.receiver = Receiver::new(cards);
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
+        let event = self
+            .catalog
+            .event_from_bytes(body)
+            .expect("fixtures send JSON");
+        let delivered = self.receiver.deliver(self.policy, delivery, None, &event);
+        Ok(match send {
+            Sending::Wait => Answer::Ack(Some(delivered.ack.name().to_owned())),
+            _ => Answer::Indefinite("not waited for".into()),
+        })
+    }
+
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        let snapshot = Snapshot {
+            object_id: self.catalog.sym(snapshot["object_id"].as_str().unwrap()),
+            version: snapshot["version"].as_u64().unwrap(),
+            state: self.catalog.state(&snapshot["state"]),
+        };
+        let reconciled = self.receiver.reconcile(self.policy, &snapshot);
+        Ok(Answer::Ack(Some(reconciled.outcome.name().to_owned())))
+    }
+
+    fn read(&mut self) -> Result<Observed, HarnessError> {
+        let catalog = &self.catalog;
+        let cards = self
+            .receiver
+            .cards()
+            .iter()
+            .map(|(&id, card)| {
+                let report = CardReport {
+                    version: card.version,
+                    state: catalog.state_value(card.state).clone(),
+                };
+                (catalog.name(id).to_owned(), report)
+            })
+            .collect();
+        let paused = self.receiver.paused().map(|c| catalog.name(c).to_owned());
+        let unresolved = self
+            .receiver
+            .unresolved()
+            .into_iter()
+            .map(|input| match input {
+                InputRef::Event(id) => catalog.name(id).to_owned(),
+                InputRef::Delivery(number) => format!("delivery-{number}"),
+            });
+        Ok(Observed {
+            cards,
+            paused: Some(paused.collect()),
+            unresolved: Some(unresolved.collect()),
+        })
+    }
+
+    fn kill(&mut self) -> Result<(), HarnessError> {
+        Ok(())
+    }
+
+    fn can_kill(&self) -> bool {
+        false
+    }
+}
+
+fn run(policy: Option<Mutant>, channels: Channels, walks: usize) -> ConformReport {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let scenario = Scenario::clone(&loaded.scenario);
+    let (mut plans, _) = trace_plans(&scenario, &root().join("fixtures/regressions"), false);
+    plans.extend(walk_plans(&loaded, walks, 7, false));
+    let options = Options {
+        settings: Settings {
+            channels,
+            max_retries: 3,
+            kill_window_ms: 1,
+            seed: 7,
+        },
+        shrink_budget: 100,
+        confirm: 3,
+        target: "in-process".into(),
+        source: "models/b62-15.toml".into(),
+    };
+    campaign(&scenario, &plans, &mut InProcess::new(policy), &options).unwrap()
+}
+
+fn shrunk(report: &ConformReport) -> (String, Vec<String>, String) {
+    let found = report.failure.as_ref().expect("a failure");
+    (
+        found.property.clone(),
+        found.steps.clone(),
+        found.reproduced.clone(),
+    )
+}
+
+fn cards_only(every_step: bool) -> Channels {
+    Channels {
+        ack: false,
+        paused: false,
+        unresolved: false,
+        every_step,
+    }
+}
+
+#[test]
+fn the_contract_s_own_receiver_passes_every_kept_trace_and_walk_and_is_only_sampled() {
+    let report = run(None, Channels::ALL, 20);
+    assert_eq!(report.verdict, Verdict::Sampled, "{}", report.text());
+    assert_eq!(report.schedules, report.passed);
+    // The 15 kept traces of B62-15's fixture, less the two that need an expiry step, and
+    // the 20 walks.
+    assert_eq!(report.schedules, 13 + 20);
+    assert!(report.as_expected("pass"));
+    let status = |name: &str| {
+        report
+            .properties
+            .iter()
+            .find(|p| p.0 == name)
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_eq!(status("version-monotonic"), Status::Sampled);
+    assert!(matches!(
+        status("first-record-immutable"),
+        Status::Unobserved(_)
+    ));
+    // Nothing here can be killed, so nothing says what a kill does.
+    assert!(matches!(
+        status("ack-implies-recorded"),
+        Status::NotExercised(_)
+    ));
+}
+
+#[test]
+fn last_arrival_wins_is_caught_by_version_monotonic_with_the_kept_trace_s_two_deliveries() {
+    let report = run(Some(Mutant::LastArrivalWins), Channels::ALL, 0);
+    assert_eq!(
+        shrunk(&report),
+        (
+            "version-monotonic".into(),
+            vec!["deliver #1".into(), "deliver #3".into()],
+            "3/3".into()
+        )
+    );
+    let fixture = &report.failure.as_ref().unwrap().fixture;
+    let schedule = serde_json::to_value(fixture.schedule.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        schedule,
+        serde_json::json!([{"deliver": 1}, {"deliver": 3}])
+    );
+}
+
+#[test]
+fn id_only_dedupe_is_unseen_in_final_cards_seen_in_cards_after_every_step_and_named_with_the_ack() {
+    // Final cards only: every order ends where the contract ends.
+    let end = run(Some(Mutant::IdOnlyDedupe), cards_only(false), 5);
+    assert_eq!(end.verdict, Verdict::Sampled, "{}", end.text());
+    assert!(!end.warnings.is_empty());
+    // Cards after every step: three deliveries, and no property can be named from cards.
+    let every = run(Some(Mutant::IdOnlyDedupe), cards_only(true), 0);
+    assert_eq!(
+        shrunk(&every),
+        (
+            "diverged".into(),
+            vec![
+                "deliver #4".into(),
+                "deliver #6".into(),
+                "deliver #7".into()
+            ],
+            "3/3".into()
+        )
+    );
+    // The acknowledgement's meaning: two deliveries, the changed payload acknowledged
+    // `applied` where the contract holds it.
+    let ack = Channels {
+        ack: true,
+        ..cards_only(true)
+    };
+    let named = run(Some(Mutant::IdOnlyDedupe), ack, 0);
+    assert_eq!(
+        shrunk(&named),
+        (
+            "evidence-retained".into(),
+            vec!["deliver #4".into(), "deliver #6".into()],
+            "3/3".into()
+        )
+    );
+    // Counted over every kept trace run (each runs), not only the shrunk one.
+    assert_eq!(named.counts.changed_payloads_swallowed, 12);
+}
+
+#[test]
+fn a_plan_is_the_same_for_the_same_seed() {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let first: Vec<Plan> = walk_plans(&loaded, 10, 3, true);
+    assert_eq!(first, walk_plans(&loaded, 10, 3, true));
+    assert_ne!(first, walk_plans(&loaded, 10, 4, true));
+}
+
+#[test]
+fn the_mutants_caught_on_b62_15_within_the_limit_each_get_a_shortest_schedule() {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let (plans, missed) = arrival::card::campaign::mutant_plans(&loaded, 50_000, &[], true);
+    let ids: Vec<(&str, usize)> = plans
+        .iter()
+        .map(|plan| (plan.id.as_str(), plan.actions.len()))
+        .collect();
+    // Shortest first; timestamp-ordering's schedule is last-arrival-wins's and
+    // overwrite-first-record's is id-only-dedupe's, so each runs once.
+    assert_eq!(
+        ids,
+        [
+            ("mutants/create-unknown-card.no-unknown-card", 1),
+            ("mutants/ack-before-record.ack-implies-recorded", 1),
+            ("mutants/last-arrival-wins.version-monotonic", 2),
+            ("mutants/id-only-dedupe.evidence-retained", 2),
+            ("mutants/ignore-pause.paused-frozen", 2),
+            ("mutants/apply-equal-version-conflict.version-monotonic", 2),
+            ("mutants/pause-on-redelivery.duplicate-no-effect", 2),
+        ]
+    );
+    // Two cannot break on B62-15 under its budgets (no unsupported type is delivered, no
+    // re-encoded copy is allowed); two need deeper schedules than the limit reaches.
+    assert_eq!(missed.len(), 4, "{missed:?}");
+}
+
+/// The in-process receiver that keeps nothing across a kill: a restart starts it from
+/// the initial cards again.
+struct Forgetful {
+    inner: InProcess,
+    initial: BTreeMap<String, CardReport>,
+}
+
+impl CardTarget for Forgetful {
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError> {
+        if fresh {
+            self.initial = initial.clone();
+        }
+        let initial = self.initial.clone();
+        self.inner.start(&initial, true)
+    }
+
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
+        let send = match send {
+            Sending::KillAfter(_) => Sending::Disconnect,
+            other => other,
+        };
+        self.inner.deliver(delivery, body, send)
+    }
+
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        self.inner.reconcile(snapshot)
+    }
+
+    fn read(&mut self) -> Result<Observed, HarnessError> {
+        self.inner.read()
+    }
+
+    fn kill(&mut self) -> Result<(), HarnessError> {
+        Ok(())
+    }
+
+    fn can_kill(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_receiver_that_forgets_across_a_kill_fails_ack_implies_recorded_on_one_delivery() {
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let scenario = Scenario::clone(&loaded.scenario);
+    let plans = walk_plans(&loaded, 20, 1, true);
+    let options = Options {
+        settings: Settings {
+            channels: Channels::ALL,
+            max_retries: 3,
+            kill_window_ms: 1,
+            seed: 1,
+        },
+        shrink_budget: 100,
+        confirm: 3,
+        target: "forgetful".into(),
+        source: "models/b62-15.toml".into(),
+    };
+    let mut target = Forgetful {
+        inner: InProcess::new(None),
+        initial: BTreeMap::new(),
+    };
+    let report = campaign(&scenario, &plans, &mut target, &options).unwrap();
+    let (property, steps, reproduced) = shrunk(&report);
+    assert_eq!(property, "ack-implies-recorded");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert!(steps[0].ends_with("(kill after ack)"), "{steps:?}");
+    assert_eq!(reproduced, "3/3");
+    assert_eq!(report.counts.lost, 1);
+}

@@ -1,0 +1,287 @@
+//! `arrival conform` against real processes: the Python example receivers in
+//! `examples/receivers/` (written apart from this crate, from docs/protocol.md), the store
+//! behind `arrival store stdio`, and broken harnesses that must give exit status 3. Counts
+//! are small (a few walks); the CLI's defaults are for real runs.
+
+use crate::util::{arrival, assert_status, json, root, stdout, temp_dir};
+use serde_json::Value;
+use std::path::Path;
+
+fn python(receiver: &str) -> String {
+    format!("http:python3 examples/receivers/{receiver}/receiver.py --port {{port}} --data {{data_dir}}")
+}
+
+fn store(mutant: Option<&str>) -> String {
+    let mutant = mutant.map_or(String::new(), |m| format!(" --mutant {m}"));
+    format!("stdio:{} store stdio{mutant}", crate::util::ARRIVAL)
+}
+
+fn conform(source: &str, target: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["conform", source, "--target", target, "--json"];
+    args.extend_from_slice(extra);
+    arrival(&args)
+}
+
+/// The failure's property, its shrunk steps and how often it came back.
+fn found(report: &Value) -> (String, Vec<String>, String) {
+    let failure = &report["failure"];
+    let steps = failure["steps"].as_array().expect("steps");
+    (
+        failure["property"].as_str().unwrap().to_owned(),
+        steps
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect(),
+        failure["reproduced"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn the_correct_python_receiver_passes_b62_15_with_verdict_sampled() {
+    let output = conform(
+        "models/b62-15.toml",
+        &python("python-sqlite"),
+        &["--walks", "3"],
+    );
+    assert_status(&output, 0, "conform python-sqlite");
+    let report = json(&output);
+    assert_eq!(report["verdict"], "sampled");
+    // 13 kept traces, one mutant schedule no kept trace has, 3 walks.
+    assert_eq!(report["schedules"], 13 + 1 + 3);
+    assert_eq!(report["passed"], 13 + 1 + 3);
+    assert_eq!(report["counts"]["regressed"], 0);
+    let status = |name: &str| {
+        let properties = report["properties"].as_array().unwrap();
+        let entry = properties.iter().find(|p| p["name"] == name).unwrap();
+        entry["status"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(status("evidence-retained"), "sampled");
+    assert_eq!(status("first-record-immutable"), "unobserved");
+}
+
+#[test]
+fn last_arrival_wins_in_python_is_caught_by_the_kept_trace_s_two_deliveries_and_its_fixture_replays(
+) {
+    let dir = temp_dir("conform-lastwins");
+    let out = dir.path().to_str().unwrap();
+    let lastwins = python("python-lastwins");
+    let output = conform(
+        "models/b62-15.toml",
+        &lastwins,
+        &["--walks", "0", "--trace-out", out],
+    );
+    assert_status(&output, 1, "conform python-lastwins");
+    let report = json(&output);
+    assert_eq!(
+        found(&report),
+        (
+            "version-monotonic".into(),
+            strings(&["deliver #1", "deliver #3"]),
+            "3/3".into()
+        )
+    );
+    let fixture = dir.path().join("b62-15.conform.version-monotonic.json");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    // The model's side is the kept mutant trace's schedule.
+    let kept: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("fixtures/regressions/mutant-last-arrival-wins.version-monotonic.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["schedule"], kept["schedule"]);
+    assert_eq!(written["conform"]["violates"], "version-monotonic");
+    let file = fixture.to_str().unwrap();
+    assert_status(
+        &arrival(&["replay", file]),
+        0,
+        "replay of the conform fixture",
+    );
+    // Rerun against the receiver: still broken (1), as expected when named (0), and the
+    // correct receiver passes it (0).
+    assert_status(&conform(file, &lastwins, &[]), 1, "rerun on lastwins");
+    let named = conform(file, &lastwins, &["--expect", "version-monotonic"]);
+    assert_status(&named, 0, "rerun on lastwins, expected to fail");
+    assert_status(
+        &conform(file, &python("python-sqlite"), &[]),
+        0,
+        "rerun on sqlite",
+    );
+}
+
+#[test]
+fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_the_ack() {
+    let idonly = python("python-idonly");
+    let end = conform(
+        "models/b62-15.toml",
+        &idonly,
+        &["--walks", "0", "--observe", "end", "--channels", "cards"],
+    );
+    assert_status(&end, 0, "final cards only");
+    let end = json(&end);
+    assert_eq!(end["verdict"], "sampled");
+    assert!(!end["warnings"].as_array().unwrap().is_empty());
+    let every = conform(
+        "models/b62-15.toml",
+        &idonly,
+        &["--walks", "0", "--channels", "cards"],
+    );
+    assert_status(&every, 1, "cards after every step");
+    assert_eq!(
+        found(&json(&every)),
+        (
+            "diverged".into(),
+            strings(&["deliver #4", "deliver #6", "deliver #7"]),
+            "3/3".into()
+        )
+    );
+    let ack = conform(
+        "models/b62-15.toml",
+        &idonly,
+        &["--walks", "0", "--channels", "cards,ack"],
+    );
+    assert_status(&ack, 1, "cards and the ack's meaning");
+    assert_eq!(
+        found(&json(&ack)),
+        (
+            "evidence-retained".into(),
+            strings(&["deliver #4", "deliver #6"]),
+            "3/3".into()
+        )
+    );
+}
+
+#[test]
+fn a_python_receiver_that_answers_before_committing_loses_a_decision_to_a_kill_after_its_ack() {
+    let output = conform(
+        "models/b62-15.toml",
+        &python("python-ack-first"),
+        &[
+            "--no-traces",
+            "--walks",
+            "1",
+            "--seed",
+            "1",
+            "--shrink-budget",
+            "6",
+        ],
+    );
+    assert_status(&output, 1, "conform python-ack-first");
+    let (property, steps, reproduced) = found(&json(&output));
+    assert_eq!(property, "ack-implies-recorded");
+    assert_eq!(reproduced, "3/3");
+    assert_eq!(steps, strings(&["deliver #2 (kill after ack)"]));
+}
+
+#[test]
+fn the_store_behind_the_stdio_protocol_passes_and_writes_a_junit_case_per_property() {
+    let dir = temp_dir("conform-store");
+    let junit = dir.path().join("conform.xml");
+    let output = conform(
+        "models/b62-15.toml",
+        &store(None),
+        &["--walks", "5", "--junit", junit.to_str().unwrap()],
+    );
+    assert_status(&output, 0, "conform store stdio");
+    assert_eq!(json(&output)["verdict"], "sampled");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 9 + 1, "{xml}");
+    assert!(xml.contains("name=\"harness\""));
+    assert!(!xml.contains("<failure"));
+}
+
+#[test]
+fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_drill_says() {
+    let output = conform(
+        "models/b62-15.toml",
+        &store(Some("ack-before-commit")),
+        &["--no-traces", "--no-mutants", "--walks", "1", "--seed", "1"],
+    );
+    assert_status(&output, 1, "conform store ack-before-commit");
+    assert_eq!(
+        found(&json(&output)),
+        (
+            "ack-implies-recorded".into(),
+            strings(&["deliver #2 (kill after ack)"]),
+            "3/3".into()
+        )
+    );
+}
+
+fn target_file(dir: &Path, kind: &str, command: &[&str]) -> String {
+    let file = dir.join(format!("{kind}.toml"));
+    let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+    let text = format!(
+        "kind = \"{kind}\"\ncommand = [{}]\ntimeout_ms = 2000\nready_timeout_ms = 3000\n",
+        words.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+#[track_caller]
+fn harness_fails(target: &str, says: &str) {
+    let output = conform("models/b62-15.toml", target, &["--walks", "1"]);
+    assert_status(&output, 3, target);
+    let stderr = crate::util::stderr(&output);
+    assert!(stderr.contains(says), "{stderr}");
+    assert!(stdout(&output).is_empty());
+}
+
+const STATE_500: &str = "import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == '/healthz' else 500)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()";
+
+const NO_RESET: &str = "import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    r = {'in_reply_to': m['msg_id']}
+    r.update({'start': {'type': 'start_ok'}, 'read': {'type': 'read_ok', 'cards': {}}}[m['type']])
+    print(json.dumps(r), flush=True)";
+
+#[test]
+fn a_broken_harness_is_exit_3_never_a_verdict() {
+    let dir = temp_dir("conform-harness");
+    harness_fails("http:true", "exited");
+    harness_fails(
+        &target_file(dir.path(), "stdio", &["sh", "-c", "echo hello; sleep 5"]),
+        "intended for stderr",
+    );
+    harness_fails(
+        &target_file(dir.path(), "http", &["python3", "-c", STATE_500, "{port}"]),
+        "answered 500",
+    );
+    let no_reset = dir.path().join("no-reset");
+    std::fs::create_dir(&no_reset).unwrap();
+    harness_fails(
+        &target_file(&no_reset, "stdio", &["python3", "-c", NO_RESET]),
+        "reset not verified",
+    );
+}
+
+#[test]
+fn a_bad_target_or_flag_is_exit_2() {
+    let output = conform("models/b62-15.toml", "somewhere", &[]);
+    assert_status(
+        &output,
+        2,
+        "a target that is neither a file nor a shorthand",
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        "http:true",
+        &["--observe", "sometimes"],
+    );
+    assert_status(&output, 2, "an unknown --observe");
+    let output = conform("fixtures/B62-15-events.json", "http:true", &[]);
+    assert_status(&output, 2, "a fixture without a conform block");
+}
