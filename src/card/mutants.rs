@@ -121,18 +121,6 @@ impl Mutant {
         matches!(self, Mutant::ExpireUnresolved)
     }
 
-    /// Why the property-gap report ([`crate::card::differential`]) may find walks on which
-    /// this mutant decides otherwise than the contract while no property fails: a known limit
-    /// of the properties, in words. `None`: any such walk is a missing property.
-    pub fn known_gap(self) -> Option<&'static str> {
-        match self {
-            Mutant::AckBeforeRecord => Some(
-                "a crash on a retry of an input already recorded: the mutant's early acknowledgement is the recorded decision's meaning, so nothing untrue reached the sender; ack-implies-recorded judges what the sender is told, not when",
-            ),
-            _ => None,
-        }
-    }
-
     /// The property that catches this mutant: the catalogue's claim, checked by its model
     /// file in `models/` and by the sweep.
     pub fn caught_by(self) -> Property {

@@ -9,9 +9,11 @@
 
 use crate::card::fixture::Scenario;
 use crate::card::property::{Properties, Property};
-use crate::card::receiver::{InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict};
+use crate::card::receiver::{
+    HoldKey, InputRef, Policy, Receiver, Record, Settlement, Standing, Verdict,
+};
 use crate::card::step::{Fault, Step};
-use crate::card::wire::Version;
+use crate::card::wire::{Sym, Version};
 use crate::card::world::{transition, Effect, World};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -87,6 +89,8 @@ pub fn check_step(
     };
     // Whether the acknowledgement the sender got, if any, is a recorded decision's meaning.
     let ack_matches = || match (delivery, arriving) {
+        // A crash before recording sends nothing back (section 4).
+        (Some((_, Some(Fault::Crash), _, Some(_))), _) => false,
         (Some((number, _, _, Some(ack))), Some((_, arriving))) => {
             after
                 .recorded(&arriving.event, number)
@@ -285,9 +289,12 @@ fn held_for_pause(
     }
 }
 
-/// `reconciliation-settles-holds`, from the settlements a reconciliation recorded: every
-/// hold filed under the card before it is resolved, superseded or re-evaluated, or still
-/// waits under the card because the pass stopped at a re-pause. (A refused snapshot settles
+/// `reconciliation-settles-holds`, from the settlements a reconciliation recorded (section
+/// 5): every hold filed under the card before it is resolved, superseded or re-evaluated, or
+/// still waits under the card because the pass stopped at a re-pause; a hold is `resolved`
+/// only if it is a conflict or a record of an event id with two contents (the settlement
+/// table); and every `conflict_changed_payload` variant waiting under another card whose
+/// event id's first record names this card is resolved too. (A refused snapshot settles
 /// nothing.)
 fn settles_holds(before: &Receiver, after: &Receiver, step: Step, effect: &Effect) -> bool {
     let (Step::Reconcile(card), Effect::Reconciled(reconciled)) = (step, effect) else {
@@ -296,16 +303,58 @@ fn settles_holds(before: &Receiver, after: &Receiver, step: Step, effect: &Effec
     if reconciled.outcome == crate::card::receiver::Outcome::RefusedBehind {
         return true;
     }
+    let settled = |key: &HoldKey| reconciled.settled.iter().any(|(done, _)| done == key);
     let paused = after.cards().get(&card).is_some_and(|card| card.paused);
     let waiting = after.holds().get(&Some(card));
-    before
+    let own_settled = before
         .holds()
         .get(&Some(card))
         .into_iter()
         .flatten()
-        .all(|key| {
-            reconciled.settled.iter().any(|(settled, _)| settled == key)
-                || (paused && waiting.is_some_and(|keys| keys.contains(key)))
+        .all(|key| settled(key) || (paused && waiting.is_some_and(|keys| keys.contains(key))));
+    own_settled
+        && reconciled
+            .settled
+            .iter()
+            .all(|(key, settlement)| resolved_rightly(before, *key, settlement))
+        && cross_card_variants(before, card).all(|key| settled(&key))
+}
+
+/// Whether `settlement` of `key` fits section 5's table where it says `resolved`: only a
+/// conflict, or a record of an event id that carries two or more contents, is resolved.
+fn resolved_rightly(before: &Receiver, key: HoldKey, settlement: &Settlement) -> bool {
+    use crate::card::receiver::Decision;
+    if *settlement != Settlement::Resolved {
+        return true;
+    }
+    let conflicted_id = match key {
+        HoldKey::Record { event, .. } => before.identities()[&event].is_conflicted(),
+        HoldKey::Delivery(_) => false,
+    };
+    conflicted_id
+        || matches!(
+            before.record(key).decision,
+            Decision::ConflictSameVersion | Decision::ConflictChangedPayload
+        )
+}
+
+/// The `conflict_changed_payload` variants waiting under a card other than `card` whose
+/// event id's first record names `card`: reconciling `card` resolves them (section 5).
+fn cross_card_variants(before: &Receiver, card: Sym) -> impl Iterator<Item = HoldKey> + '_ {
+    before
+        .holds()
+        .iter()
+        .filter(move |(under, _)| **under != Some(card))
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .filter(move |key| match *key {
+            HoldKey::Record { event, index } => {
+                let identity = &before.identities()[&event];
+                index > 0
+                    && identity.record(index).decision
+                        == crate::card::receiver::Decision::ConflictChangedPayload
+                    && identity.record(0).event.object_id == Some(card)
+            }
+            HoldKey::Delivery(_) => false,
         })
 }
 

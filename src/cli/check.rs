@@ -99,8 +99,9 @@ pub struct CheckArgs {
     /// after commit, takeovers, poison entries, upgrade 0 or 1).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u8>>,
-    /// The properties to check, comma-separated (overrides the model files).
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    /// The properties to check, comma-separated (overrides the model files; the sweep and
+    /// its property-gap report always check the default set, so it needs model files).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", requires = "models")]
     pub properties: Option<Vec<String>>,
 }
 
