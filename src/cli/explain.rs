@@ -6,21 +6,21 @@
 
 use super::inbox::env_error;
 use super::inbox::RedisArgs;
-use super::operator::{identity, open};
+use super::operator::identity;
 use super::{pretty_json, print, Error, Outcome};
 use crate::facts::application::AppKey;
 use crate::harness::InputError;
 use crate::pipeline::explain::{load, reason, Target};
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// `arrival pipeline explain`.
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
     /// The inbox database.
-    #[arg(long, env = "ARRIVAL_DB")]
-    pub db: PathBuf,
+    #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+    pub db: crate::pipeline::sql::InboxAt,
     /// The application's tenant (with `--application`).
     #[arg(long)]
     pub tenant: Option<String>,
@@ -64,10 +64,10 @@ fn target(args: &ExplainArgs) -> Result<Target, Error> {
 /// Runs `pipeline explain`.
 pub fn explain(args: &ExplainArgs) -> Outcome {
     let target = target(args)?;
-    let mut conn = open(&args.db)?;
+    let mut conn = super::operator::open_sqlite(&args.db, "explain")?;
     let url = &args.redis.redis_url;
     let mut redis = crate::pipeline::stream::connect(url, Duration::from_secs(5))
-        .map_err(|error| env_error(Path::new(url), error))?;
+        .map_err(|error| env_error(&url, error))?;
     let now_ms = crate::pipeline::store::now_ms();
     let evidence = load::load(&mut conn, &mut redis, &args.redis.names(), target, now_ms)
         .map_err(|error| env_error(&args.db, error))?;

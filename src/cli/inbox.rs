@@ -4,13 +4,79 @@
 
 use super::{EnvironmentError, Error};
 use crate::harness::InputError;
+use crate::pipeline::sql::{Db, InboxAt, Pg};
 use crate::pipeline::stream::Names;
 use clap::Args;
 use std::path::Path;
 
 /// The environment failed while working on `what` (the inbox, Redis, a fixture's run).
-pub(super) fn env_error(what: &Path, error: impl std::fmt::Display) -> Error {
-    EnvironmentError::new(format!("pipeline {}", what.display()), error).into()
+pub(super) fn env_error(what: &dyn std::fmt::Display, error: impl std::fmt::Display) -> Error {
+    EnvironmentError::new(format!("pipeline {what}"), error).into()
+}
+
+/// Reads `--db`: `postgres://...` is a PostgreSQL inbox, anything else an SQLite file.
+pub(super) fn inbox_at(text: &str) -> Result<InboxAt, String> {
+    if text.is_empty() {
+        return Err("an empty path: give an SQLite file or postgres://USER@HOST:PORT/DB".into());
+    }
+    let at = InboxAt::parse(text);
+    if let InboxAt::Postgres(url) = &at {
+        url.parse::<postgres::Config>()
+            .map_err(|error| format!("not a PostgreSQL URL: {error}"))?;
+    }
+    Ok(at)
+}
+
+/// The SQLite file of a command that reads the inbox with SQLite only (`explain`,
+/// `receipts`, `dead-letters`); a PostgreSQL inbox is refused by name.
+pub(super) fn sqlite_only<'a>(db: &'a InboxAt, command: &str) -> Result<&'a Path, InputError> {
+    db.sqlite_path().ok_or_else(|| {
+        InputError::invalid(
+            Path::new("--db"),
+            "command line",
+            format!("`pipeline {command}` reads SQLite inboxes only so far; {db} is PostgreSQL"),
+        )
+    })
+}
+
+/// Opens an inbox that `pipeline init` made ([`existing_inbox`]); a database that does not
+/// answer is the environment (exit 3).
+pub(super) fn open_existing(db: &InboxAt) -> Result<Db, Error> {
+    existing(db)?;
+    crate::pipeline::store::open(db, crate::pipeline::store::DEFAULT_BUSY_TIMEOUT_MS)
+        .map_err(|error| env_error(db, error))
+}
+
+/// [`existing_inbox`] for either backend: a PostgreSQL inbox is one whose database has the
+/// `applications` table.
+pub(super) fn existing(db: &InboxAt) -> Result<(), Error> {
+    match db {
+        InboxAt::Sqlite(path) => Ok(existing_inbox(path)?),
+        InboxAt::Postgres(url) => {
+            let pg = Db::Postgres(Box::new(
+                Pg::connect(url).map_err(|error| env_error(db, error))?,
+            ));
+            let found = pg
+                .row(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'applications'",
+                    &[],
+                )
+                .and_then(|row| row.map_or(Ok(0), |row| row.int(0)))
+                .map_err(|error| env_error(db, error))?;
+            if found == 0 {
+                return Err(InputError::invalid(
+                    Path::new("--db"),
+                    "command line",
+                    format!(
+                        "{db} is not an arrival inbox (it has no applications table): run \
+                         `arrival pipeline init --db URL --fixture FIXTURE --keys-out KEYS` first"
+                    ),
+                )
+                .into());
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Refuses a `--db` that is not an inbox yet: only `pipeline init` creates one, so a

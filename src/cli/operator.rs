@@ -5,7 +5,7 @@
 //! input naming the flag (exit 2) and leaves the inbox as it was; an inbox that fails is
 //! the environment (exit 3).
 
-use super::inbox::{env_error, existing_inbox};
+use super::inbox::{env_error, open_existing, sqlite_only};
 use super::{pretty_json, print, Error, Outcome};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{Envelope, FactId, Source};
@@ -13,6 +13,7 @@ use crate::facts::operator::DEFAULT_QUARANTINE_SECONDS;
 use crate::harness::timestamp::{format_rfc3339, parse_rfc3339};
 use crate::harness::InputError;
 use crate::pipeline::operator::{self as op, Keep};
+use crate::pipeline::sql::{Db, InboxAt};
 use crate::pipeline::store as pstore;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
 #[derive(Args, Clone, Debug)]
 pub struct Target {
     /// The inbox database.
-    #[arg(long, env = "ARRIVAL_DB")]
-    pub db: PathBuf,
+    #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+    pub db: crate::pipeline::sql::InboxAt,
     /// The tenant.
     #[arg(long)]
     pub tenant: String,
@@ -88,8 +89,8 @@ pub enum ConflictsCommand {
     /// Every identity with a conflict, open ones first, with the contents recorded.
     List {
         /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// As JSON.
         #[arg(long)]
         json: bool,
@@ -97,8 +98,8 @@ pub enum ConflictsCommand {
     /// Resolve the open conflict of one identity; both contents stay recorded.
     Resolve {
         /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// The identity, `TENANT/SOURCE/EVENT_ID`.
         #[arg(long)]
         event: String,
@@ -131,8 +132,8 @@ pub enum QuarantineCommand {
     /// Entries waiting for their application (and those whose wait expired), oldest first.
     List {
         /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// As JSON.
         #[arg(long)]
         json: bool,
@@ -140,8 +141,8 @@ pub enum QuarantineCommand {
     /// Expire entries quarantined longer than the period: kept for a person, never facts.
     Expire {
         /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// The quarantine period in seconds.
         #[arg(long, default_value_t = DEFAULT_QUARANTINE_SECONDS)]
         older_than_seconds: i64,
@@ -151,9 +152,16 @@ pub enum QuarantineCommand {
     },
 }
 
-pub(super) fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
-    existing_inbox(db)?;
-    pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
+pub(super) fn open(db: &InboxAt) -> Result<Db, Error> {
+    open_existing(db)
+}
+
+/// Opens an SQLite inbox for a command that reads it with SQLite only; a PostgreSQL inbox
+/// is refused by name (exit 2).
+pub(super) fn open_sqlite(db: &InboxAt, command: &str) -> Result<rusqlite::Connection, Error> {
+    let path = sqlite_only(db, command)?;
+    super::inbox::existing(db)?;
+    pstore::open_sqlite(path, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
 }
 
 fn refused(flag: &str, why: impl std::fmt::Display) -> Error {
@@ -177,9 +185,9 @@ pub fn applications(command: ApplicationsCommand) -> Outcome {
             material_version,
             json,
         } => {
-            let mut conn = open(&target.db)?;
+            let conn = open(&target.db)?;
             let key = target.key();
-            let done = op::register(&mut conn, &key, &business_key, material_version, None)
+            let done = op::register(&conn, &key, &business_key, material_version, None)
                 .map_err(|error| env_error(&target.db, error))?
                 .map_err(|why| refused(why.flag(), why))?;
             if json {
@@ -199,9 +207,9 @@ pub fn applications(command: ApplicationsCommand) -> Outcome {
         } => upgrade(&target, material_version),
         ApplicationsCommand::Terminate { target, reason, at } => {
             let at = time_flag("--at", at.as_deref())?;
-            let mut conn = open(&target.db)?;
+            let conn = open(&target.db)?;
             let key = target.key();
-            op::terminate(&mut conn, &key, &reason, at)
+            op::terminate(&conn, &key, &reason, at)
                 .map_err(|error| env_error(&target.db, error))?
                 .map_err(|why| refused(why.flag(), why))?;
             print(&format!("{key}: terminated at {}\n", format_rfc3339(at)));
@@ -212,9 +220,9 @@ pub fn applications(command: ApplicationsCommand) -> Outcome {
 
 /// `applications upgrade` (and the older `pipeline upgrade`).
 pub fn upgrade(target: &Target, material_version: u64) -> Outcome {
-    let mut conn = open(&target.db)?;
+    let conn = open(&target.db)?;
     let key = target.key();
-    let from = op::upgrade(&mut conn, &key, material_version, None)
+    let from = op::upgrade(&conn, &key, material_version, None)
         .map_err(|error| env_error(&target.db, error))?
         .map_err(|why| refused(why.flag(), why))?;
     print(&format!("{key} v{from} -> v{material_version}\n"));
@@ -260,8 +268,8 @@ pub(super) fn identity(text: &str) -> Result<FactId, Error> {
 pub fn conflicts(command: ConflictsCommand) -> Outcome {
     match command {
         ConflictsCommand::List { db, json } => {
-            let mut conn = open(&db)?;
-            let rows = op::conflicts(&mut conn).map_err(|error| env_error(&db, error))?;
+            let conn = open(&db)?;
+            let rows = op::conflicts(&conn).map_err(|error| env_error(&db, error))?;
             if json {
                 print(&pretty_json(&rows));
             } else if rows.is_empty() {
@@ -317,8 +325,8 @@ pub fn conflicts(command: ConflictsCommand) -> Outcome {
                     Keep::Variant(Box::new(envelope))
                 }
             };
-            let mut conn = open(&db)?;
-            let kept = op::resolve(&mut conn, &id, &keep, &reason)
+            let conn = open(&db)?;
+            let kept = op::resolve(&conn, &id, &keep, &reason)
                 .map_err(|error| env_error(&db, error))?
                 .map_err(|why| refused("--event", why))?;
             print(&format!(
@@ -366,8 +374,8 @@ pub fn quarantine(command: QuarantineCommand) -> Outcome {
                 return Err(refused("--older-than-seconds", "a period is not negative"));
             }
             let now = time_flag("--now", now.as_deref())?;
-            let mut conn = open(&db)?;
-            let expired = op::expire_quarantine(&mut conn, now, older_than_seconds)
+            let conn = open(&db)?;
+            let expired = op::expire_quarantine(&conn, now, older_than_seconds)
                 .map_err(|error| env_error(&db, error))?;
             print(&format!("{} entries expired\n", expired.len()));
             for entry in expired {
@@ -379,9 +387,9 @@ pub fn quarantine(command: QuarantineCommand) -> Outcome {
 }
 
 /// `pipeline receipts`: what ingress answered, oldest of the newest `limit` first.
-pub fn receipts(db: &Path, event: Option<&str>, limit: usize, json: bool) -> Outcome {
+pub fn receipts(db: &InboxAt, event: Option<&str>, limit: usize, json: bool) -> Outcome {
     let event = event.map(identity).transpose()?;
-    let conn = open(db)?;
+    let conn = open_sqlite(db, "receipts")?;
     let rows = crate::pipeline::receipts::list(&conn, event.as_ref(), limit)
         .map_err(|error| env_error(db, error))?;
     if json {
@@ -435,8 +443,8 @@ pub enum DeadLettersCommand {
     /// fixed); the letter leaves the dead-letter stream, the action is kept in the inbox.
     Replay {
         /// The inbox database (where the action is recorded).
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// Redis, stream and group.
         #[command(flatten)]
         redis: super::inbox::RedisArgs,
@@ -450,8 +458,8 @@ pub enum DeadLettersCommand {
     /// Remove a dead letter for good; the action and its reason are kept in the inbox.
     Discard {
         /// The inbox database (where the action is recorded).
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// Redis, stream and group.
         #[command(flatten)]
         redis: super::inbox::RedisArgs,
@@ -466,10 +474,10 @@ pub enum DeadLettersCommand {
 
 fn redis_of(redis: &super::inbox::RedisArgs) -> Result<redis::Connection, Error> {
     crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
-        .map_err(|error| env_error(Path::new(&redis.redis_url), error))
+        .map_err(|error| env_error(&&redis.redis_url, error))
 }
 
-fn action_error(db: &Path, error: crate::pipeline::dead_letters::ActionError) -> Error {
+fn action_error(db: &InboxAt, error: crate::pipeline::dead_letters::ActionError) -> Error {
     use crate::pipeline::dead_letters::ActionError;
     match error {
         ActionError::NotFound(_) => refused("--entry", error),
@@ -484,7 +492,7 @@ pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
         DeadLettersCommand::List { redis, json } => {
             let mut conn = redis_of(&redis)?;
             let letters = dl::list(&mut conn, &redis.names())
-                .map_err(|error| env_error(Path::new(&redis.redis_url), error))?;
+                .map_err(|error| env_error(&&redis.redis_url, error))?;
             if json {
                 print(&pretty_json(&letters));
                 return Ok(true);
@@ -517,7 +525,7 @@ pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
             entry,
             reason,
         } => {
-            let mut inbox = open(&db)?;
+            let mut inbox = open_sqlite(&db, "dead-letters")?;
             let mut conn = redis_of(&redis)?;
             let new = dl::replay(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
                 .map_err(|error| action_error(&db, error))?;
@@ -530,7 +538,7 @@ pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
             entry,
             reason,
         } => {
-            let mut inbox = open(&db)?;
+            let mut inbox = open_sqlite(&db, "dead-letters")?;
             let mut conn = redis_of(&redis)?;
             let letter = dl::discard(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
                 .map_err(|error| action_error(&db, error))?;

@@ -7,7 +7,7 @@
 //! expectation or drill fails is `Ok(false)` (exit 1).
 
 pub use super::inbox::RedisArgs;
-use super::inbox::{env_error, existing_inbox, redis_url};
+use super::inbox::{env_error, redis_url};
 use super::{print, Error, Outcome};
 use crate::facts::mutants::Mutant;
 use crate::harness::InputError;
@@ -15,6 +15,7 @@ use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, Point, StepMo
 use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
 use crate::pipeline::ingress::{self, ServeOptions};
 use crate::pipeline::load::{LoadOptions, LoadResult};
+use crate::pipeline::sql::InboxAt;
 use crate::pipeline::store as pstore;
 use clap::{Args, Subcommand};
 use std::io::Write;
@@ -29,8 +30,8 @@ pub enum PipelineCommand {
     /// keys to a keys file (an existing `--db` is refused).
     Init {
         /// The inbox database (created; must not exist).
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// A facts fixture whose `applications` and `secrets` to use.
         #[arg(long)]
         fixture: PathBuf,
@@ -43,9 +44,9 @@ pub enum PipelineCommand {
         /// Where to listen (loopback by default).
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// The keys file.
         #[arg(long, env = "ARRIVAL_KEYS")]
         keys: PathBuf,
@@ -90,9 +91,9 @@ pub enum PipelineCommand {
     },
     /// Print the inbox: facts, counters, READY per application.
     Status {
-        /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// As JSON.
         #[arg(long)]
         json: bool,
@@ -108,9 +109,9 @@ pub enum PipelineCommand {
     Quarantine(super::operator::QuarantineCommand),
     /// The receipts of answered requests, refusals included (newest last).
     Receipts {
-        /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// Only this event's, `TENANT/SOURCE/EVENT_ID`.
         #[arg(long)]
         event: Option<String>,
@@ -165,13 +166,17 @@ pub enum PipelineCommand {
         /// Run a wrong pipeline (a facts mutant's name).
         #[arg(long)]
         mutant: Option<String>,
+        /// The inbox to run on: a new SQLite file in a temporary folder when left out, or a
+        /// new, empty PostgreSQL database (postgres://USER@HOST:PORT/DATABASE).
+        #[arg(long, value_parser = super::inbox::inbox_at)]
+        db: Option<InboxAt>,
     },
     /// One consumer step of a fixture's schedule (used by `run`; prints JSON lines).
     #[command(hide = true)]
     Step {
         /// The inbox database.
-        #[arg(long)]
-        db: PathBuf,
+        #[arg(long, value_parser = super::inbox::inbox_at)]
+        db: crate::pipeline::sql::InboxAt,
         /// Redis, stream and group.
         #[command(flatten)]
         redis: RedisArgs,
@@ -384,7 +389,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|error| env_error(Path::new("tokio"), error))
+        .map_err(|error| env_error(&"tokio", error))
 }
 
 /// Runs a `pipeline` subcommand: `Ok(true)` exit 0, `Ok(false)` exit 1.
@@ -420,8 +425,9 @@ pub fn run(command: PipelineCommand) -> Outcome {
             fixture,
             json,
             redis_url,
+            db,
             mutant: name,
-        } => run_fixture(&fixture, json, redis_url, name.as_deref()),
+        } => run_fixture(&fixture, json, redis_url, name.as_deref(), db),
         PipelineCommand::Step { .. } => step(command),
         PipelineCommand::Drill(args) => drill(&args),
         PipelineCommand::Load(args) => load(&args),
@@ -443,6 +449,28 @@ fn refuse_existing(db: &Path) -> InputError {
              to move an application to a newer material version use `arrival pipeline applications upgrade`"
         ),
     )
+}
+
+/// Refuses an init where an inbox is already: an SQLite file that exists, or a PostgreSQL
+/// database that has the inbox's tables.
+fn refuse_existing_inbox(db: &InboxAt) -> Result<(), Error> {
+    match db {
+        InboxAt::Sqlite(path) if path.exists() => Err(refuse_existing(path).into()),
+        InboxAt::Sqlite(_) => Ok(()),
+        InboxAt::Postgres(_) => match super::inbox::existing(db) {
+            Ok(()) => Err(InputError::invalid(
+                Path::new("--db"),
+                "command line",
+                format!(
+                    "{db} holds an inbox already; `pipeline init` creates a new inbox and never \
+                     changes one: give it a new database"
+                ),
+            )
+            .into()),
+            Err(Error::Input(_)) => Ok(()),
+            Err(other) => Err(other),
+        },
+    }
 }
 
 /// Claims the path for a new inbox: created here, atomically, so two inits (or an init
@@ -468,10 +496,11 @@ fn create_new_inbox_file(db: &Path) -> Result<(), Error> {
 /// The new inbox: schema and the fixture's applications; on failure the half-made file is
 /// removed, so running init again works.
 fn fill_new_inbox(db: &Path, apps: &crate::facts::application::Applications) -> Result<(), Error> {
-    let filled = pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS)
-        .map_err(|error| env_error(db, error))
-        .and_then(|mut conn| {
-            pstore::put_applications(&mut conn, apps).map_err(|error| env_error(db, error))
+    let at = InboxAt::Sqlite(db.to_owned());
+    let filled = pstore::open(&at, pstore::DEFAULT_BUSY_TIMEOUT_MS)
+        .map_err(|error| env_error(&at, error))
+        .and_then(|conn| {
+            pstore::put_applications(&conn, apps).map_err(|error| env_error(&at, error))
         });
     if filled.is_err() {
         for suffix in ["", "-wal", "-shm"] {
@@ -485,10 +514,8 @@ fn fill_new_inbox(db: &Path, apps: &crate::facts::application::Applications) -> 
 
 /// `pipeline init`: a new inbox, the fixture's applications, the keys file. An existing
 /// `--db` is refused (exit 2) and left as it was.
-fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
-    if db.exists() {
-        return Err(refuse_existing(db).into());
-    }
+fn init(db: &InboxAt, fixture: &Path, keys_out: &Path) -> Outcome {
+    refuse_existing_inbox(db)?;
     let text = std::fs::read_to_string(fixture).map_err(|source| InputError::Io {
         file: fixture.to_owned(),
         source,
@@ -496,8 +523,18 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
     let raw: crate::facts::fixture::RawFixture = serde_json::from_str(&text)
         .map_err(|error| InputError::invalid(fixture, "pipeline", error.to_string()))?;
     let scenario = crate::facts::fixture::Scenario::from_raw(fixture, &raw)?;
-    create_new_inbox_file(db)?;
-    fill_new_inbox(db, &scenario.applications)?;
+    match db {
+        InboxAt::Sqlite(path) => {
+            create_new_inbox_file(path)?;
+            fill_new_inbox(path, &scenario.applications)?;
+        }
+        InboxAt::Postgres(_) => {
+            let conn = pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS)
+                .map_err(|error| env_error(db, error))?;
+            pstore::put_applications(&conn, &scenario.applications)
+                .map_err(|error| env_error(db, error))?;
+        }
+    }
     let file = if raw.keys.is_empty() {
         ingress::KeysFile::Secrets(raw.secrets.clone())
     } else {
@@ -513,7 +550,7 @@ fn init(db: &Path, fixture: &Path, keys_out: &Path) -> Outcome {
     eprintln!(
         "arrival pipeline: {} application(s) in {}, keys in {}",
         scenario.applications.len(),
-        db.display(),
+        db,
         keys_out.display()
     );
     Ok(true)
@@ -570,7 +607,7 @@ fn serve(command: PipelineCommand) -> Outcome {
     }
     init_logs(log_format);
     let keys = ingress::load_keys(&keys)?;
-    existing_inbox(&db)?;
+    super::inbox::existing(&db)?;
     let options = ServeOptions {
         listen,
         db: db.clone(),
@@ -596,7 +633,7 @@ fn serve(command: PipelineCommand) -> Outcome {
 
 /// `pipeline trim`: stream retention.
 fn trim(redis: &RedisArgs, retention_seconds: i64) -> Outcome {
-    let url = Path::new(&redis.redis_url);
+    let url = &redis.redis_url;
     let mut conn =
         crate::pipeline::stream::connect(&redis.redis_url, std::time::Duration::from_secs(5))
             .map_err(|error| env_error(url, error))?;
@@ -613,11 +650,9 @@ fn trim(redis: &RedisArgs, retention_seconds: i64) -> Outcome {
 }
 
 /// `pipeline status`: facts, counters, READY per application.
-fn status(db: &Path, json: bool) -> Outcome {
-    existing_inbox(db)?;
-    let mut conn =
-        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
-    let snapshot = pstore::snapshot(&mut conn).map_err(|error| env_error(db, error))?;
+fn status(db: &InboxAt, json: bool) -> Outcome {
+    let conn = super::inbox::open_existing(db)?;
+    let snapshot = pstore::snapshot(&conn).map_err(|error| env_error(db, error))?;
     let apps = pstore::applications(&conn).map_err(|error| env_error(db, error))?;
     let facts: Vec<String> = snapshot
         .facts
@@ -669,22 +704,33 @@ fn status(db: &Path, json: bool) -> Outcome {
 }
 
 /// `pipeline run`: a facts fixture against real HTTP, Redis and SQLite.
-fn run_fixture(fixture: &Path, json: bool, redis_url: String, name: Option<&str>) -> Outcome {
+fn run_fixture(
+    fixture: &Path,
+    json: bool,
+    redis_url: String,
+    name: Option<&str>,
+    db: Option<InboxAt>,
+) -> Outcome {
     let scenario = crate::pipeline::run::load(fixture)?;
     let options = crate::pipeline::run::RunOptions {
         redis_url,
-        exe: std::env::current_exe().map_err(|error| env_error(fixture, error))?,
+        exe: std::env::current_exe().map_err(|error| env_error(&fixture.display(), error))?,
         mutant: mutant(name)?,
+        db,
     };
     let report = runtime()?
         .block_on(crate::pipeline::run::run(&scenario, &options))
-        .map_err(|error| env_error(fixture, error))?;
+        .map_err(|error| env_error(&fixture.display(), error))?;
     if json {
         print(&(serde_json::to_string_pretty(&report).expect("json") + "\n"));
     } else {
         print(&format!(
-            "pipeline run: real HTTP ingress, Redis stream {}, SQLite inbox; consumer steps are child processes\n",
-            options.redis_url
+            "pipeline run: real HTTP ingress, Redis stream {}, {} inbox; consumer steps are child processes\n",
+            options.redis_url,
+            options.db.as_ref().map_or("SQLite", |db| match db {
+                InboxAt::Sqlite(_) => "SQLite",
+                InboxAt::Postgres(_) => "PostgreSQL",
+            })
         ));
         print(&crate::facts::table::render_table(&report));
     }
@@ -767,7 +813,7 @@ fn drill(args: &DrillArgs) -> Outcome {
     };
     let report = runtime()?
         .block_on(crate::pipeline::drill::drill(args.name.into(), &options))
-        .map_err(|error| env_error(Path::new("drill"), error))?;
+        .map_err(|error| env_error(&"drill", error))?;
     if let Some(file) = &args.junit {
         crate::harness::junit::write_suite(file, &report.junit_suite())?;
     }
@@ -822,7 +868,7 @@ fn load(args: &LoadArgs) -> Outcome {
     let mut results: Vec<LoadResult> = Vec::new();
     for &consumers in &args.consumers {
         let result = crate::pipeline::load::measure(&options, consumers.max(1))
-            .map_err(|error| env_error(Path::new("load"), error))?;
+            .map_err(|error| env_error(&"load", error))?;
         if !args.json {
             print(&format!(
                 "{} consumer(s), COUNT {}: {} requests ({} accepted), {:.0} req/s to commit, ingress {:.0} req/s, p50 {} ms, p99 {} ms\n",

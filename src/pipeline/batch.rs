@@ -1,5 +1,5 @@
-//! One batch's inbox transaction, decided entry by entry: a `BEGIN IMMEDIATE` transaction
-//! in which each entry is decided by
+//! One batch's inbox transaction, decided entry by entry: a write transaction (SQLite's
+//! `BEGIN IMMEDIATE`, PostgreSQL's SERIALIZABLE) in which each entry is decided by
 //! [`facts::inbox::consume`](crate::facts::inbox::consume) under a savepoint of its own.
 //! An entry whose decision fails while the inbox works (undecidable: a stored fact it
 //! needs no longer parses, a panic, a test's injected failure) is rolled back to its
@@ -8,12 +8,13 @@
 //! ends the whole transaction: it is nobody's entry's fault, and the caller keeps every
 //! entry pending.
 
+use super::sql::{Db, SqlError};
 use super::store::{identities_of, load, now_ms, write_back};
+use crate::args;
 use crate::facts::application::AppKey;
 use crate::facts::envelope::Envelope;
 use crate::facts::inbox::{At, Verdict};
 use crate::facts::mutants::{consume_under, Mutant};
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -35,15 +36,29 @@ pub struct Item {
 /// A batch's transaction, begun: every item decided or found undecidable, not yet
 /// committed. Dropping it rolls back.
 pub struct Decided<'c> {
-    tx: rusqlite::Transaction<'c>,
+    db: &'c Db,
+    open: bool,
     /// Each item's verdict, or why it could not be decided, in order.
     pub outcomes: Vec<Result<Verdict, String>>,
 }
 
 impl Decided<'_> {
     /// Commits the batch.
-    pub fn commit(self) -> rusqlite::Result<()> {
-        self.tx.commit()
+    pub fn commit(mut self) -> Result<(), SqlError> {
+        self.open = false;
+        let committed = self.db.commit();
+        if committed.is_err() {
+            self.db.rollback();
+        }
+        committed
+    }
+}
+
+impl Drop for Decided<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.db.rollback();
+        }
     }
 }
 
@@ -54,14 +69,14 @@ pub type FailHook<'h> = &'h dyn Fn(&Item) -> Option<String>;
 #[derive(Debug)]
 enum EntryError {
     /// The inbox failed: the batch stops.
-    Inbox(rusqlite::Error),
+    Inbox(SqlError),
     /// This entry cannot be decided; the batch goes on without it.
     Undecidable(String),
 }
 
-impl From<rusqlite::Error> for EntryError {
-    fn from(error: rusqlite::Error) -> EntryError {
-        if is_entry_fault(&error) {
+impl From<SqlError> for EntryError {
+    fn from(error: SqlError) -> EntryError {
+        if error.is_entry_fault() {
             EntryError::Undecidable(error.to_string())
         } else {
             EntryError::Inbox(error)
@@ -69,68 +84,49 @@ impl From<rusqlite::Error> for EntryError {
     }
 }
 
-/// Whether a database error is about the data one entry's decision touched rather than
-/// about the inbox. Only errors known to be of that kind are: a stored value that no longer
-/// converts (a fact that no longer parses), a constraint or size limit the entry's rows
-/// break. Everything else, including errors not listed, is taken as the inbox failing: the
-/// entries stay pending and are retried, which can stall but never drops or dead-letters a
-/// whole batch because the disk filled up.
-pub fn is_entry_fault(error: &rusqlite::Error) -> bool {
-    use rusqlite::Error as E;
-    match error {
-        E::SqliteFailure(failure, _) => matches!(
-            failure.code,
-            ErrorCode::ConstraintViolation | ErrorCode::TooBig | ErrorCode::TypeMismatch
-        ),
-        E::FromSqlConversionFailure(..)
-        | E::IntegralValueOutOfRange(..)
-        | E::Utf8Error(..)
-        | E::NulError(..)
-        | E::InvalidColumnType(..)
-        | E::ToSqlConversionFailure(..) => true,
-        _ => false,
-    }
-}
-
-/// Decides every item of a batch in one `BEGIN IMMEDIATE` transaction, each under its own
-/// savepoint, and returns it uncommitted, so the caller commits (and only then
-/// acknowledges). `Err` only when the inbox itself failed.
+/// Decides every item of a batch in one write transaction, each under its own savepoint,
+/// and returns it uncommitted, so the caller commits (and only then acknowledges). `Err`
+/// only when the inbox itself failed (on PostgreSQL, a serialization failure too: the
+/// caller retries the batch).
 pub fn decide<'c>(
-    conn: &'c mut Connection,
+    db: &'c Db,
     mutant: Option<Mutant>,
     items: &[Item],
     fail: FailHook<'_>,
-) -> rusqlite::Result<Decided<'c>> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut outcomes = Vec::with_capacity(items.len());
+) -> Result<Decided<'c>, SqlError> {
+    db.begin()?;
+    let mut decided = Decided {
+        db,
+        open: true,
+        outcomes: Vec::with_capacity(items.len()),
+    };
     for item in items {
-        outcomes.push(decide_isolated(&mut tx, mutant, item, fail)?);
+        let outcome = decide_isolated(db, mutant, item, fail)?;
+        decided.outcomes.push(outcome);
     }
-    Ok(Decided { tx, outcomes })
+    Ok(decided)
 }
 
 /// One item under a savepoint: released when decided, rolled back (and the failure
 /// recorded) when undecidable. A panic while deciding is an undecidable entry too.
 fn decide_isolated(
-    tx: &mut rusqlite::Transaction<'_>,
+    db: &Db,
     mutant: Option<Mutant>,
     item: &Item,
     fail: FailHook<'_>,
-) -> rusqlite::Result<Result<Verdict, String>> {
-    let savepoint = tx.savepoint()?;
-    let attempt = catch_unwind(AssertUnwindSafe(|| {
-        decide_one(&savepoint, mutant, item, fail)
-    }))
-    .unwrap_or_else(|panic| Err(EntryError::Undecidable(panic_text(&*panic))));
+) -> Result<Result<Verdict, String>, SqlError> {
+    db.batch("SAVEPOINT entry")?;
+    let attempt = catch_unwind(AssertUnwindSafe(|| decide_one(db, mutant, item, fail)))
+        .unwrap_or_else(|panic| Err(EntryError::Undecidable(panic_text(&*panic))));
     match attempt {
         Ok(verdict) => {
-            savepoint.commit()?;
+            db.batch("RELEASE SAVEPOINT entry")?;
             Ok(Ok(verdict))
         }
         Err(EntryError::Inbox(error)) => Err(error),
         Err(EntryError::Undecidable(why)) => {
-            savepoint.finish()?; // rolls back to the savepoint, then releases it
-            record_failure(tx, item, &why)?;
+            db.batch("ROLLBACK TO SAVEPOINT entry; RELEASE SAVEPOINT entry")?;
+            record_failure(db, item, &why)?;
             Ok(Err(why))
         }
     }
@@ -148,7 +144,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// Loads what the decision needs, decides, writes back, records the verdict. The test hook
 /// fires after the writes, so a test sees the savepoint undo them.
 fn decide_one(
-    conn: &Connection,
+    conn: &Db,
     mutant: Option<Mutant>,
     item: &Item,
     fail: FailHook<'_>,
@@ -161,9 +157,10 @@ fn decide_one(
         std::slice::from_ref(&item.entry),
     )?;
     let seen = conn
-        .prepare_cached("SELECT 1 FROM verdicts WHERE entry = ?1")?
-        .query_row([&item.entry], |_| Ok(()))
-        .optional()?
+        .row(
+            "SELECT 1 FROM verdicts WHERE entry = ?1",
+            args![&item.entry],
+        )?
         .is_some();
     let at = At {
         entry: 1,
@@ -180,70 +177,68 @@ fn decide_one(
 
 /// The verdict row of an entry: the first processing's verdict, identity, application,
 /// consumer and delivery count; a later processing counts up and moves `last_ms`.
-fn record_verdict(conn: &Connection, item: &Item, verdict: Verdict) -> rusqlite::Result<()> {
+fn record_verdict(db: &Db, item: &Item, verdict: Verdict) -> Result<(), SqlError> {
     let envelope = &item.envelope;
-    conn.prepare_cached(
+    db.exec(
         "INSERT INTO verdicts (entry, verdict, processings, received_ms, committed_ms,
                                tenant_id, application_id, source, event_id, consumer,
                                deliveries, last_ms)
          VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?4)
-         ON CONFLICT DO UPDATE SET processings = processings + 1, last_ms = excluded.last_ms",
-    )?
-    .execute(params![
-        item.entry,
-        verdict.as_str(),
-        item.received_ms,
-        now_ms(),
-        envelope.tenant_id(),
-        envelope.application_id(),
-        envelope.source().as_str(),
-        envelope.event_id(),
-        item.consumer,
-        item.deliveries
-    ])?;
+         ON CONFLICT (entry) DO UPDATE
+         SET processings = verdicts.processings + 1, last_ms = excluded.last_ms",
+        args![
+            &item.entry,
+            verdict.as_str(),
+            item.received_ms,
+            now_ms(),
+            envelope.tenant_id(),
+            envelope.application_id(),
+            envelope.source().as_str(),
+            envelope.event_id(),
+            &item.consumer,
+            item.deliveries
+        ],
+    )?;
     Ok(())
 }
 
 /// Counts one more failed decision of the entry, with its identity and the last error.
-fn record_failure(conn: &Connection, item: &Item, why: &str) -> rusqlite::Result<()> {
+fn record_failure(db: &Db, item: &Item, why: &str) -> Result<(), SqlError> {
     let id = item.envelope.fact_id();
-    let now = now_ms();
-    conn.prepare_cached(
+    db.exec(
         "INSERT INTO decision_failures VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?6)
          ON CONFLICT (entry) DO UPDATE
-         SET failures = failures + 1, error = excluded.error, last_ms = excluded.last_ms",
-    )?
-    .execute(params![
-        item.entry,
-        id.tenant_id,
-        id.source.as_str(),
-        id.event_id,
-        why,
-        now
-    ])?;
+         SET failures = decision_failures.failures + 1, error = excluded.error,
+             last_ms = excluded.last_ms",
+        args![
+            &item.entry,
+            &id.tenant_id,
+            id.source.as_str(),
+            &id.event_id,
+            why,
+            now_ms()
+        ],
+    )?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::ErrorCode;
 
     #[test]
     fn a_value_that_no_longer_converts_is_the_entry_s_fault_and_a_busy_inbox_is_not() {
-        let conversion = rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            "a stored envelope no longer parses".into(),
-        );
-        assert!(is_entry_fault(&conversion));
+        let conversion = SqlError::Data("a stored envelope no longer parses".into());
+        assert!(conversion.is_entry_fault());
         let failure = |code| {
-            rusqlite::Error::SqliteFailure(
+            SqlError::Sqlite(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error {
                     code,
                     extended_code: 0,
                 },
                 None,
-            )
+            ))
         };
         for code in [
             ErrorCode::DatabaseBusy,
@@ -254,8 +249,8 @@ mod tests {
             ErrorCode::CannotOpen,
             ErrorCode::Unknown,
         ] {
-            assert!(!is_entry_fault(&failure(code)), "{code:?}");
+            assert!(!failure(code).is_entry_fault(), "{code:?}");
         }
-        assert!(is_entry_fault(&failure(ErrorCode::ConstraintViolation)));
+        assert!(failure(ErrorCode::ConstraintViolation).is_entry_fault());
     }
 }

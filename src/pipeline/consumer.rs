@@ -10,6 +10,7 @@
 //! unacknowledged entry stays pending).
 
 use super::batch::{self, Item};
+use super::sql::{Db, InboxAt, SqlError};
 use super::store;
 use super::stream::{self, Names, RawEntry};
 use crate::facts::envelope::{Envelope, Source};
@@ -17,7 +18,6 @@ use crate::facts::inbox::{on_unprocessable, PoisonAction};
 use crate::facts::mutants::Mutant;
 use crate::facts::world::{unprocessable_reason, Decision};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,8 +72,8 @@ pub struct ConsumerOptions {
     pub names: Names,
     /// This consumer's name in the group.
     pub name: String,
-    /// The inbox database.
-    pub db: PathBuf,
+    /// The inbox (an SQLite file or a PostgreSQL database).
+    pub db: InboxAt,
     /// Entries per batch (`COUNT`), decided in one transaction.
     pub count: usize,
     /// How long one `XREADGROUP ... >` blocks (ms).
@@ -142,7 +142,7 @@ pub enum ConsumerError {
     Redis(#[from] redis::RedisError),
     /// The inbox database failed.
     #[error("inbox database: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] SqlError),
     /// The inbox's schema could not be brought to this build's version.
     #[error("{0}")]
     Schema(#[from] super::schema::SchemaError),
@@ -152,7 +152,7 @@ pub enum ConsumerError {
 pub struct Consumer {
     options: ConsumerOptions,
     redis: redis::Connection,
-    db: rusqlite::Connection,
+    db: Db,
     faults: Arc<dyn Faults>,
     own_first: bool,
     last_claim: Instant,
@@ -161,6 +161,10 @@ pub struct Consumer {
 }
 
 const REDIS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often a batch refused as a race (PostgreSQL's serialization failure) is decided
+/// again at once before the consumer backs off with the entries pending.
+const SERIAL_ATTEMPTS: u32 = 8;
 
 impl Consumer {
     /// Connects to Redis and opens the inbox; the group is created if missing. A new
@@ -337,14 +341,27 @@ impl Consumer {
         let me = self.options.name.clone();
         let fail = |item: &Item| faults.fail_decision(item);
         let started = Instant::now();
-        let decided = batch::decide(&mut self.db, self.options.mutant, items, &fail)?;
+        let mut attempt = 1;
+        let decided = loop {
+            // On PostgreSQL a transaction that raced another consumer's on the same
+            // identity is refused (serialization failure) and is decided again from the
+            // start, reading what the winner committed.
+            match batch::decide(&self.db, self.options.mutant, items, &fail) {
+                Err(error) if error.is_retryable() && attempt < SERIAL_ATTEMPTS => attempt += 1,
+                decided => break decided?,
+            }
+        };
         let results = decided.outcomes.clone();
         if faults.kill_at(&me, Point::BeforeCommit, n) {
             drop(decided);
             batch.killed = Some(Point::BeforeCommit);
             return Ok(Vec::new());
         }
-        decided.commit()?;
+        if let Err(error) = decided.commit() {
+            // A commit refused as a race loses nothing: the entries stay pending and
+            // unacknowledged, and the next read decides them again.
+            return Err(error.into());
+        }
         if let Some(metrics) = &self.metrics {
             metrics.batch(Some(started.elapsed()));
         }

@@ -8,6 +8,7 @@
 use super::consumer::{Consumer, ConsumerOptions, Faults, Point};
 use super::metrics::{self, Metrics, Sources};
 use super::receipts::{bounded, Receipt, Receipts};
+use super::sql::{Db, InboxAt, SqlError};
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
@@ -23,7 +24,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,7 +124,7 @@ pub enum KeysFile {
 }
 
 struct AppsCache {
-    conn: rusqlite::Connection,
+    conn: Db,
     version: i64,
     apps: Arc<Applications>,
 }
@@ -152,7 +153,7 @@ pub struct IngressState {
 
 impl IngressState {
     /// The applications as they stand (re-read when an upgrade changed them).
-    fn applications(&self) -> rusqlite::Result<Arc<Applications>> {
+    fn applications(&self) -> Result<Arc<Applications>, SqlError> {
         let mut cache = self.apps.lock().unwrap_or_else(|e| e.into_inner());
         let version = store::applications_version(&cache.conn)?;
         if version != cache.version {
@@ -408,8 +409,8 @@ async fn judge(
 pub struct ServeOptions {
     /// Where ingress listens (loopback by default).
     pub listen: SocketAddr,
-    /// The inbox database.
-    pub db: PathBuf,
+    /// The inbox (an SQLite file or a PostgreSQL database).
+    pub db: InboxAt,
     /// Each source's keys.
     pub keys: BTreeMap<Source, Vec<Key>>,
     /// Redis URL.
@@ -467,6 +468,9 @@ pub enum PipelineError {
     /// The inbox database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The inbox database failed (either backend).
+    #[error("inbox database: {0}")]
+    Sql(#[from] SqlError),
     /// The inbox's schema could not be brought to this build's version.
     #[error("{0}")]
     Schema(#[from] super::schema::SchemaError),

@@ -76,8 +76,8 @@ pub fn measure(args: &LoadOptions, consumers: usize) -> Result<LoadResult, Pipel
         };
         request.signature = Some(crate::facts::ingress::sign(key.as_bytes(), &request.body));
     }
-    let mut conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS).map_err(bad)?;
-    store::put_applications(&mut conn, &apps).map_err(bad)?;
+    let conn = store::open(&db.clone().into(), store::DEFAULT_BUSY_TIMEOUT_MS).map_err(bad)?;
+    store::put_applications(&conn, &apps).map_err(bad)?;
     let keys = dir.0.join("keys.json");
     std::fs::write(
         &keys,

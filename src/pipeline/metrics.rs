@@ -5,6 +5,7 @@
 //! open conflicts, READY applications) are read from Redis and the inbox at each scrape,
 //! so they say what is, not what this process saw.
 
+use super::sql::{Db, InboxAt, Pg, SqlError};
 use super::stream::{self, Names};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -12,7 +13,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -192,7 +192,7 @@ pub enum LevelsError {
     Redis(#[from] redis::RedisError),
     /// The inbox failed.
     #[error("inbox: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] SqlError),
 }
 
 /// Where the levels are read from.
@@ -203,7 +203,7 @@ pub struct Sources {
     /// Stream and group.
     pub names: Names,
     /// The inbox.
-    pub db: PathBuf,
+    pub db: InboxAt,
 }
 
 /// Reads the levels (blocking: Redis and SQLite, each on a connection of its own).
@@ -219,29 +219,45 @@ pub fn read_levels(sources: &Sources) -> Result<Levels, LevelsError> {
         ..Levels::default()
     };
     let conn = read_only(&sources.db)?;
-    let count = |sql: &str| conn.query_row(sql, [], |row| row.get::<_, i64>(0));
+    let count = |sql: &str| {
+        conn.row(sql, &[])?
+            .map_or(Ok(0), |row| row.int(0))
+            .map_err(LevelsError::from)
+    };
     levels.quarantined = count("SELECT count(*) FROM parked WHERE state = 'quarantined'")?;
     levels.open_conflicts = count("SELECT count(*) FROM open_conflicts")?;
     levels.ready = count("SELECT count(*) FROM ready")?;
     Ok(levels)
 }
 
-fn read_only(db: &Path) -> rusqlite::Result<rusqlite::Connection> {
+/// A connection for reading levels: SQLite opened read-only (a scrape never writes or
+/// migrates), PostgreSQL connected as usual.
+fn read_only(db: &InboxAt) -> Result<Db, LevelsError> {
     use rusqlite::OpenFlags;
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(2))?;
-    Ok(conn)
+    match db {
+        InboxAt::Sqlite(path) => {
+            let conn = rusqlite::Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(SqlError::from)?;
+            conn.busy_timeout(Duration::from_secs(2))
+                .map_err(SqlError::from)?;
+            Ok(Db::Sqlite(conn))
+        }
+        InboxAt::Postgres(url) => Ok(Db::Postgres(Box::new(Pg::connect(url)?))),
+    }
 }
 
 /// `/readyz`: Redis answers `PING` and the inbox answers a read; `Err` names what failed.
 pub fn check_ready(sources: &Sources) -> Result<(), String> {
     let redis = stream::connect(&sources.redis_url, Duration::from_secs(2))
         .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn));
-    let inbox = read_only(&sources.db)
-        .and_then(|conn| conn.query_row("SELECT count(*) FROM applications", [], |_| Ok(())));
+    let inbox = read_only(&sources.db).and_then(|conn| {
+        conn.row("SELECT count(*) FROM applications", &[])
+            .map(|_| ())
+            .map_err(LevelsError::from)
+    });
     match (redis, inbox) {
         (Ok(_), Ok(())) => Ok(()),
         (Err(error), _) => Err(format!("redis: {error}")),

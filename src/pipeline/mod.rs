@@ -1,11 +1,12 @@
 //! The real facts pipeline: signed HTTP ingress (axum), a Redis Stream with a consumer
-//! group, and a durable SQLite inbox, each decision made by the pure functions of
+//! group, and a durable inbox (SQLite embedded, PostgreSQL for consumers on several machines), each decision made by the pure functions of
 //! [`crate::facts`] (the pipeline depends on `facts`, never the other way). All real I/O of
 //! the facts protocol lives here. The contract and how to run it: `docs/pipeline.md`.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | the inbox in SQLite: the parts one transaction loads and writes back (READY history included), snapshots |
+//! | [`sql`] | the inbox's one connection type over SQLite and PostgreSQL: typed arguments, plain rows, transactions and savepoints, which errors are an entry's fault and which are retried |
+//! | [`store`] | the inbox in SQLite or PostgreSQL: the parts one transaction loads and writes back (READY history included), snapshots |
 //! | [`operator`] | the operator's steps on the inbox (register, upgrade, terminate, resolve, expire quarantine) and the lists read before them |
 //! | [`batch`] | one batch's `BEGIN IMMEDIATE` transaction, each entry under its own savepoint: an undecidable entry is rolled back and recorded, the rest decided |
 //! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
@@ -34,5 +35,6 @@ pub mod operator;
 pub mod receipts;
 pub mod run;
 pub mod schema;
+pub mod sql;
 pub mod store;
 pub mod stream;

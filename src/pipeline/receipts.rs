@@ -6,12 +6,13 @@
 //! the body's SHA-256, and the tenant, application and event id once the body names them;
 //! never the body, never a secret.
 
+use super::sql::{Db, InboxAt, SqlError};
 use super::store;
+use crate::args;
 use crate::facts::envelope::parse_json_object;
 use rusqlite::{params, Connection};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -93,7 +94,10 @@ pub struct Receipts {
 
 impl Receipts {
     /// Starts the writer on its own connection to the inbox.
-    pub fn start(db: &Path, busy_timeout_ms: u64) -> Result<Receipts, super::schema::SchemaError> {
+    pub fn start(
+        db: &InboxAt,
+        busy_timeout_ms: u64,
+    ) -> Result<Receipts, super::schema::SchemaError> {
         let conn = store::open(db, busy_timeout_ms)?;
         let (queue, inbox) = mpsc::sync_channel(QUEUE);
         let writer = std::thread::Builder::new()
@@ -150,7 +154,7 @@ impl Drop for Receipts {
     }
 }
 
-fn write_all(mut conn: Connection, inbox: &Receiver<Receipt>) {
+fn write_all(conn: Db, inbox: &Receiver<Receipt>) {
     let mut batch: Vec<Receipt> = Vec::new();
     loop {
         let open = match inbox.recv_timeout(Duration::from_millis(50)) {
@@ -163,7 +167,7 @@ fn write_all(mut conn: Connection, inbox: &Receiver<Receipt>) {
             Err(RecvTimeoutError::Disconnected) => false,
         };
         if !batch.is_empty() {
-            match write(&mut conn, &batch) {
+            match write(&conn, &batch) {
                 Ok(()) => batch.clear(),
                 Err(error) if open && batch.len() < QUEUE => {
                     eprintln!("arrival ingress: receipts wait for the inbox: {error}");
@@ -182,30 +186,32 @@ fn write_all(mut conn: Connection, inbox: &Receiver<Receipt>) {
     }
 }
 
-fn write(conn: &mut Connection, batch: &[Receipt]) -> rusqlite::Result<()> {
+fn write(db: &Db, batch: &[Receipt]) -> Result<(), SqlError> {
     let bound = |text: &Option<String>| text.as_deref().map(bounded);
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    for r in batch {
-        tx.prepare_cached(
-            "INSERT INTO receipts (at_ms, source, key_id, status, reason, detail, body_sha256,
-                                   tenant_id, application_id, event_id, entry)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )?
-        .execute(params![
-            r.at_ms,
-            bound(&r.source),
-            r.key_id,
-            r.status,
-            r.reason,
-            bound(&r.detail),
-            r.body_sha256,
-            r.tenant_id,
-            r.application_id,
-            r.event_id,
-            r.entry
-        ])?;
-    }
-    tx.commit()
+    store::in_transaction(db, |tx| {
+        for r in batch {
+            let (source, detail) = (bound(&r.source), bound(&r.detail));
+            tx.exec(
+                "INSERT INTO receipts (at_ms, source, key_id, status, reason, detail, body_sha256,
+                                       tenant_id, application_id, event_id, entry)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                args![
+                    r.at_ms,
+                    source.as_deref(),
+                    &r.key_id,
+                    i64::from(r.status),
+                    r.reason.as_str(),
+                    detail.as_deref(),
+                    &r.body_sha256,
+                    &r.tenant_id,
+                    &r.application_id,
+                    &r.event_id,
+                    &r.entry
+                ],
+            )?;
+        }
+        Ok(())
+    })
 }
 
 /// The receipts of one event (`tenant/source/event_id`), or the last `limit` of all, oldest

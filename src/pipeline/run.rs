@@ -10,6 +10,7 @@ use super::client::Client;
 use super::consumer::{BatchResult, ReadKind};
 use super::ingress::{start, PipelineError, ServeOptions};
 use super::operator as op;
+use super::sql::{Db, InboxAt};
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::AppKey;
@@ -37,6 +38,9 @@ pub struct RunOptions {
     pub exe: PathBuf,
     /// Run a wrong pipeline instead.
     pub mutant: Option<crate::facts::mutants::Mutant>,
+    /// The inbox: a new SQLite file in a temporary folder when `None`; else this one,
+    /// which must hold no applications yet (a new PostgreSQL database, say).
+    pub db: Option<InboxAt>,
 }
 
 /// A random suffix for keys and files.
@@ -71,7 +75,7 @@ impl Drop for TempDir {
 struct Runner<'a> {
     scenario: &'a Scenario,
     options: &'a RunOptions,
-    db: PathBuf,
+    db: InboxAt,
     names: Names,
     redis: redis::Connection,
     ids: Vec<String>,
@@ -86,13 +90,16 @@ struct Runner<'a> {
 /// Runs a fixture against real Redis and SQLite and reports like `replay`.
 pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, PipelineError> {
     let dir = TempDir::new("arrival-run")?;
-    let db = dir.0.join("inbox.db");
+    let db = options
+        .db
+        .clone()
+        .unwrap_or_else(|| InboxAt::Sqlite(dir.0.join("inbox.db")));
     let names = Names {
         stream: unique("arrival-run"),
         group: "inbox".into(),
     };
-    let mut conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS)?;
-    store::put_applications(&mut conn, &scenario.applications)?;
+    let conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS)?;
+    store::put_applications(&conn, &scenario.applications)?;
     let mut redis = stream::connect(&options.redis_url, std::time::Duration::from_secs(5))
         .map_err(|error| {
             PipelineError::Other(format!(
@@ -134,10 +141,10 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, Pi
         undecidable: Vec::new(),
         steps: Vec::new(),
     };
-    let result = runner.walk_all(&running, &mut client, &mut conn).await;
+    let result = runner.walk_all(&running, &mut client, &conn).await;
     running.shutdown().await;
     let report = match result {
-        Ok(()) => runner.report(&mut conn),
+        Ok(()) => runner.report(&conn),
         Err(error) => Err(error),
     };
     let _ = stream::delete_keys(&mut runner.redis, &names);
@@ -150,7 +157,7 @@ impl Runner<'_> {
         &mut self,
         running: &super::ingress::Running,
         client: &mut Client,
-        conn: &mut rusqlite::Connection,
+        conn: &Db,
     ) -> Result<(), PipelineError> {
         match &self.scenario.schedule {
             Some(schedule) => {
@@ -223,7 +230,7 @@ impl Runner<'_> {
         &mut self,
         running: &super::ingress::Running,
         client: &mut Client,
-        conn: &mut rusqlite::Connection,
+        conn: &Db,
         step: &Step,
     ) -> Result<(), PipelineError> {
         let mut report = self.blank(step);
@@ -346,11 +353,7 @@ impl Runner<'_> {
     }
 
     /// An operator step, as the operator's command runs it: one inbox transaction.
-    fn operate(
-        &self,
-        conn: &mut rusqlite::Connection,
-        step: &Step,
-    ) -> Result<String, PipelineError> {
+    fn operate(&self, conn: &Db, step: &Step) -> Result<String, PipelineError> {
         let scenario = self.scenario;
         let refused = |what: &str, why: String| format!("{what} refused: {why}");
         Ok(match step {
@@ -450,7 +453,7 @@ impl Runner<'_> {
         let mut command = tokio::process::Command::new(&self.options.exe);
         command
             .args(["pipeline", "step", "--db"])
-            .arg(&self.db)
+            .arg(self.db.connection_text())
             .args(["--redis-url", &self.options.redis_url])
             .args(["--stream", &self.names.stream])
             .args(["--group", &self.names.group])
@@ -511,7 +514,7 @@ impl Runner<'_> {
             // After a kill past the commit, the verdict is in the inbox: read it back.
             if crash == Some(Crash::AfterCommit) {
                 let snapshot =
-                    store::snapshot(&mut store::open(&self.db, store::DEFAULT_BUSY_TIMEOUT_MS)?)?;
+                    store::snapshot(&store::open(&self.db, store::DEFAULT_BUSY_TIMEOUT_MS)?)?;
                 report.decision = snapshot.verdicts.get(&entry).map(|(verdict, _)| {
                     crate::facts::world::Decision::Verdict(verdict_of(verdict))
                 });
@@ -536,7 +539,7 @@ impl Runner<'_> {
     }
 
     /// The parked entries at the end, in entry order, as the replay reports them.
-    fn parked(&self, conn: &rusqlite::Connection) -> Result<Vec<ParkedReport>, PipelineError> {
+    fn parked(&self, conn: &Db) -> Result<Vec<ParkedReport>, PipelineError> {
         let states = [
             "quarantined",
             "quarantine_expired",
@@ -568,7 +571,7 @@ impl Runner<'_> {
         Ok(out)
     }
 
-    fn report(&mut self, conn: &mut rusqlite::Connection) -> Result<Report, PipelineError> {
+    fn report(&mut self, conn: &Db) -> Result<Report, PipelineError> {
         let snapshot = store::snapshot(conn)?;
         let apps = store::applications(conn)?;
         let mut facts: Vec<(Source, String)> = snapshot

@@ -5,9 +5,9 @@
 //! whose version is newer than this build knows was written by a newer arrival and is
 //! refused, never guessed at.
 //!
-//! The card store's runner is written against its own `Database` trait (SQLite and
-//! PostgreSQL); the inbox speaks rusqlite directly, so the approach is shared and the few
-//! lines are not.
+//! SQLite's migrations are the numbered files of `migrations/`; PostgreSQL's, of
+//! `migrations/postgres/`, start at the schema SQLite reached at its version 7 and are
+//! applied under an advisory lock ([`migrate_postgres`]).
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
@@ -145,6 +145,9 @@ pub enum SchemaError {
     /// The database failed.
     #[error("inbox database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// The database failed (either backend, through [`Db`](super::sql::Db)).
+    #[error("inbox database: {0}")]
+    Sql(#[from] super::sql::SqlError),
     /// The inbox was written by a newer arrival.
     #[error(
         "the inbox has schema version {found}, and this arrival knows versions up to {known}: \
@@ -227,6 +230,59 @@ pub fn migrate_with(conn: &mut Connection, migrations: &[Migration]) -> Result<i
     }
     tx.commit()?;
     Ok(known)
+}
+
+/// PostgreSQL's migrations, in order.
+pub const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "inbox",
+    include_str!("migrations/postgres/0001_inbox.sql"),
+)];
+
+/// An advisory lock number of the inbox's schema (the card store has its own).
+const PG_SCHEMA_LOCK: i64 = 0x6172_7269_7661_6c02;
+
+/// Brings a PostgreSQL inbox to the last of [`POSTGRES_MIGRATIONS`], every missing one in
+/// one transaction under an advisory lock, so consumers starting at once take turns and
+/// the later ones find the schema made. A database whose recorded version is newer is
+/// refused.
+pub fn migrate_postgres(db: &super::sql::Db) -> Result<i64, SchemaError> {
+    let known = POSTGRES_MIGRATIONS.last().map_or(0, |last| last.0);
+    db.batch(&format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({PG_SCHEMA_LOCK});
+         CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL)"
+    ))?;
+    let result = (|| {
+        let found = db
+            .row(
+                "SELECT coalesce(max(version), 0) FROM schema_migrations",
+                &[],
+            )?
+            .map_or(Ok(0), |row| row.int(0))?;
+        if found > known {
+            return Err(SchemaError::Newer { found, known });
+        }
+        for (version, name, sql) in POSTGRES_MIGRATIONS {
+            if *version > found {
+                db.batch(sql)?;
+                db.exec(
+                    "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
+                    crate::args![*version, *name],
+                )?;
+            }
+        }
+        Ok(known)
+    })();
+    match result {
+        Ok(version) => {
+            db.commit()?;
+            Ok(version)
+        }
+        Err(error) => {
+            db.rollback();
+            Err(error)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,12 +6,14 @@
 //! are [`schema`]'s.
 
 use super::schema::{self, SchemaError};
+use super::sql::{Db, InboxAt, Pg, Row, SqlError};
+use crate::args;
 use crate::facts::application::{AppKey, Application, Applications, Mismatch, Termination};
 use crate::facts::envelope::{Envelope, FactId, Source};
 use crate::facts::inbox::{
     Conflict, Counters, EntryId, Inbox, Kept, LateMismatch, Parked, Parking, Parts,
 };
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::Connection;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,10 +22,23 @@ use std::time::Duration;
 /// The default busy timeout: how long a writer waits for the lock.
 pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
 
-/// Opens (and creates) the inbox database: WAL, `synchronous=FULL`, a busy timeout, and
-/// the schema brought to the current version ([`schema::migrate`]); an inbox written by a
-/// newer arrival is refused.
-pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection, SchemaError> {
+/// Opens (and creates) the inbox: an SQLite file ([`open_sqlite`]) or a PostgreSQL
+/// database, its schema brought to the current version; an inbox written by a newer
+/// arrival is refused.
+pub fn open(at: &InboxAt, busy_timeout_ms: u64) -> Result<Db, SchemaError> {
+    match at {
+        InboxAt::Sqlite(path) => Ok(Db::Sqlite(open_sqlite(path, busy_timeout_ms)?)),
+        InboxAt::Postgres(url) => {
+            let db = Db::Postgres(Box::new(Pg::connect(url)?));
+            schema::migrate_postgres(&db)?;
+            Ok(db)
+        }
+    }
+}
+
+/// Opens (and creates) an SQLite inbox: WAL, `synchronous=FULL`, a busy timeout, and the
+/// schema brought to the current version ([`schema::migrate`]).
+pub fn open_sqlite(path: &Path, busy_timeout_ms: u64) -> Result<Connection, SchemaError> {
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -32,24 +47,15 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection, SchemaError
     Ok(conn)
 }
 
-fn source_of(text: &str) -> rusqlite::Result<Source> {
-    Source::from_wire(text).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("unknown source `{text}` in the inbox").into(),
-        )
-    })
+/// A source's wire name read back from the inbox.
+pub fn source_of(text: &str) -> Result<Source, SqlError> {
+    Source::from_wire(text)
+        .ok_or_else(|| SqlError::Data(format!("unknown source `{text}` in the inbox")))
 }
 
-fn envelope_of(source: &str, canonical: &str) -> rusqlite::Result<Envelope> {
-    Envelope::parse(canonical.as_bytes(), source_of(source)?).map_err(|error| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("a stored envelope no longer parses: {error}").into(),
-        )
-    })
+fn envelope_of(source: &str, canonical: &str) -> Result<Envelope, SqlError> {
+    Envelope::parse(canonical.as_bytes(), source_of(source)?)
+        .map_err(|error| SqlError::Data(format!("a stored envelope no longer parses: {error}")))
 }
 
 fn mismatch_of(text: &str) -> Mismatch {
@@ -60,103 +66,105 @@ fn mismatch_of(text: &str) -> Mismatch {
     }
 }
 
+/// Runs `work` in one write transaction ([`Db::begin`]): committed when it returns `Ok`,
+/// rolled back otherwise.
+pub fn in_transaction<T, E: From<SqlError>>(
+    db: &Db,
+    work: impl FnOnce(&Db) -> Result<T, E>,
+) -> Result<T, E> {
+    db.begin()?;
+    match work(db) {
+        Ok(value) => {
+            db.commit()?;
+            Ok(value)
+        }
+        Err(error) => {
+            db.rollback();
+            Err(error)
+        }
+    }
+}
+
 /// Registers new applications, all or none, bumping the version ingress caches against.
 /// An application already there is an error (a constraint violation), never replaced: a
 /// replacement could move its material version backwards behind READY's back.
-pub fn put_applications(conn: &mut Connection, apps: &Applications) -> rusqlite::Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    for (key, app) in apps.iter() {
-        tx.execute(
-            "INSERT INTO applications (tenant_id, application_id, business_key, material_version)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![
-                key.tenant_id,
-                key.application_id,
-                app.business_key,
-                app.material_version as i64
-            ],
-        )?;
-    }
-    bump_applications(&tx)?;
-    tx.commit()
+pub fn put_applications(db: &Db, apps: &Applications) -> Result<(), SqlError> {
+    in_transaction(db, |db| {
+        for (key, app) in apps.iter() {
+            db.exec(
+                "INSERT INTO applications (tenant_id, application_id, business_key, material_version)
+                 VALUES (?1, ?2, ?3, ?4)",
+                args![
+                    &key.tenant_id,
+                    &key.application_id,
+                    &app.business_key,
+                    app.material_version as i64
+                ],
+            )?;
+        }
+        bump_applications(db)
+    })
 }
 
 /// Bumps the version of the application table, which ingress caches against.
-pub(super) fn bump_applications(tx: &Connection) -> rusqlite::Result<()> {
-    tx.execute(
+pub(super) fn bump_applications(db: &Db) -> Result<(), SqlError> {
+    db.exec(
         "INSERT INTO meta VALUES ('applications', 1)
-         ON CONFLICT DO UPDATE SET value = value + 1",
-        [],
+         ON CONFLICT (name) DO UPDATE SET value = meta.value + 1",
+        &[],
     )?;
     Ok(())
 }
 
 /// The version of the application table (changes on every registration or upgrade).
-pub fn applications_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row(
-        "SELECT value FROM meta WHERE name = 'applications'",
-        [],
-        |row| row.get(0),
-    )
-    .optional()
-    .map(|value| value.unwrap_or(0))
+pub fn applications_version(db: &Db) -> Result<i64, SqlError> {
+    db.row("SELECT value FROM meta WHERE name = 'applications'", &[])?
+        .map_or(Ok(0), |row| row.int(0))
 }
 
 /// Every application.
-pub fn applications(conn: &Connection) -> rusqlite::Result<Applications> {
-    let mut statement = conn.prepare_cached(
+pub fn applications(db: &Db) -> Result<Applications, SqlError> {
+    let mut apps = Applications::new();
+    for row in db.rows(
         "SELECT business_key, material_version, terminated_reason, terminated_at,
                 tenant_id, application_id FROM applications",
-    )?;
-    let rows = statement.query_map([], |row| {
-        Ok((
-            AppKey {
-                tenant_id: row.get(4)?,
-                application_id: row.get(5)?,
-            },
-            application_of(row)?,
-        ))
-    })?;
-    let mut apps = Applications::new();
-    for row in rows {
-        let (key, app) = row?;
-        apps.insert(key, app);
+        &[],
+    )? {
+        let key = AppKey {
+            tenant_id: row.text(4)?,
+            application_id: row.text(5)?,
+        };
+        apps.insert(key, application_of(&row)?);
     }
     Ok(apps)
 }
 
-fn application(conn: &Connection, key: &AppKey) -> rusqlite::Result<Option<Application>> {
-    conn.prepare_cached(
+fn application(db: &Db, key: &AppKey) -> Result<Option<Application>, SqlError> {
+    db.row(
         "SELECT business_key, material_version, terminated_reason, terminated_at
          FROM applications WHERE tenant_id = ?1 AND application_id = ?2",
+        args![&key.tenant_id, &key.application_id],
     )?
-    .query_row(params![key.tenant_id, key.application_id], application_of)
-    .optional()
+    .map(|row| application_of(&row))
+    .transpose()
 }
 
 /// An application from a row `(business_key, material_version, terminated_reason,
 /// terminated_at)`.
-fn application_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Application> {
-    let mut application =
-        Application::active(row.get::<_, String>(0)?, row.get::<_, i64>(1)? as u64);
-    let reason: Option<String> = row.get(2)?;
-    application.terminated = reason.map(|reason| Termination {
+fn application_of(row: &Row) -> Result<Application, SqlError> {
+    let mut application = Application::active(row.text(0)?, row.int(1)? as u64);
+    application.terminated = row.opt_text(2)?.map(|reason| Termination {
         reason,
-        at: row.get::<_, Option<i64>>(3).ok().flatten().unwrap_or(0),
+        at: row.opt_int(3).ok().flatten().unwrap_or(0),
     });
     Ok(application)
 }
 
-fn counters(conn: &Connection) -> rusqlite::Result<Counters> {
+fn counters(db: &Db) -> Result<Counters, SqlError> {
     let mut counters = Counters::default();
-    let mut statement = conn.prepare_cached("SELECT name, value FROM counters")?;
-    let rows = statement.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-    })?;
-    for row in rows {
-        let (name, value) = row?;
-        let value = value as u32;
-        match name.as_str() {
+    for row in db.rows("SELECT name, value FROM counters", &[])? {
+        let value = row.int(1)? as u32;
+        match row.text(0)?.as_str() {
             "accepted" => counters.accepted = value,
             "duplicates" => counters.duplicates = value,
             "conflicts" => counters.conflicts = value,
@@ -201,119 +209,98 @@ fn parking_of(state: &str, mismatch: Option<&str>) -> Parking {
     }
 }
 
-fn parked_row(conn: &Connection, entry: &str) -> rusqlite::Result<Option<Parked>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT state, mismatch, source, canonical, since FROM parked WHERE entry = ?1",
-        )?
-        .query_row([entry], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Option<String>>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, i64>(4)?,
-            ))
-        })
-        .optional()?;
-    let Some((state, mismatch, source, canonical, since)) = row else {
+fn parked_row(db: &Db, entry: &str) -> Result<Option<Parked>, SqlError> {
+    let Some(row) = db.row(
+        "SELECT state, mismatch, source, canonical, since FROM parked WHERE entry = ?1",
+        args![entry],
+    )?
+    else {
         return Ok(None);
     };
     Ok(Some(Parked {
-        envelope: Arc::new(envelope_of(&source, &canonical)?),
-        why: parking_of(&state, mismatch.as_deref()),
-        since,
+        envelope: Arc::new(envelope_of(&row.text(2)?, &row.text(3)?)?),
+        why: parking_of(&row.text(0)?, row.opt_text(1)?.as_deref()),
+        since: row.int(4)?,
     }))
 }
 
-fn first_fact(conn: &Connection, id: &FactId) -> rusqlite::Result<Option<Envelope>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT source, canonical FROM facts
-             WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
-        )?
-        .query_row(
-            params![id.tenant_id, id.source.as_str(), id.event_id],
-            |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-        )
-        .optional()?;
-    row.map(|(source, canonical)| envelope_of(&source, &canonical))
-        .transpose()
+fn first_fact(db: &Db, id: &FactId) -> Result<Option<Envelope>, SqlError> {
+    db.row(
+        "SELECT source, canonical FROM facts
+         WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
+        args![&id.tenant_id, id.source.as_str(), &id.event_id],
+    )?
+    .map(|row| envelope_of(&row.text(0)?, &row.text(1)?))
+    .transpose()
 }
 
 /// The applications a conflict on `id` stops.
-fn conflict_apps(conn: &Connection, id: &FactId) -> rusqlite::Result<BTreeSet<AppKey>> {
-    let mut statement = conn.prepare_cached(
+fn conflict_apps(db: &Db, id: &FactId) -> Result<BTreeSet<AppKey>, SqlError> {
+    db.rows(
         "SELECT application_id FROM conflicts
          WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3",
-    )?;
-    let rows = statement.query_map(
-        params![id.tenant_id, id.source.as_str(), id.event_id],
-        |row| row.get::<_, String>(0),
-    )?;
-    rows.map(|row| {
-        row.map(|application_id| AppKey {
+        args![&id.tenant_id, id.source.as_str(), &id.event_id],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(AppKey {
             tenant_id: id.tenant_id.clone(),
-            application_id,
+            application_id: row.text(0)?,
         })
     })
     .collect()
 }
 
 /// The last state change of the conflict on `id`: `None` when it never changed (open).
-fn resolution(conn: &Connection, id: &FactId) -> rusqlite::Result<Option<(Kept, Arc<str>)>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT kept, reason FROM resolutions
-             WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3
-             ORDER BY seq DESC LIMIT 1",
-        )?
-        .query_row(
-            params![id.tenant_id, id.source.as_str(), id.event_id],
-            |row| Ok((row.get::<_, Option<String>>(0)?, row.get::<_, String>(1)?)),
-        )
-        .optional()?;
-    Ok(row.and_then(|(kept, reason)| {
-        let kept = match kept.as_deref()? {
-            "variant" => Kept::Variant,
-            _ => Kept::First,
-        };
-        Some((kept, Arc::from(reason)))
-    }))
+fn resolution(db: &Db, id: &FactId) -> Result<Option<(Kept, Arc<str>)>, SqlError> {
+    let Some(row) = db.row(
+        "SELECT kept, reason FROM resolutions
+         WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3
+         ORDER BY seq DESC LIMIT 1",
+        args![&id.tenant_id, id.source.as_str(), &id.event_id],
+    )?
+    else {
+        return Ok(None);
+    };
+    let kept = match row.opt_text(0)?.as_deref() {
+        None => return Ok(None),
+        Some("variant") => Kept::Variant,
+        Some(_) => Kept::First,
+    };
+    Ok(Some((kept, Arc::from(row.text(1)?))))
 }
 
 /// The identities with a conflict on `key`.
-fn conflicts_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<FactId>> {
-    let mut statement = conn.prepare_cached(
+fn conflicts_of(db: &Db, key: &AppKey) -> Result<Vec<FactId>, SqlError> {
+    db.rows(
         "SELECT source, event_id FROM conflicts WHERE tenant_id = ?1 AND application_id = ?2",
-    )?;
-    let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut ids = Vec::new();
-    for row in rows {
-        let (source, event_id) = row?;
-        ids.push(FactId {
+        args![&key.tenant_id, &key.application_id],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(FactId {
             tenant_id: key.tenant_id.clone(),
-            source: source_of(&source)?,
-            event_id,
-        });
-    }
-    Ok(ids)
+            source: source_of(&row.text(0)?)?,
+            event_id: row.text(1)?,
+        })
+    })
+    .collect()
 }
 
-fn facts_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envelope>> {
-    let mut statement = conn.prepare_cached(
+fn facts_of(db: &Db, key: &AppKey) -> Result<Vec<Envelope>, SqlError> {
+    envelopes(db.rows(
         "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND application_id = ?2",
-    )?;
-    rows_of(&mut statement, params![key.tenant_id, key.application_id])
+        args![&key.tenant_id, &key.application_id],
+    )?)
 }
 
-fn is_ready(conn: &Connection, key: &AppKey) -> rusqlite::Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM ready WHERE tenant_id = ?1 AND application_id = ?2")?
-        .query_row(params![key.tenant_id, key.application_id], |_| Ok(()))
-        .optional()
-        .map(|found| found.is_some())
+fn is_ready(db: &Db, key: &AppKey) -> Result<bool, SqlError> {
+    Ok(db
+        .row(
+            "SELECT 1 FROM ready WHERE tenant_id = ?1 AND application_id = ?2",
+            args![&key.tenant_id, &key.application_id],
+        )?
+        .is_some())
 }
 
 /// The identities a decision on `envelope` reads: its own, and for a withdrawal the one it
@@ -330,40 +317,29 @@ pub(super) fn identities_of(envelope: &Envelope) -> Vec<FactId> {
     ids
 }
 
-fn rows_of(
-    statement: &mut rusqlite::CachedStatement<'_>,
-    args: impl rusqlite::Params,
-) -> rusqlite::Result<Vec<Envelope>> {
-    let rows = statement.query_map(args, |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (source, canonical) = row?;
-        out.push(envelope_of(&source, &canonical)?);
-    }
-    Ok(out)
+/// Envelopes from rows `(source, canonical)`.
+fn envelopes(rows: Vec<Row>) -> Result<Vec<Envelope>, SqlError> {
+    rows.iter()
+        .map(|row| envelope_of(&row.text(0)?, &row.text(1)?))
+        .collect()
 }
 
 /// The accepted withdrawals naming `id` (from any application of its tenant).
-fn withdrawals_naming(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>> {
-    let mut statement = conn.prepare_cached(
+fn withdrawals_naming(db: &Db, id: &FactId) -> Result<Vec<Envelope>, SqlError> {
+    envelopes(db.rows(
         "SELECT source, canonical FROM facts WHERE tenant_id = ?1 AND source = ?2 AND withdraws = ?3",
-    )?;
-    rows_of(
-        &mut statement,
-        params![id.tenant_id, id.source.as_str(), id.event_id],
-    )
+        args![&id.tenant_id, id.source.as_str(), &id.event_id],
+    )?)
 }
 
 /// The accepted withdrawals naming any fact of `key` (from any application of its tenant).
-fn withdrawals_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envelope>> {
-    let mut statement = conn.prepare_cached(
+fn withdrawals_of(db: &Db, key: &AppKey) -> Result<Vec<Envelope>, SqlError> {
+    envelopes(db.rows(
         "SELECT w.source, w.canonical FROM facts f JOIN facts w
            ON w.tenant_id = f.tenant_id AND w.source = f.source AND w.withdraws = f.event_id
          WHERE f.tenant_id = ?1 AND f.application_id = ?2",
-    )?;
-    rows_of(&mut statement, params![key.tenant_id, key.application_id])
+        args![&key.tenant_id, &key.application_id],
+    )?)
 }
 
 /// The part of the inbox a transaction needs: the stream `entries` kept parked (as the
@@ -373,11 +349,11 @@ fn withdrawals_of(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<Envel
 /// facts, the withdrawals naming them (and those withdrawals' applications, in turn), its
 /// READY mark and every conflict on it with its resolution; and the counters.
 pub(super) fn load(
-    conn: &Connection,
+    conn: &Db,
     keys: &BTreeSet<AppKey>,
     identities: &[FactId],
     entries: &[String],
-) -> rusqlite::Result<(Applications, Inbox, Loaded)> {
+) -> Result<(Applications, Inbox, Loaded), SqlError> {
     let mut pending = keys.clone();
     let mut identities: BTreeSet<FactId> = identities.iter().cloned().collect();
     let mut parked = BTreeMap::new();
@@ -479,39 +455,32 @@ pub(super) fn load(
 /// The variants kept as evidence under `id`: a redelivered or re-sent variant is a
 /// duplicate of one of them, not a new conflict. The table has no tenant column, so the
 /// tenant is read from each variant.
-fn evidence_of(conn: &Connection, id: &FactId) -> rusqlite::Result<Vec<Envelope>> {
-    let mut statement = conn.prepare_cached(
+fn evidence_of(db: &Db, id: &FactId) -> Result<Vec<Envelope>, SqlError> {
+    let variants = envelopes(db.rows(
         "SELECT source, canonical FROM evidence WHERE source = ?1 AND event_id = ?2",
-    )?;
-    let rows = statement.query_map(params![id.source.as_str(), id.event_id], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut variants = Vec::new();
-    for row in rows {
-        let (source, canonical) = row?;
-        let variant = envelope_of(&source, &canonical)?;
-        if variant.tenant_id() == id.tenant_id {
-            variants.push(variant);
-        }
-    }
-    Ok(variants)
+        args![id.source.as_str(), &id.event_id],
+    )?)?;
+    Ok(variants
+        .into_iter()
+        .filter(|variant| variant.tenant_id() == id.tenant_id)
+        .collect())
 }
 
 /// Files a fact under the stream entry (or step) that made it, unless its identity holds one.
-pub(super) fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(
+pub(super) fn insert_fact(db: &Db, fact: &Envelope, entry: &str) -> Result<(), SqlError> {
+    db.exec(
         "INSERT INTO facts (source, event_id, tenant_id, application_id, canonical, entry, withdraws)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-    )?
-    .execute(params![
-        fact.source().as_str(),
-        fact.event_id(),
-        fact.tenant_id(),
-        fact.application_id(),
-        fact.canonical(),
-        entry,
-        fact.withdraws()
-    ])?;
+        args![
+            fact.source().as_str(),
+            fact.event_id(),
+            fact.tenant_id(),
+            fact.application_id(),
+            fact.canonical(),
+            entry,
+            fact.withdraws()
+        ],
+    )?;
     Ok(())
 }
 
@@ -520,38 +489,40 @@ pub(super) fn insert_fact(conn: &Connection, fact: &Envelope, entry: &str) -> ru
 /// loaded or made, conflicts and every change of their state, the READY marks of the
 /// applications loaded (each change a READY history row naming `cause`), the counters.
 pub(super) fn write_back(
-    conn: &Connection,
+    db: &Db,
     inbox: &Inbox,
     loaded: &Loaded,
     cause: &str,
-) -> rusqlite::Result<()> {
+) -> Result<(), SqlError> {
     for fact in inbox.facts() {
-        insert_fact(conn, fact, cause)?;
+        insert_fact(db, fact, cause)?;
     }
     for variant in inbox.evidence() {
-        conn.prepare_cached("INSERT INTO evidence VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")?
-            .execute(params![
+        db.exec(
+            "INSERT INTO evidence VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            args![
                 variant.canonical(),
                 variant.source().as_str(),
                 variant.event_id()
-            ])?;
+            ],
+        )?;
     }
     for late in inbox.late_mismatches() {
-        conn.prepare_cached(
+        db.exec(
             "INSERT INTO late_mismatches VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-        )?
-        .execute(params![
-            late.fact.source.as_str(),
-            late.fact.event_id,
-            late.application.tenant_id,
-            late.application.application_id,
-            late.material_version as i64,
-            late.mismatch.as_str()
-        ])?;
+            args![
+                late.fact.source.as_str(),
+                &late.fact.event_id,
+                &late.application.tenant_id,
+                &late.application.application_id,
+                late.material_version as i64,
+                late.mismatch.as_str()
+            ],
+        )?;
     }
-    write_parked(conn, inbox, loaded, cause)?;
-    write_conflicts(conn, inbox, loaded, cause)?;
-    write_ready(conn, inbox, loaded, cause)?;
+    write_parked(db, inbox, loaded, cause)?;
+    write_conflicts(db, inbox, loaded, cause)?;
+    write_ready(db, inbox, loaded, cause)?;
     let counters = inbox.counters();
     for (name, value) in [
         ("accepted", counters.accepted),
@@ -561,68 +532,58 @@ pub(super) fn write_back(
         ("quarantined", counters.quarantined),
         ("after_termination", counters.after_termination),
     ] {
-        conn.prepare_cached(
-            "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT DO UPDATE SET value = ?2",
-        )?
-        .execute(params![name, value as i64])?;
+        db.exec(
+            "INSERT INTO counters VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            args![name, value],
+        )?;
     }
     Ok(())
 }
 
-fn write_parked(
-    conn: &Connection,
-    inbox: &Inbox,
-    loaded: &Loaded,
-    cause: &str,
-) -> rusqlite::Result<()> {
+fn write_parked(db: &Db, inbox: &Inbox, loaded: &Loaded, cause: &str) -> Result<(), SqlError> {
     for (&id, parked) in inbox.parked() {
         let envelope = &parked.envelope;
         let mismatch = match parked.why {
             Parking::LateMismatch(mismatch) => Some(mismatch.as_str()),
             _ => None,
         };
-        conn.prepare_cached(
+        db.exec(
             "INSERT INTO parked VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-             ON CONFLICT DO UPDATE SET state = ?2, mismatch = ?9",
-        )?
-        .execute(params![
-            loaded.entry(id).unwrap_or(cause),
-            parked.why.as_str(),
-            envelope.tenant_id(),
-            envelope.source().as_str(),
-            envelope.event_id(),
-            envelope.application_id(),
-            envelope.canonical(),
-            parked.since,
-            mismatch
-        ])?;
+             ON CONFLICT (entry) DO UPDATE SET state = excluded.state, mismatch = excluded.mismatch",
+            args![
+                loaded.entry(id).unwrap_or(cause),
+                parked.why.as_str(),
+                envelope.tenant_id(),
+                envelope.source().as_str(),
+                envelope.event_id(),
+                envelope.application_id(),
+                envelope.canonical(),
+                parked.since,
+                mismatch
+            ],
+        )?;
     }
     for (index, entry) in loaded.entries.iter().enumerate() {
         if !inbox.parked().contains_key(&(index as EntryId + 1)) {
-            conn.prepare_cached("DELETE FROM parked WHERE entry = ?1")?
-                .execute([entry])?;
+            db.exec("DELETE FROM parked WHERE entry = ?1", args![entry])?;
         }
     }
     Ok(())
 }
 
-fn write_conflicts(
-    conn: &Connection,
-    inbox: &Inbox,
-    loaded: &Loaded,
-    cause: &str,
-) -> rusqlite::Result<()> {
+fn write_conflicts(db: &Db, inbox: &Inbox, loaded: &Loaded, cause: &str) -> Result<(), SqlError> {
     for (id, conflict) in inbox.conflicts() {
         for key in &conflict.applications {
-            conn.prepare_cached(
+            db.exec(
                 "INSERT INTO conflicts VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
-            )?
-            .execute(params![
-                id.tenant_id,
-                id.source.as_str(),
-                id.event_id,
-                key.application_id
-            ])?;
+                args![
+                    &id.tenant_id,
+                    id.source.as_str(),
+                    &id.event_id,
+                    &key.application_id
+                ],
+            )?;
         }
         let was_open = loaded.conflicts.get(id).copied();
         let (kept, reason) = match (&conflict.resolution, was_open) {
@@ -634,18 +595,18 @@ fn write_conflicts(
             (None, Some(false)) => (None, format!("reopened by {cause}")),
             _ => continue,
         };
-        conn.prepare_cached(
+        db.exec(
             "INSERT INTO resolutions (tenant_id, source, event_id, kept, reason, at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            id.tenant_id,
-            id.source.as_str(),
-            id.event_id,
-            kept,
-            reason,
-            now_ms()
-        ])?;
+            args![
+                &id.tenant_id,
+                id.source.as_str(),
+                &id.event_id,
+                kept,
+                &reason,
+                now_ms()
+            ],
+        )?;
     }
     Ok(())
 }
@@ -658,33 +619,26 @@ pub fn kept_word(kept: Kept) -> &'static str {
     }
 }
 
-fn write_ready(
-    conn: &Connection,
-    inbox: &Inbox,
-    loaded: &Loaded,
-    cause: &str,
-) -> rusqlite::Result<()> {
+fn write_ready(db: &Db, inbox: &Inbox, loaded: &Loaded, cause: &str) -> Result<(), SqlError> {
     for key in &loaded.apps {
         let ready = inbox.marked_ready(key);
         let changed = if ready {
-            conn.prepare_cached("INSERT INTO ready VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-                .execute(params![key.tenant_id, key.application_id])?
+            db.exec(
+                "INSERT INTO ready VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                args![&key.tenant_id, &key.application_id],
+            )?
         } else {
-            conn.prepare_cached("DELETE FROM ready WHERE tenant_id = ?1 AND application_id = ?2")?
-                .execute(params![key.tenant_id, key.application_id])?
+            db.exec(
+                "DELETE FROM ready WHERE tenant_id = ?1 AND application_id = ?2",
+                args![&key.tenant_id, &key.application_id],
+            )?
         };
         if changed > 0 {
-            conn.prepare_cached(
+            db.exec(
                 "INSERT INTO ready_history (tenant_id, application_id, ready, cause, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                key.tenant_id,
-                key.application_id,
-                ready,
-                cause,
-                now_ms()
-            ])?;
+                args![&key.tenant_id, &key.application_id, ready, cause, now_ms()],
+            )?;
         }
     }
     Ok(())
@@ -716,132 +670,96 @@ pub struct Snapshot {
     pub verdicts: std::collections::BTreeMap<String, (String, u32)>,
 }
 
-/// Reads the whole inbox.
-pub fn snapshot(conn: &mut Connection) -> rusqlite::Result<Snapshot> {
-    let tx = conn.transaction()?;
+/// Reads the whole inbox, in one read transaction.
+pub fn snapshot(db: &Db) -> Result<Snapshot, SqlError> {
+    db.begin_read()?;
+    let snapshot = read_snapshot(db);
+    db.rollback();
+    snapshot
+}
+
+fn read_snapshot(db: &Db) -> Result<Snapshot, SqlError> {
     let mut snapshot = Snapshot {
-        counters: counters(&tx)?,
+        counters: counters(db)?,
         ..Snapshot::default()
     };
-    {
-        let mut statement =
-            tx.prepare("SELECT source, event_id, canonical FROM facts ORDER BY source, event_id")?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (source, event_id, canonical) = row?;
-            snapshot
-                .facts
-                .push((source_of(&source)?, event_id, canonical));
-        }
-        let mut statement = tx.prepare("SELECT canonical FROM evidence")?;
-        for row in statement.query_map([], |row| row.get::<_, String>(0))? {
-            snapshot.evidence.insert(row?);
-        }
-        let mut statement = tx.prepare(
-            "SELECT source, event_id, tenant_id, application_id, material_version, mismatch FROM late_mismatches",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, i64>(4)?,
-                row.get::<_, String>(5)?,
-            ))
-        })?;
-        for row in rows {
-            let (source, event_id, tenant_id, application_id, version, mismatch) = row?;
-            snapshot.late.insert(LateMismatch {
-                fact: FactId {
-                    tenant_id: tenant_id.clone(),
-                    source: source_of(&source)?,
-                    event_id,
-                },
-                application: AppKey {
-                    tenant_id,
-                    application_id,
-                },
-                material_version: version as u64,
-                mismatch: mismatch_of(&mismatch),
+    for row in db.rows(
+        "SELECT source, event_id, canonical FROM facts ORDER BY source, event_id",
+        &[],
+    )? {
+        snapshot
+            .facts
+            .push((source_of(&row.text(0)?)?, row.text(1)?, row.text(2)?));
+    }
+    for row in db.rows("SELECT canonical FROM evidence", &[])? {
+        snapshot.evidence.insert(row.text(0)?);
+    }
+    for row in db.rows(
+        "SELECT source, event_id, tenant_id, application_id, material_version, mismatch FROM late_mismatches",
+        &[],
+    )? {
+        let tenant_id = row.text(2)?;
+        snapshot.late.insert(LateMismatch {
+            fact: FactId {
+                tenant_id: tenant_id.clone(),
+                source: source_of(&row.text(0)?)?,
+                event_id: row.text(1)?,
+            },
+            application: AppKey {
+                tenant_id,
+                application_id: row.text(3)?,
+            },
+            material_version: row.int(4)? as u64,
+            mismatch: mismatch_of(&row.text(5)?),
+        });
+    }
+    for (table, set) in [
+        ("open_conflicts", &mut snapshot.open_conflicts),
+        ("ready", &mut snapshot.ready),
+    ] {
+        for row in db.rows(
+            &format!("SELECT tenant_id, application_id FROM {table}"),
+            &[],
+        )? {
+            set.insert(AppKey {
+                tenant_id: row.text(0)?,
+                application_id: row.text(1)?,
             });
         }
-        for (table, set) in [
-            ("open_conflicts", &mut snapshot.open_conflicts),
-            ("ready", &mut snapshot.ready),
-        ] {
-            let mut statement =
-                tx.prepare(&format!("SELECT tenant_id, application_id FROM {table}"))?;
-            let rows = statement.query_map([], |row| {
-                Ok(AppKey {
-                    tenant_id: row.get(0)?,
-                    application_id: row.get(1)?,
-                })
-            })?;
-            for row in rows {
-                set.insert(row?);
-            }
-        }
-        let mut statement = tx.prepare("SELECT entry, verdict, processings FROM verdicts")?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (entry, verdict, processings) = row?;
-            snapshot
-                .verdicts
-                .insert(entry, (verdict, processings as u32));
-        }
     }
-    tx.commit()?;
+    for row in db.rows("SELECT entry, verdict, processings FROM verdicts", &[])? {
+        snapshot
+            .verdicts
+            .insert(row.text(0)?, (row.text(1)?, row.int(2)? as u32));
+    }
     Ok(snapshot)
 }
 
 /// How many entries have a committed verdict.
-pub fn verdict_count(conn: &Connection) -> rusqlite::Result<usize> {
-    conn.query_row("SELECT count(*) FROM verdicts", [], |row| {
-        row.get::<_, i64>(0)
-    })
-    .map(|count| count as usize)
+pub fn verdict_count(db: &Db) -> Result<usize, SqlError> {
+    db.row("SELECT count(*) FROM verdicts", &[])?
+        .map_or(Ok(0), |row| row.int(0).map(|count| count as usize))
 }
 
 /// Request-to-commit latencies in milliseconds (first commit of each entry), sorted, with
 /// the first receive and last commit times.
-pub fn latencies(conn: &Connection) -> rusqlite::Result<(Vec<i64>, i64, i64)> {
-    let mut statement = conn.prepare(
-        "SELECT committed_ms - received_ms, received_ms, committed_ms FROM verdicts
-         WHERE received_ms IS NOT NULL",
-    )?;
+pub fn latencies(db: &Db) -> Result<(Vec<i64>, i64, i64), SqlError> {
     let mut latencies = Vec::new();
     let (mut first, mut last) = (i64::MAX, i64::MIN);
-    let rows = statement.query_map([], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, i64>(1)?,
-            row.get::<_, i64>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (latency, received, committed) = row?;
-        latencies.push(latency);
-        first = first.min(received);
-        last = last.max(committed);
+    for row in db.rows(
+        "SELECT committed_ms - received_ms, received_ms, committed_ms FROM verdicts
+         WHERE received_ms IS NOT NULL",
+        &[],
+    )? {
+        latencies.push(row.int(0)?);
+        first = first.min(row.int(1)?);
+        last = last.max(row.int(2)?);
     }
     latencies.sort_unstable();
     Ok((latencies, first, last))
 }
 
-/// `PRAGMA integrity_check`: `ok`, or what is wrong.
-pub fn integrity(conn: &Connection) -> rusqlite::Result<String> {
-    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
+/// The backend's consistency check: `ok`, or what is wrong ([`Db::integrity`]).
+pub fn integrity(db: &Db) -> Result<String, SqlError> {
+    db.integrity()
 }

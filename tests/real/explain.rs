@@ -57,8 +57,8 @@ impl Rig {
             };
             apps.insert(key, Application::active(format!("BK-{n}"), 1));
         }
-        let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
-        store::put_applications(&mut conn, &apps).unwrap();
+        let conn = store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
+        store::put_applications(&conn, &apps).unwrap();
         let keys = format!(
             r#"{{"keys":[{{"id":"fin-1","source":"finance","secret":"{FINANCE_KEY}"}},{{"id":"con-1","source":"contracts","secret":"{CONTRACTS_KEY}"}}]}}"#
         );
@@ -110,7 +110,7 @@ impl Rig {
             redis_url: self.url.clone(),
             names: self.names.clone(),
             name: name.into(),
-            db: self.db(),
+            db: self.db().into(),
             count: 1,
             block_ms: 1,
             min_idle_ms: 600_000,

@@ -35,24 +35,29 @@ fn a_version_1_inbox_is_migrated_in_place_and_keeps_what_it_held() {
     let dir = temp_dir("inbox-v1");
     let path = dir.path().join("inbox.db");
     version_1_inbox(&path);
-    let mut conn = store::open(&path, 5_000).unwrap();
-    assert_eq!(schema::version(&conn).unwrap(), schema::CURRENT);
+    let conn = store::open(&path.to_path_buf().into(), 5_000).unwrap();
+    assert_eq!(
+        schema::version(conn.sqlite().unwrap()).unwrap(),
+        schema::CURRENT
+    );
     let expected: Vec<(i64, String)> = schema::MIGRATIONS
         .iter()
         .map(|m| (m.version, m.name.to_owned()))
         .collect();
     assert_eq!(
-        recorded(&conn),
+        recorded(conn.sqlite().unwrap()),
         expected,
         "version 1 adopted, the rest applied"
     );
     let failures: i64 = conn
+        .sqlite()
+        .unwrap()
         .query_row("SELECT count(*) FROM decision_failures", [], |row| {
             row.get(0)
         })
         .unwrap();
     assert_eq!(failures, 0, "version 2's table is there, empty");
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     assert_eq!(snapshot.facts.len(), 1);
     assert_eq!(
         (snapshot.facts[0].0, snapshot.facts[0].1.as_str()),
@@ -70,13 +75,13 @@ fn a_version_1_inbox_is_migrated_in_place_and_keeps_what_it_held() {
         consumer: None,
         deliveries: None,
     };
-    let decided = batch::decide(&mut conn, None, &[item], &|_| None).unwrap();
+    let decided = batch::decide(&conn, None, &[item], &|_| None).unwrap();
     assert_eq!(decided.outcomes, [Ok(Verdict::Duplicate)]);
     decided.commit().unwrap();
     drop(conn);
-    let again = store::open(&path, 5_000).unwrap();
+    let again = store::open(&path.to_path_buf().into(), 5_000).unwrap();
     assert_eq!(
-        recorded(&again),
+        recorded(again.sqlite().unwrap()),
         expected,
         "opening a current inbox changes nothing"
     );
@@ -98,12 +103,12 @@ fn an_open_conflict_of_a_version_1_inbox_stays_open_and_can_be_resolved_after_mi
         conn.execute("INSERT INTO open_conflicts VALUES ('t-1', 'app-1')", [])
             .unwrap();
     }
-    let mut conn = store::open(&path, 5_000).unwrap();
+    let conn = store::open(&path.to_path_buf().into(), 5_000).unwrap();
     let app = arrival::facts::application::AppKey {
         tenant_id: "t-1".into(),
         application_id: "app-1".into(),
     };
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     assert_eq!(snapshot.open_conflicts, [app.clone()].into());
     let id = arrival::facts::envelope::FactId {
         tenant_id: "t-1".into(),
@@ -111,7 +116,7 @@ fn an_open_conflict_of_a_version_1_inbox_stays_open_and_can_be_resolved_after_mi
         event_id: "PAY-1".into(),
     };
     let kept = arrival::pipeline::operator::resolve(
-        &mut conn,
+        &conn,
         &id,
         &arrival::pipeline::operator::Keep::OnlyVariant,
         "the variant carries the amount",
@@ -119,7 +124,7 @@ fn an_open_conflict_of_a_version_1_inbox_stays_open_and_can_be_resolved_after_mi
     .unwrap()
     .unwrap();
     assert_eq!(kept, arrival::facts::inbox::Kept::Variant);
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     assert!(snapshot.open_conflicts.is_empty());
     assert!(
         snapshot.facts[0].2.contains("\"amount\":\"2\""),
@@ -159,8 +164,8 @@ fn a_variant_an_older_build_recorded_for_a_number_spelled_otherwise_is_no_confli
         conn.execute("INSERT INTO open_conflicts VALUES ('t-1', 'app-1')", [])
             .unwrap();
     }
-    let mut conn = store::open(&path, 5_000).unwrap();
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let conn = store::open(&path.to_path_buf().into(), 5_000).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     assert!(
         snapshot.open_conflicts.is_empty(),
         "{:?}",
@@ -173,7 +178,7 @@ fn a_variant_an_older_build_recorded_for_a_number_spelled_otherwise_is_no_confli
 fn an_inbox_from_a_newer_arrival_is_refused_with_exit_2_and_left_as_it_was() {
     let dir = temp_dir("inbox-newer");
     let path = dir.path().join("inbox.db");
-    drop(store::open(&path, 5_000).unwrap());
+    drop(store::open(&path.to_path_buf().into(), 5_000).unwrap());
     let newer = schema::CURRENT + 1;
     rusqlite::Connection::open(&path)
         .unwrap()
@@ -183,7 +188,7 @@ fn an_inbox_from_a_newer_arrival_is_refused_with_exit_2_and_left_as_it_was() {
         )
         .unwrap();
     assert!(matches!(
-        store::open(&path, 5_000),
+        store::open(&path.to_path_buf().into(), 5_000),
         Err(schema::SchemaError::Newer { found, .. }) if found == newer
     ));
     let output = Command::new(ARRIVAL)

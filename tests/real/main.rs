@@ -11,6 +11,8 @@
 //! - `inbox`: the pipeline's inbox schema under versioned migrations (SQLite only).
 //! - `operator`: the operator's commands on a real inbox, and every facts fixture played
 //!   against the real pipeline.
+//! - `postgres_inbox`: the facts pipeline's inbox on PostgreSQL: every fixture, and three
+//!   `serve` processes sharing one consumer group and one database.
 //! - `poison`: per-entry poison isolation in the consumer, against the real Redis.
 
 #[allow(dead_code, unused_imports)]
@@ -21,6 +23,8 @@ mod conform;
 mod explain;
 mod inbox;
 mod operator;
+mod pg;
 mod pipeline;
 mod poison;
+mod postgres_inbox;
 mod store;

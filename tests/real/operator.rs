@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 /// Every facts fixture whose schedule the real pipeline plays: the acceptance run, the
 /// production walk, the contract v2 fixtures, every probe and review regression.
-const FIXTURES: &[&str] = &[
+pub const FIXTURES: &[&str] = &[
     "fixtures/acmeflow-wf14.json",
     "fixtures/acmeflow-production.json",
     "fixtures/facts-conflict.json",
@@ -124,7 +124,7 @@ fn payment(event_id: &str, application: &str, business_key: &str, amount: &str) 
 /// Decides bodies as stream entries `1-0`, `2-0`, ... (received at 2024-06-03T09:00:01Z),
 /// returning their verdicts.
 fn decide(db: &Path, first: u64, bodies: &[String]) -> Vec<Verdict> {
-    let mut conn = store::open(db, 5_000).unwrap();
+    let conn = store::open(&db.to_path_buf().into(), 5_000).unwrap();
     let items: Vec<batch::Item> = bodies
         .iter()
         .enumerate()
@@ -136,7 +136,7 @@ fn decide(db: &Path, first: u64, bodies: &[String]) -> Vec<Verdict> {
             deliveries: None,
         })
         .collect();
-    let decided = batch::decide(&mut conn, None, &items, &|_| None).unwrap();
+    let decided = batch::decide(&conn, None, &items, &|_| None).unwrap();
     let verdicts = decided
         .outcomes
         .iter()
@@ -364,7 +364,7 @@ fn quarantine_expires_by_the_sweep_s_clock_and_expired_entries_stay_out_of_regis
         ],
     );
     assert!(!ok(&register).contains("released"));
-    let snapshot = store::snapshot(&mut store::open(&db, 5_000).unwrap()).unwrap();
+    let snapshot = store::snapshot(&store::open(&db.to_path_buf().into(), 5_000).unwrap()).unwrap();
     assert!(
         snapshot.facts.is_empty(),
         "an expired entry never becomes a fact"

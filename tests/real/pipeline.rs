@@ -40,7 +40,7 @@ fn options(requests: usize, kills: usize) -> DrillOptions {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -132,7 +132,7 @@ fn a_poison_entry_is_dead_lettered_and_the_rest_flows() {
 }
 
 /// Writes `DIR/keys.json` with the drill's keys.
-fn write_drill_keys(dir: &Path) {
+pub fn write_drill_keys(dir: &Path) {
     std::fs::write(
         dir.join("keys.json"),
         format!(
@@ -193,8 +193,8 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
     let dir = temp_dir("pipeline");
     let now = store::now_ms() / 1000;
     let (apps, requests) = drill::requests(11, 40, now);
-    let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
-    store::put_applications(&mut conn, &apps).unwrap();
+    let conn = store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
+    store::put_applications(&conn, &apps).unwrap();
     write_drill_keys(dir.path());
     let names = Names {
         stream: unique("arrival-test"),
@@ -247,7 +247,7 @@ fn serve_survives_a_sigkill_and_stops_cleanly_on_sigterm() {
         status.success(),
         "SIGTERM must stop serve with exit 0, got {status}"
     );
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     let missing: Vec<&String> = accepted
         .iter()
         .filter(|id| !snapshot.verdicts.contains_key(*id))
@@ -351,7 +351,7 @@ fn an_entry_deleted_while_pending_is_dead_lettered_not_retried_for_ever() {
     let url = redis_url();
     let dir = temp_dir("pipeline");
     write_drill_keys(dir.path());
-    store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+    store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
     let names = Names {
         stream: unique("arrival-test"),
         group: "inbox".into(),
@@ -410,7 +410,7 @@ fn a_body_that_stalls_is_answered_408_and_nothing_enters_the_stream() {
     use std::io::{Read, Write};
     let url = redis_url();
     let dir = temp_dir("pipeline");
-    store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+    store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
     write_drill_keys(dir.path());
     let names = Names {
         stream: unique("arrival-test"),
@@ -500,8 +500,8 @@ fn two_serve_processes_on_one_group_read_as_distinct_consumers() {
     let now = store::now_ms() / 1000;
     let (apps, requests) = drill::requests(5, 12, now);
     let conn = {
-        let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
-        store::put_applications(&mut conn, &apps).unwrap();
+        let conn = store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
+        store::put_applications(&conn, &apps).unwrap();
         conn
     };
     write_drill_keys(dir.path());
@@ -579,8 +579,8 @@ fn every_answer_leaves_a_receipt_and_no_receipt_holds_a_body_or_a_secret() {
     let dir = temp_dir("receipts");
     let now = store::now_ms() / 1000;
     let (apps, requests) = drill::requests(5, 6, now);
-    let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
-    store::put_applications(&mut conn, &apps).unwrap();
+    let conn = store::open(&dir.path().join("inbox.db").to_path_buf().into(), 5_000).unwrap();
+    store::put_applications(&conn, &apps).unwrap();
     write_drill_keys(dir.path());
     let names = Names {
         stream: unique("arrival-receipts"),

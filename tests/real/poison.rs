@@ -69,8 +69,8 @@ impl Rig {
             let application = Application::active(format!("BK-{app}"), 1);
             apps.insert(key, application);
         }
-        let mut conn = store::open(&db, 5_000).unwrap();
-        store::put_applications(&mut conn, &apps).unwrap();
+        let conn = store::open(&db.to_path_buf().into(), 5_000).unwrap();
+        store::put_applications(&conn, &apps).unwrap();
         let url = crate::pipeline::redis_url();
         let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
         let names = Names {
@@ -97,7 +97,7 @@ impl Rig {
             redis_url: crate::pipeline::redis_url(),
             names: self.names.clone(),
             name: "c1".into(),
-            db: self.db.clone(),
+            db: self.db.clone().into(),
             count: 16,
             block_ms: 100,
             min_idle_ms: 600_000,
@@ -185,8 +185,8 @@ fn an_undecidable_entry_is_isolated_from_its_batch_and_dead_lettered_at_exactly_
             false
         )
     );
-    let mut conn = store::open(&rig.db, 5_000).unwrap();
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let conn = store::open(&rig.db.to_path_buf().into(), 5_000).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     let facts: Vec<&str> = snapshot.facts.iter().map(|f| f.1.as_str()).collect();
     assert_eq!(
         facts,
@@ -244,7 +244,7 @@ fn an_undecidable_entry_is_isolated_from_its_batch_and_dead_lettered_at_exactly_
     );
     // Nothing acknowledged and dropped: every entry has a verdict or a dead letter, and
     // nothing is left pending.
-    let snapshot = store::snapshot(&mut conn).unwrap();
+    let snapshot = store::snapshot(&conn).unwrap();
     for entry in [&before, &after, &last] {
         assert!(snapshot.verdicts.contains_key(entry), "{entry}");
     }

@@ -3,12 +3,11 @@
 //! per test, dropped after. A PostgreSQL that does not answer fails the test with what to
 //! install and run: it is never skipped.
 
+use crate::pg::{PgDatabase, DEFAULT_URL};
 use crate::util::{arrival, ok, root, temp_dir, TempDir, ARRIVAL};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 fn b62() -> PathBuf {
     root().join("fixtures/B62-15-events.json")
@@ -141,56 +140,6 @@ macro_rules! backend_test {
             }
         }
     };
-}
-
-/// A fresh PostgreSQL database, dropped when the value goes.
-struct PgDatabase {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    fn new() -> PgDatabase {
-        let admin = std::env::var("ARRIVAL_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.into());
-        let mut client =
-            postgres::Client::connect(&admin, postgres::NoTls).unwrap_or_else(|error| {
-                panic!(
-                    "PostgreSQL does not answer at {admin}: {error}\n\
-                 The store's tests need a real server. Install and start one \
-                 (`apt-get install postgresql && service postgresql start`, trust auth for \
-                 user postgres on 127.0.0.1), or run `bash .ci/test`, which starts a private \
-                 one, or set ARRIVAL_DATABASE_URL to a server that answers."
-                )
-            });
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .subsec_nanos();
-        let name = format!("arrival_test_{}_{nanos}", std::process::id());
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create the test database");
-        let base = admin.split('?').next().expect("a url");
-        let cut = base.rfind('/').expect("a database path");
-        let url = if cut > "postgres://".len() {
-            format!("{}/{name}", &base[..cut])
-        } else {
-            format!("{base}/{name}")
-        };
-        PgDatabase { admin, name, url }
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = client.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
 }
 
 fn report_keys(value: &Value) -> Value {

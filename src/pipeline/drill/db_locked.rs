@@ -30,7 +30,7 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
     .await?;
     let mut report = DrillReport::new("db-locked", options, requests.len());
     let blocker = store::open(&rig.options.db, 100)?;
-    blocker.execute_batch("BEGIN EXCLUSIVE")?;
+    blocker.batch("BEGIN EXCLUSIVE")?;
     let stop = Arc::new(AtomicBool::new(false));
     let consumers = plain_consumers(&rig, options.consumers, &stop);
     report.consumer_starts = consumers.len();
@@ -56,7 +56,7 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
         delivered == pending && verdicts == 0 && pending > 0,
         format!("{delivered} delivered, {pending} pending, {verdicts} verdicts while locked"),
     );
-    blocker.execute_batch("ROLLBACK")?;
+    blocker.batch("ROLLBACK")?;
     drop(blocker);
     drain_then_stop(&mut rig, &stop, consumers).await?;
     common_checks(&mut report, &mut rig, &accepted, Some(&oracle))?;

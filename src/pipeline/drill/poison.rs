@@ -60,13 +60,11 @@ pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError
         dead_ids == [poison_id.clone()],
         format!("dead letters {dead_ids:?}, poison entry {poison_id}"),
     );
-    let mut conn = store::open(&rig.options.db, store::DEFAULT_BUSY_TIMEOUT_MS)?;
+    let conn = store::open(&rig.options.db, store::DEFAULT_BUSY_TIMEOUT_MS)?;
     let verdicts = store::verdict_count(&conn)?;
     report.check(
         "poison-has-no-verdict",
-        !store::snapshot(&mut conn)?
-            .verdicts
-            .contains_key(&poison_id),
+        !store::snapshot(&conn)?.verdicts.contains_key(&poison_id),
         format!("{verdicts} verdicts"),
     );
     common_checks(&mut report, &mut rig, &accepted, Some(&oracle))?;

@@ -13,6 +13,7 @@ use crate::pipeline::client::{Client, Reply};
 use crate::pipeline::consumer::Point;
 use crate::pipeline::ingress::{spawn_consumer, start, PipelineError, Running, ServeOptions};
 use crate::pipeline::run::{unique, TempDir};
+use crate::pipeline::sql::InboxAt;
 use crate::pipeline::store;
 use crate::pipeline::stream::{self, Names};
 use std::collections::BTreeMap;
@@ -173,9 +174,9 @@ pub async fn rig(
     mutant: Option<Mutant>,
 ) -> Result<Rig, PipelineError> {
     let dir = TempDir::new("arrival-drill")?;
-    let db = dir.0.join("inbox.db");
-    let mut conn = store::open(&db, busy_timeout_ms)?;
-    store::put_applications(&mut conn, apps)?;
+    let db = InboxAt::Sqlite(dir.0.join("inbox.db"));
+    let conn = store::open(&db, busy_timeout_ms)?;
+    store::put_applications(&conn, apps)?;
     let names = Names {
         stream: unique("arrival-drill"),
         group: "inbox".into(),
