@@ -337,6 +337,19 @@ pub struct LoadArgs {
     /// Concurrent client connections.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// `serve` processes on one consumer group and one inbox (several need
+    /// `--scratch-db postgres://...`).
+    #[arg(long, default_value_t = 1)]
+    pub processes: usize,
+    /// A database the runs may EMPTY and use as the inbox (each run deletes every row of
+    /// the inbox's tables first); a new SQLite file per run when left out.
+    #[arg(long, value_parser = super::inbox::inbox_at)]
+    pub scratch_db: Option<InboxAt>,
+    /// Also measure this machine's bare limits for the same requests, in the same run:
+    /// `redis-benchmark` XADD of the bodies, and a bare batched INSERT of the same rows
+    /// into the same database; print each run's ratio to them.
+    #[arg(long)]
+    pub baselines: bool,
     /// Redis URL.
     #[arg(
         long,
@@ -864,14 +877,46 @@ fn load(args: &LoadArgs) -> Outcome {
         count: args.count,
         concurrency: args.concurrency,
         redis_url: args.redis_url.clone(),
+        db: args.scratch_db.clone(),
+        processes: args.processes.max(1),
+    };
+    if options.processes > 1 && !matches!(options.db, Some(InboxAt::Postgres(_))) {
+        return Err(InputError::invalid(
+            Path::new("--processes"),
+            "command line",
+            "several serve processes share one inbox through PostgreSQL: add --scratch-db postgres://...",
+        )
+        .into());
+    }
+    let baselines = if args.baselines {
+        let measured = crate::pipeline::load::baselines(&options)
+            .map_err(|error| env_error(&"load", error))?;
+        if !args.json {
+            print(&format!(
+                "bare limits: redis-benchmark XADD {:.0}/s, batched INSERT {:.0} rows/s (batch {})\n",
+                measured.xadd_per_second, measured.insert_per_second, options.count
+            ));
+        }
+        Some(measured)
+    } else {
+        None
     };
     let mut results: Vec<LoadResult> = Vec::new();
     for &consumers in &args.consumers {
         let result = crate::pipeline::load::measure(&options, consumers.max(1))
             .map_err(|error| env_error(&"load", error))?;
         if !args.json {
+            let ratios = baselines.as_ref().map_or(String::new(), |bare| {
+                format!(
+                    ", {:.2} of bare XADD, {:.2} of bare INSERT",
+                    result.per_second / bare.xadd_per_second,
+                    result.per_second / bare.insert_per_second
+                )
+            });
             print(&format!(
-                "{} consumer(s), COUNT {}: {} requests ({} accepted), {:.0} req/s to commit, ingress {:.0} req/s, p50 {} ms, p99 {} ms\n",
+                "{} {} process(es) x {} consumer(s), COUNT {}: {} requests ({} accepted), {:.0} req/s to commit, ingress {:.0} req/s, p50 {} ms, p99 {} ms{ratios}\n",
+                result.backend,
+                result.processes,
                 result.consumers,
                 result.count,
                 result.requests,
@@ -885,7 +930,8 @@ fn load(args: &LoadArgs) -> Outcome {
         results.push(result);
     }
     if args.json {
-        print(&(serde_json::to_string_pretty(&results).expect("results serialise") + "\n"));
+        let document = serde_json::json!({ "baselines": baselines, "runs": results });
+        print(&(serde_json::to_string_pretty(&document).expect("results serialise") + "\n"));
     }
     Ok(true)
 }

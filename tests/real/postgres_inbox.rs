@@ -185,3 +185,36 @@ fn three_serve_processes_on_one_postgresql_inbox_end_in_the_model_s_terminal_sta
         snapshot.ready.len()
     );
 }
+
+#[test]
+fn the_load_generator_measures_three_processes_on_postgresql_beside_the_bare_limits() {
+    let database = PgDatabase::new();
+    // The scratch database holds an inbox before the run: load empties it first.
+    let conn = store::open(&InboxAt::Postgres(database.url.clone()), 5_000).unwrap();
+    drop(conn);
+    let output = Command::new(ARRIVAL)
+        .args(["pipeline", "load", "--requests", "60", "--consumers", "1"])
+        .args(["--processes", "3", "--baselines", "--json"])
+        .args(["--scratch-db", &database.url])
+        .env("ARRIVAL_REDIS_URL", redis_url())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let run = &report["runs"][0];
+    assert_eq!(run["backend"], "postgres");
+    assert_eq!(run["processes"], 3);
+    assert_eq!(run["accepted"], 60, "every load request is signed right");
+    for limit in ["xadd_per_second", "insert_per_second"] {
+        assert!(
+            report["baselines"][limit].as_f64().unwrap() > 0.0,
+            "{limit}: {report}"
+        );
+    }
+    let refused = Command::new(ARRIVAL)
+        .args(["pipeline", "load", "--requests", "5", "--processes", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--processes"));
+}
