@@ -323,7 +323,7 @@ fn bare_xadd(
     }
     let text = String::from_utf8_lossy(&output.stdout);
     // `-q` prints `XADD ...: 12345.67 requests per second, p50=...` (after a `\r` line).
-    text.split(|c| c == '\r' || c == '\n')
+    text.split(['\r', '\n'])
         .filter_map(|line| line.split(": ").nth(1))
         .filter_map(|rest| rest.split(" requests per second").next())
         .find_map(|number| number.trim().parse().ok())
