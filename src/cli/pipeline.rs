@@ -131,6 +131,16 @@ pub enum PipelineCommand {
         /// Keep entries younger than this, acknowledged or not (seconds).
         #[arg(long, default_value_t = 7 * 24 * 3600)]
         retention_seconds: i64,
+        /// Also remove dead letters older than this (seconds); kept when left out, since a
+        /// dead letter waits for a person.
+        #[arg(long)]
+        dead_letter_retention_seconds: Option<i64>,
+        /// Also delete the inbox's receipts older than this (seconds); needs `--db`.
+        #[arg(long, requires = "db")]
+        receipts_retention_seconds: Option<i64>,
+        /// The inbox whose receipts to trim.
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: Option<InboxAt>,
     },
     /// List, replay or discard dead letters (each action kept in the inbox).
     #[command(subcommand)]
@@ -428,7 +438,17 @@ pub fn run(command: PipelineCommand) -> Outcome {
         PipelineCommand::Trim {
             redis,
             retention_seconds,
-        } => trim(&redis, retention_seconds),
+            dead_letter_retention_seconds,
+            receipts_retention_seconds,
+            db,
+        } => {
+            trim(&redis, retention_seconds)?;
+            trim_more(
+                &redis,
+                dead_letter_retention_seconds,
+                receipts_retention_seconds.zip(db),
+            )
+        }
         PipelineCommand::DeadLetters(command) => super::operator::dead_letters(command),
         PipelineCommand::Upgrade {
             target,
@@ -658,6 +678,36 @@ fn trim(redis: &RedisArgs, retention_seconds: i64) -> Outcome {
     match boundary {
         Some(boundary) => print(&format!("trimmed {removed} entries before {boundary}\n")),
         None => print("trimmed nothing: the stream has no consumer group\n"),
+    }
+    Ok(true)
+}
+
+/// `pipeline trim`'s own periods: the dead-letter stream by age, the receipts by age.
+fn trim_more(
+    redis: &RedisArgs,
+    dead_letters: Option<i64>,
+    receipts: Option<(i64, InboxAt)>,
+) -> Outcome {
+    let now = pstore::now_ms();
+    let ms = |seconds: i64| seconds.max(0).saturating_mul(1000);
+    if let Some(seconds) = dead_letters {
+        let url = &redis.redis_url;
+        let mut conn = crate::pipeline::stream::connect(url, std::time::Duration::from_secs(5))
+            .map_err(|error| env_error(url, error))?;
+        let dead = redis.names().dead_letter();
+        let removed = crate::pipeline::stream::trim_older(&mut conn, &dead, ms(seconds), now)
+            .map_err(|error| env_error(url, error))?;
+        print(&format!(
+            "trimmed {removed} dead letters older than {seconds} s\n"
+        ));
+    }
+    if let Some((seconds, db)) = receipts {
+        let conn = super::inbox::open_existing(&db)?;
+        let removed = crate::pipeline::receipts::trim(&conn, now - ms(seconds))
+            .map_err(|error| env_error(&db, error))?;
+        print(&format!(
+            "deleted {removed} receipts older than {seconds} s\n"
+        ));
     }
     Ok(true)
 }

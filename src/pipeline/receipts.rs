@@ -214,6 +214,11 @@ fn write(db: &Db, batch: &[Receipt]) -> Result<(), SqlError> {
     })
 }
 
+/// Receipt retention: deletes the receipts answered before `before_ms`; how many.
+pub fn trim(db: &Db, before_ms: i64) -> Result<u64, SqlError> {
+    db.exec("DELETE FROM receipts WHERE at_ms < ?1", args![before_ms])
+}
+
 /// The receipts of one event (`tenant/source/event_id`), or the last `limit` of all, oldest
 /// first.
 pub fn list(

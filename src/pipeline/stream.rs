@@ -689,6 +689,21 @@ pub fn trim_acknowledged(
     Ok((Some(boundary), removed))
 }
 
+/// Age retention for a stream no group reads (the dead-letter stream): removes, with an
+/// exact `XTRIM MINID`, the entries older than `retention_ms` at `now_ms`; how many.
+pub fn trim_older(
+    conn: &mut Connection,
+    stream: &str,
+    retention_ms: i64,
+    now_ms: i64,
+) -> RedisResult<i64> {
+    redis::cmd("XTRIM")
+        .arg(stream)
+        .arg("MINID")
+        .arg(format!("{}-0", (now_ms - retention_ms).max(0)))
+        .query(conn)
+}
+
 /// Compares two entry ids (`ms-seq`) numerically.
 pub fn id_order(a: &str, b: &str) -> std::cmp::Ordering {
     let parse = |id: &str| {

@@ -734,3 +734,71 @@ fn retention_trims_only_what_every_group_acknowledged_and_the_period_has_passed(
     );
     stream::delete_keys(&mut conn, &names).unwrap();
 }
+
+#[test]
+fn dead_letters_and_receipts_are_trimmed_by_their_own_periods_and_only_when_asked() {
+    let url = redis_url();
+    let dir = temp_dir("retention-own");
+    let db = dir.path().join("inbox.db");
+    let conn = store::open(&db.to_path_buf().into(), 5_000).unwrap();
+    let now = store::now_ms();
+    for at in [1_000, now] {
+        conn.exec(
+            "INSERT INTO receipts (at_ms, status, reason) VALUES (?1, 400, 'bad_signature')",
+            arrival::args![at],
+        )
+        .unwrap();
+    }
+    let names = Names {
+        stream: unique("arrival-retention"),
+        group: "inbox".into(),
+    };
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    for id in ["1000-0", "*"] {
+        let _: String = redis::cmd("XADD")
+            .arg(names.dead_letter())
+            .arg(id)
+            .arg("entry")
+            .arg("x")
+            .query(&mut redis)
+            .unwrap();
+    }
+    let trim = |extra: &[&str]| {
+        Command::new(ARRIVAL)
+            .args(["pipeline", "trim", "--stream", &names.stream])
+            .args(extra)
+            .env("ARRIVAL_REDIS_URL", &url)
+            .env_remove("ARRIVAL_DB")
+            .output()
+            .unwrap()
+    };
+    let plain = trim(&[]);
+    assert!(plain.status.success());
+    let dead = stream::range_all(&mut redis, &names.dead_letter()).unwrap();
+    assert_eq!(
+        dead.len(),
+        2,
+        "dead letters are kept unless a period is given"
+    );
+    let output = trim(&[
+        "--dead-letter-retention-seconds",
+        "60",
+        "--receipts-retention-seconds",
+        "60",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("trimmed 1 dead letters") && text.contains("deleted 1 receipts"));
+    let dead = stream::range_all(&mut redis, &names.dead_letter()).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_ne!(
+        dead[0].id, "1000-0",
+        "the old letter went, the new one stayed"
+    );
+    let left = conn.rows("SELECT at_ms FROM receipts", &[]).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].int(0).unwrap(), now);
+    stream::delete_keys(&mut redis, &names).unwrap();
+}
