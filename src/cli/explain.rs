@@ -64,12 +64,12 @@ fn target(args: &ExplainArgs) -> Result<Target, Error> {
 /// Runs `pipeline explain`.
 pub fn explain(args: &ExplainArgs) -> Outcome {
     let target = target(args)?;
-    let mut conn = super::operator::open_sqlite(&args.db, "explain")?;
+    let conn = super::operator::open(&args.db)?;
     let url = &args.redis.redis_url;
     let mut redis = crate::pipeline::stream::connect(url, Duration::from_secs(5))
         .map_err(|error| env_error(&url, error))?;
     let now_ms = crate::pipeline::store::now_ms();
-    let evidence = load::load(&mut conn, &mut redis, &args.redis.names(), target, now_ms)
+    let evidence = load::load(&conn, &mut redis, &args.redis.names(), target, now_ms)
         .map_err(|error| env_error(&args.db, error))?;
     let explanation = reason::explain(&evidence);
     if args.json {

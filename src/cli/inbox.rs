@@ -19,24 +19,24 @@ pub(super) fn inbox_at(text: &str) -> Result<InboxAt, String> {
     if text.is_empty() {
         return Err("an empty path: give an SQLite file or postgres://USER@HOST:PORT/DB".into());
     }
-    let at = InboxAt::parse(text);
-    if let InboxAt::Postgres(url) = &at {
-        url.parse::<postgres::Config>()
-            .map_err(|error| format!("not a PostgreSQL URL: {error}"))?;
-    }
-    Ok(at)
+    // A PostgreSQL URL is checked by [`checked`] when a command uses it, not here: clap
+    // would quote the whole text, password included, in its refusal.
+    Ok(InboxAt::parse(text))
 }
 
-/// The SQLite file of a command that reads the inbox with SQLite only (`explain`,
-/// `receipts`, `dead-letters`); a PostgreSQL inbox is refused by name.
-pub(super) fn sqlite_only<'a>(db: &'a InboxAt, command: &str) -> Result<&'a Path, InputError> {
-    db.sqlite_path().ok_or_else(|| {
-        InputError::invalid(
-            Path::new("--db"),
-            "command line",
-            format!("`pipeline {command}` reads SQLite inboxes only so far; {db} is PostgreSQL"),
-        )
-    })
+/// Refuses a PostgreSQL `--db` that does not parse as a URL (exit 2), quoting it with its
+/// password hidden.
+pub(super) fn checked(db: &InboxAt) -> Result<(), InputError> {
+    if let InboxAt::Postgres(url) = db {
+        url.parse::<postgres::Config>().map_err(|error| {
+            InputError::invalid(
+                Path::new("--db"),
+                "command line",
+                format!("`{db}` is not a PostgreSQL URL: {error}"),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Opens an inbox that `pipeline init` made ([`existing_inbox`]); a database that does not
@@ -50,6 +50,7 @@ pub(super) fn open_existing(db: &InboxAt) -> Result<Db, Error> {
 /// [`existing_inbox`] for either backend: a PostgreSQL inbox is one whose database has the
 /// `applications` table.
 pub(super) fn existing(db: &InboxAt) -> Result<(), Error> {
+    checked(db)?;
     match db {
         InboxAt::Sqlite(path) => Ok(existing_inbox(path)?),
         InboxAt::Postgres(url) => {
@@ -58,7 +59,8 @@ pub(super) fn existing(db: &InboxAt) -> Result<(), Error> {
             ));
             let found = pg
                 .row(
-                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'applications'",
+                    "SELECT count(*) FROM information_schema.tables
+                     WHERE table_schema = current_schema() AND table_name = 'applications'",
                     &[],
                 )
                 .and_then(|row| row.map_or(Ok(0), |row| row.int(0)))

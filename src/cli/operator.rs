@@ -5,7 +5,7 @@
 //! input naming the flag (exit 2) and leaves the inbox as it was; an inbox that fails is
 //! the environment (exit 3).
 
-use super::inbox::{env_error, open_existing, sqlite_only};
+use super::inbox::{env_error, open_existing};
 use super::{pretty_json, print, Error, Outcome};
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{Envelope, FactId, Source};
@@ -154,14 +154,6 @@ pub enum QuarantineCommand {
 
 pub(super) fn open(db: &InboxAt) -> Result<Db, Error> {
     open_existing(db)
-}
-
-/// Opens an SQLite inbox for a command that reads it with SQLite only; a PostgreSQL inbox
-/// is refused by name (exit 2).
-pub(super) fn open_sqlite(db: &InboxAt, command: &str) -> Result<rusqlite::Connection, Error> {
-    let path = sqlite_only(db, command)?;
-    super::inbox::existing(db)?;
-    pstore::open_sqlite(path, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))
 }
 
 fn refused(flag: &str, why: impl std::fmt::Display) -> Error {
@@ -389,7 +381,7 @@ pub fn quarantine(command: QuarantineCommand) -> Outcome {
 /// `pipeline receipts`: what ingress answered, oldest of the newest `limit` first.
 pub fn receipts(db: &InboxAt, event: Option<&str>, limit: usize, json: bool) -> Outcome {
     let event = event.map(identity).transpose()?;
-    let conn = open_sqlite(db, "receipts")?;
+    let conn = open(db)?;
     let rows = crate::pipeline::receipts::list(&conn, event.as_ref(), limit)
         .map_err(|error| env_error(db, error))?;
     if json {
@@ -525,9 +517,9 @@ pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
             entry,
             reason,
         } => {
-            let mut inbox = open_sqlite(&db, "dead-letters")?;
+            let inbox = open(&db)?;
             let mut conn = redis_of(&redis)?;
-            let new = dl::replay(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
+            let new = dl::replay(&mut conn, &inbox, &redis.names(), &entry, &reason)
                 .map_err(|error| action_error(&db, error))?;
             print(&format!("entry {entry} replayed as {new}\n"));
             Ok(true)
@@ -538,9 +530,9 @@ pub fn dead_letters(command: DeadLettersCommand) -> Outcome {
             entry,
             reason,
         } => {
-            let mut inbox = open_sqlite(&db, "dead-letters")?;
+            let inbox = open(&db)?;
             let mut conn = redis_of(&redis)?;
-            let letter = dl::discard(&mut conn, &mut inbox, &redis.names(), &entry, &reason)
+            let letter = dl::discard(&mut conn, &inbox, &redis.names(), &entry, &reason)
                 .map_err(|error| action_error(&db, error))?;
             print(&format!("entry {entry} ({}) discarded\n", letter.category));
             Ok(true)

@@ -185,7 +185,7 @@ pub enum PipelineCommand {
     #[command(hide = true)]
     Step {
         /// The inbox database.
-        #[arg(long, value_parser = super::inbox::inbox_at)]
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
         db: crate::pipeline::sql::InboxAt,
         /// Redis, stream and group.
         #[command(flatten)]
@@ -487,6 +487,7 @@ fn refuse_existing(db: &Path) -> InputError {
 /// Refuses an init where an inbox is already: an SQLite file that exists, or a PostgreSQL
 /// database that has the inbox's tables.
 fn refuse_existing_inbox(db: &InboxAt) -> Result<(), Error> {
+    super::inbox::checked(db)?;
     match db {
         InboxAt::Sqlite(path) if path.exists() => Err(refuse_existing(path).into()),
         InboxAt::Sqlite(_) => Ok(()),
@@ -775,6 +776,9 @@ fn run_fixture(
     db: Option<InboxAt>,
 ) -> Outcome {
     let scenario = crate::pipeline::run::load(fixture)?;
+    if let Some(db) = &db {
+        refuse_used_database(db)?;
+    }
     let options = crate::pipeline::run::RunOptions {
         redis_url,
         exe: std::env::current_exe().map_err(|error| env_error(&fixture.display(), error))?,
@@ -798,6 +802,33 @@ fn run_fixture(
         print(&crate::facts::table::render_table(&report));
     }
     Ok(report.passed())
+}
+
+/// Refuses a `pipeline run --db` that holds applications already: a run registers the
+/// fixture's own and compares the end with the fixture's expectations.
+fn refuse_used_database(db: &InboxAt) -> Result<(), Error> {
+    super::inbox::checked(db)?;
+    if let InboxAt::Sqlite(path) = db {
+        if !path.exists() {
+            return Ok(());
+        }
+    }
+    let conn =
+        pstore::open(db, pstore::DEFAULT_BUSY_TIMEOUT_MS).map_err(|error| env_error(db, error))?;
+    let held = pstore::applications(&conn).map_err(|error| env_error(db, error))?;
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(InputError::invalid(
+        Path::new("--db"),
+        "command line",
+        format!(
+            "{db} holds {} application(s) already; `pipeline run` plays a fixture on a new, \
+             empty inbox: give it a new database",
+            held.len()
+        ),
+    )
+    .into())
 }
 
 /// `pipeline step`: one consumer step (a child process of `run`), as JSON lines.
@@ -922,6 +953,9 @@ fn render_drill(report: &DrillReport) -> String {
 
 /// `pipeline load`: every consumer count measured, the figures printed.
 fn load(args: &LoadArgs) -> Outcome {
+    if let Some(db) = &args.scratch_db {
+        super::inbox::checked(db)?;
+    }
     let options = LoadOptions {
         requests: args.requests,
         count: args.count,

@@ -8,7 +8,7 @@
 //! ends the whole transaction: it is nobody's entry's fault, and the caller keeps every
 //! entry pending.
 
-use super::sql::{Db, SqlError};
+use super::sql::{printable, Db, SqlError};
 use super::store::{identities_of, load, now_ms, write_back};
 use crate::args;
 use crate::facts::application::AppKey;
@@ -212,10 +212,10 @@ fn record_failure(db: &Db, item: &Item, why: &str) -> Result<(), SqlError> {
              last_ms = excluded.last_ms",
         args![
             &item.entry,
-            &id.tenant_id,
+            &*printable(&id.tenant_id),
             id.source.as_str(),
-            &id.event_id,
-            why,
+            &*printable(&id.event_id),
+            &*printable(why),
             now_ms()
         ],
     )?;

@@ -510,6 +510,12 @@ impl Consumer {
                             let _ = stream::ensure_group(&mut self.redis, &self.options.names);
                         }
                     }
+                    if self.db.is_broken() {
+                        if let Ok(db) = store::open(&self.options.db, self.options.busy_timeout_ms)
+                        {
+                            self.db = db;
+                        }
+                    }
                 }
             }
         }

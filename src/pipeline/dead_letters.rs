@@ -4,9 +4,10 @@
 //! inbox's `dead_letter_actions` with its reason, written in a transaction that commits
 //! only after Redis did the action.
 
+use super::sql::{Db, SqlError};
 use super::stream::{self, Names, RawEntry};
+use crate::args;
 use crate::facts::envelope::parse_json_object;
-use rusqlite::{params, Connection, TransactionBehavior};
 use serde::Serialize;
 
 /// One dead letter.
@@ -72,7 +73,14 @@ pub enum ActionError {
     Redis(#[from] redis::RedisError),
     /// The inbox failed (before Redis acted, nothing was done; after, see the message).
     #[error("inbox database: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] SqlError),
+}
+
+impl super::store::Retry for ActionError {
+    /// Never: Redis may have acted already.
+    fn retry(&self) -> bool {
+        false
+    }
 }
 
 const REPLAY_SCRIPT: &str = r"
@@ -90,26 +98,26 @@ fn find(redis: &mut redis::Connection, names: &Names, entry: &str) -> Result<Let
 
 /// Records an action in `tx` (committed by the caller after Redis acted).
 fn record(
-    tx: &Connection,
+    tx: &Db,
     letter: &Letter,
     action: &str,
     new_entry: Option<&str>,
     reason: &str,
-) -> rusqlite::Result<()> {
-    tx.execute(
+) -> Result<(), SqlError> {
+    tx.exec(
         "INSERT INTO dead_letter_actions (at_ms, entry, action, new_entry, category, tenant_id,
                                           source, event_id, error, reason)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![
+        args![
             super::store::now_ms(),
-            letter.entry,
+            &letter.entry,
             action,
             new_entry,
-            letter.category,
-            letter.tenant_id,
-            letter.source,
-            letter.event_id,
-            letter.reason,
+            &letter.category,
+            &letter.tenant_id,
+            &letter.source,
+            &letter.event_id,
+            &letter.reason,
             reason
         ],
     )?;
@@ -121,13 +129,22 @@ fn record(
 /// records it; the new entry's id. Consumers decide it like any other entry.
 pub fn replay(
     redis: &mut redis::Connection,
-    conn: &mut Connection,
+    conn: &Db,
     names: &Names,
     entry: &str,
     reason: &str,
 ) -> Result<String, ActionError> {
     let letter = find(redis, names, entry)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    super::store::in_transaction(conn, |tx| replay_in(redis, tx, names, &letter, reason))
+}
+
+fn replay_in(
+    redis: &mut redis::Connection,
+    tx: &Db,
+    names: &Names,
+    letter: &Letter,
+    reason: &str,
+) -> Result<String, ActionError> {
     let script = redis::Script::new(REPLAY_SCRIPT);
     let mut invocation = script.key(&names.stream);
     invocation
@@ -149,26 +166,26 @@ pub fn replay(
         }
     }
     let new_entry: String = invocation.invoke(redis)?;
-    record(&tx, &letter, "replay", Some(&new_entry), reason)?;
-    tx.commit()?;
+    record(tx, letter, "replay", Some(&new_entry), reason)?;
     Ok(new_entry)
 }
 
 /// Removes the dead letter of `entry` and records why.
 pub fn discard(
     redis: &mut redis::Connection,
-    conn: &mut Connection,
+    conn: &Db,
     names: &Names,
     entry: &str,
     reason: &str,
 ) -> Result<Letter, ActionError> {
     let letter = find(redis, names, entry)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    record(&tx, &letter, "discard", None, reason)?;
-    redis::cmd("XDEL")
-        .arg(names.dead_letter())
-        .arg(&letter.id)
-        .query::<i64>(redis)?;
-    tx.commit()?;
+    super::store::in_transaction(conn, |tx| {
+        record(tx, &letter, "discard", None, reason)?;
+        redis::cmd("XDEL")
+            .arg(names.dead_letter())
+            .arg(&letter.id)
+            .query::<i64>(redis)?;
+        Ok::<_, ActionError>(())
+    })?;
     Ok(letter)
 }

@@ -125,6 +125,9 @@ pub enum KeysFile {
 
 struct AppsCache {
     conn: Db,
+    /// Where `conn` came from, to open it again when the server closed it.
+    at: InboxAt,
+    busy_timeout_ms: u64,
     version: i64,
     apps: Arc<Applications>,
 }
@@ -155,6 +158,11 @@ impl IngressState {
     /// The applications as they stand (re-read when an upgrade changed them).
     fn applications(&self) -> Result<Arc<Applications>, SqlError> {
         let mut cache = self.apps.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.conn.is_broken() {
+            let reopened = store::open(&cache.at, cache.busy_timeout_ms)
+                .map_err(|error| SqlError::Data(format!("cannot open the inbox again: {error}")))?;
+            cache.conn = reopened;
+        }
         let version = store::applications_version(&cache.conn)?;
         if version != cache.version {
             cache.apps = Arc::new(store::applications(&cache.conn)?);
@@ -515,6 +523,8 @@ pub async fn start(
         config,
         apps: Mutex::new(AppsCache {
             conn,
+            at: options.db.clone(),
+            busy_timeout_ms: options.busy_timeout_ms,
             version: -1,
             apps: Arc::new(Applications::new()),
         }),

@@ -126,8 +126,9 @@ fn spawn_serve(
 ) -> Result<(std::process::Child, std::net::SocketAddr), PipelineError> {
     let exe = std::env::current_exe().map_err(bad)?;
     let mut child = Command::new(exe)
-        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db.connection_text())
+        .args(["pipeline", "serve", "--listen", "127.0.0.1:0"])
+        // Through the environment, where `ps` does not show a PostgreSQL password.
+        .env("ARRIVAL_DB", db.connection_text())
         .arg("--keys")
         .arg(keys)
         .args(["--stream", &names.stream, "--group", &names.group])

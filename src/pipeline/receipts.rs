@@ -6,11 +6,10 @@
 //! the body's SHA-256, and the tenant, application and event id once the body names them;
 //! never the body, never a secret.
 
-use super::sql::{Db, InboxAt, SqlError};
+use super::sql::{printable, Db, InboxAt, Row, SqlError};
 use super::store;
 use crate::args;
 use crate::facts::envelope::parse_json_object;
-use rusqlite::{params, Connection};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -99,10 +98,12 @@ impl Receipts {
         busy_timeout_ms: u64,
     ) -> Result<Receipts, super::schema::SchemaError> {
         let conn = store::open(db, busy_timeout_ms)?;
+        let at = db.clone();
+        let reopen = move || store::open(&at, busy_timeout_ms).ok();
         let (queue, inbox) = mpsc::sync_channel(QUEUE);
         let writer = std::thread::Builder::new()
             .name("arrival-receipts".into())
-            .spawn(move || write_all(conn, &inbox))
+            .spawn(move || write_all(conn, &inbox, &reopen))
             .map_err(|error| {
                 super::schema::SchemaError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(
                     error,
@@ -154,7 +155,7 @@ impl Drop for Receipts {
     }
 }
 
-fn write_all(conn: Db, inbox: &Receiver<Receipt>) {
+fn write_all(mut conn: Db, inbox: &Receiver<Receipt>, reopen: &dyn Fn() -> Option<Db>) {
     let mut batch: Vec<Receipt> = Vec::new();
     loop {
         let open = match inbox.recv_timeout(Duration::from_millis(50)) {
@@ -167,8 +168,21 @@ fn write_all(conn: Db, inbox: &Receiver<Receipt>) {
             Err(RecvTimeoutError::Disconnected) => false,
         };
         if !batch.is_empty() {
+            if conn.is_broken() {
+                conn = reopen().unwrap_or(conn);
+            }
             match write(&conn, &batch) {
                 Ok(()) => batch.clear(),
+                // One receipt the database refuses must not hold back the others: each is
+                // written alone, and the refused ones go to stderr.
+                Err(error) if error.is_entry_fault() => {
+                    for receipt in batch.drain(..) {
+                        if let Err(error) = write(&conn, std::slice::from_ref(&receipt)) {
+                            let line = serde_json::to_string(&receipt).unwrap_or_default();
+                            eprintln!("arrival ingress: receipt not stored ({error}): {line}");
+                        }
+                    }
+                }
                 Err(error) if open && batch.len() < QUEUE => {
                     eprintln!("arrival ingress: receipts wait for the inbox: {error}");
                 }
@@ -187,10 +201,16 @@ fn write_all(conn: Db, inbox: &Receiver<Receipt>) {
 }
 
 fn write(db: &Db, batch: &[Receipt]) -> Result<(), SqlError> {
-    let bound = |text: &Option<String>| text.as_deref().map(bounded);
+    let bound = |text: &Option<String>| text.as_deref().map(|text| bounded(&printable(text)));
+    let plain = |text: &Option<String>| text.as_deref().map(|text| printable(text).into_owned());
     store::in_transaction(db, |tx| {
         for r in batch {
             let (source, detail) = (bound(&r.source), bound(&r.detail));
+            let (tenant, application, event) = (
+                plain(&r.tenant_id),
+                plain(&r.application_id),
+                plain(&r.event_id),
+            );
             tx.exec(
                 "INSERT INTO receipts (at_ms, source, key_id, status, reason, detail, body_sha256,
                                        tenant_id, application_id, event_id, entry)
@@ -203,9 +223,9 @@ fn write(db: &Db, batch: &[Receipt]) -> Result<(), SqlError> {
                     r.reason.as_str(),
                     detail.as_deref(),
                     &r.body_sha256,
-                    &r.tenant_id,
-                    &r.application_id,
-                    &r.event_id,
+                    tenant.as_deref(),
+                    application.as_deref(),
+                    event.as_deref(),
                     &r.entry
                 ],
             )?;
@@ -222,59 +242,56 @@ pub fn trim(db: &Db, before_ms: i64) -> Result<u64, SqlError> {
 /// The receipts of one event (`tenant/source/event_id`), or the last `limit` of all, oldest
 /// first.
 pub fn list(
-    conn: &Connection,
+    db: &Db,
     event: Option<&crate::facts::envelope::FactId>,
     limit: usize,
-) -> rusqlite::Result<Vec<Receipt>> {
+) -> Result<Vec<Receipt>, SqlError> {
     let sql = "SELECT at_ms, source, key_id, status, reason, detail, body_sha256, tenant_id,
                       application_id, event_id, entry FROM receipts";
-    let mut statement;
+    let limit = limit.min(i64::MAX as usize) as i64;
     let rows = match event {
-        Some(id) => {
-            statement = conn.prepare(&format!(
+        Some(id) => db.rows(
+            &format!(
                 "{sql} WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY seq DESC LIMIT ?4"
-            ))?;
-            statement.query_map(
-                params![id.tenant_id, id.source.as_str(), id.event_id, limit as i64],
-                row_of,
-            )?
-        }
-        None => {
-            statement = conn.prepare(&format!("{sql} ORDER BY seq DESC LIMIT ?1"))?;
-            statement.query_map([limit as i64], row_of)?
-        }
+            ),
+            args![&id.tenant_id, id.source.as_str(), &id.event_id, limit],
+        )?,
+        None => db.rows(&format!("{sql} ORDER BY seq DESC LIMIT ?1"), args![limit])?,
     };
-    let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = rows.iter().map(row_of).collect::<Result<Vec<_>, _>>()?;
     out.reverse();
     Ok(out)
 }
 
 /// Every receipt whose body names application `key`, oldest first.
 pub fn of_application(
-    conn: &Connection,
+    db: &Db,
     key: &crate::facts::application::AppKey,
-) -> rusqlite::Result<Vec<Receipt>> {
-    let mut statement = conn.prepare(
+) -> Result<Vec<Receipt>, SqlError> {
+    db.rows(
         "SELECT at_ms, source, key_id, status, reason, detail, body_sha256, tenant_id,
                 application_id, event_id, entry FROM receipts
          WHERE tenant_id = ?1 AND application_id = ?2 ORDER BY seq",
-    )?;
-    let rows = statement.query_map(params![key.tenant_id, key.application_id], row_of)?;
-    rows.collect()
+        args![&key.tenant_id, &key.application_id],
+    )?
+    .iter()
+    .map(row_of)
+    .collect()
 }
 
-fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Receipt> {
+fn row_of(row: &Row) -> Result<Receipt, SqlError> {
     Ok(Receipt {
-        at_ms: row.get(0)?,
-        source: row.get(1)?,
-        key_id: row.get(2)?,
-        status: row.get(3)?,
-        reason: row.get(4)?,
-        detail: row.get(5)?,
-        body_sha256: row.get(6)?,
-        tenant_id: row.get(7)?,
-        application_id: row.get(8)?,
-        event_id: row.get(9)?,
-        entry: row.get(10)?,
+        at_ms: row.int(0)?,
+        source: row.opt_text(1)?,
+        key_id: row.opt_text(2)?,
+        status: u16::try_from(row.int(3)?)
+            .map_err(|_| SqlError::Data("a receipt's status is not an HTTP status".into()))?,
+        reason: row.text(4)?,
+        detail: row.opt_text(5)?,
+        body_sha256: row.opt_text(6)?,
+        tenant_id: row.opt_text(7)?,
+        application_id: row.opt_text(8)?,
+        event_id: row.opt_text(9)?,
+        entry: row.opt_text(10)?,
     })
 }

@@ -452,8 +452,10 @@ impl Runner<'_> {
     ) -> Result<(), PipelineError> {
         let mut command = tokio::process::Command::new(&self.options.exe);
         command
-            .args(["pipeline", "step", "--db"])
-            .arg(self.db.connection_text())
+            .args(["pipeline", "step"])
+            // Through the environment, not the command line, where `ps` would show a
+            // PostgreSQL password.
+            .env("ARRIVAL_DB", self.db.connection_text())
             .args(["--redis-url", &self.options.redis_url])
             .args(["--stream", &self.names.stream])
             .args(["--group", &self.names.group])

@@ -159,6 +159,17 @@ macro_rules! args {
     };
 }
 
+/// A text for a diagnostic row (a receipt, a decision failure): a NUL, which PostgreSQL's
+/// text cannot hold, is written as U+FFFD, so a row that describes a bad request can
+/// always be stored. Never used for an identity the inbox decides on.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// A value read from a row.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Val {
@@ -509,6 +520,15 @@ impl Db {
         match self {
             Db::Sqlite(conn) => !conn.is_autocommit(),
             Db::Postgres(_) => false,
+        }
+    }
+
+    /// Whether the connection is gone (PostgreSQL's server closed it: a restart, a
+    /// failover, an idle timeout, `pg_terminate_backend`); the holder should open a new one.
+    pub fn is_broken(&self) -> bool {
+        match self {
+            Db::Sqlite(_) => false,
+            Db::Postgres(pg) => pg.client.borrow().as_ref().is_none_or(|c| c.is_closed()),
         }
     }
 

@@ -66,21 +66,46 @@ fn mismatch_of(text: &str) -> Mismatch {
     }
 }
 
+/// Whether a failed transaction may simply run again: only a database's refusal of a race
+/// ([`SqlError::is_retryable`]), and only for work with no effect outside the database.
+pub trait Retry {
+    /// Run the whole transaction again.
+    fn retry(&self) -> bool;
+}
+
+impl Retry for SqlError {
+    fn retry(&self) -> bool {
+        self.is_retryable()
+    }
+}
+
+/// How often [`in_transaction`] runs work that a race refused before it gives up.
+const TRANSACTION_ATTEMPTS: u32 = 20;
+
 /// Runs `work` in one write transaction ([`Db::begin`]): committed when it returns `Ok`,
-/// rolled back otherwise.
-pub fn in_transaction<T, E: From<SqlError>>(
+/// rolled back otherwise. A transaction PostgreSQL refused as a race with the consumers
+/// (SERIALIZABLE) runs again from the start, up to 20 times, when `E` says it may.
+pub fn in_transaction<T, E: From<SqlError> + Retry>(
     db: &Db,
-    work: impl FnOnce(&Db) -> Result<T, E>,
+    mut work: impl FnMut(&Db) -> Result<T, E>,
 ) -> Result<T, E> {
-    db.begin()?;
-    match work(db) {
-        Ok(value) => {
-            db.commit()?;
+    let mut attempt = 1;
+    loop {
+        let result = db.begin().map_err(E::from).and_then(|()| {
+            let value = work(db)?;
+            db.commit().map_err(E::from)?;
             Ok(value)
-        }
-        Err(error) => {
-            db.rollback();
-            Err(error)
+        });
+        match result {
+            Ok(value) => return Ok(value),
+            Err(error) => {
+                db.rollback();
+                if !error.retry() || attempt >= TRANSACTION_ATTEMPTS {
+                    return Err(error);
+                }
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt) * 5));
+            }
         }
     }
 }

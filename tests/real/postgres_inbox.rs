@@ -218,3 +218,228 @@ fn the_load_generator_measures_three_processes_on_postgresql_beside_the_bare_lim
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("--processes"));
 }
+
+/// Posts `request` until it is answered something other than 503 (a sender's retry);
+/// the answer.
+fn post_until_answered(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    source: Option<&str>,
+    signature: Option<&str>,
+    body: &[u8],
+) -> arrival::pipeline::client::Reply {
+    for _ in 0..100 {
+        let reply = rt
+            .block_on(Client::new(addr).post(source, signature, body))
+            .unwrap();
+        if reply.status != 503 {
+            return reply;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("still 503 after 100 tries")
+}
+
+/// A PostgreSQL inbox with the drill's applications and keys, and one `serve` on it.
+struct OnePg {
+    database: PgDatabase,
+    _dir: crate::util::TempDir,
+    names: Names,
+    child: Child,
+    addr: SocketAddr,
+    requests: Vec<arrival::facts::world::PostedRequest>,
+}
+
+impl OnePg {
+    fn start(label: &str) -> OnePg {
+        let database = PgDatabase::new();
+        let dir = temp_dir(label);
+        let (apps, requests) = arrival::pipeline::load::load_requests(30, store::now_ms() / 1000);
+        let conn = store::open(&InboxAt::Postgres(database.url.clone()), 5_000).unwrap();
+        store::put_applications(&conn, &apps).unwrap();
+        write_drill_keys(dir.path());
+        let names = Names {
+            stream: unique("arrival-pg"),
+            group: "inbox".into(),
+        };
+        let (child, addr) = serve_on(&database.url, dir.path(), &names, &redis_url());
+        OnePg {
+            database,
+            _dir: dir,
+            names,
+            child,
+            addr,
+            requests,
+        }
+    }
+
+    fn conn(&self) -> arrival::pipeline::sql::Db {
+        store::open(&InboxAt::Postgres(self.database.url.clone()), 5_000).unwrap()
+    }
+
+    fn stop(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        let mut redis = stream::connect(&redis_url(), Duration::from_secs(2)).unwrap();
+        stream::delete_keys(&mut redis, &self.names).unwrap();
+    }
+}
+
+#[test]
+fn serve_opens_the_inbox_again_after_postgresql_closed_its_connections() {
+    let pg = OnePg::start("pg-reconnect");
+    let rt = runtime();
+    let (before, after) = pg.requests.split_at(10);
+    let mut accepted = Vec::new();
+    for request in before {
+        let r = &request;
+        let reply = post_until_answered(
+            &rt,
+            pg.addr,
+            r.source.as_deref(),
+            r.signature.as_deref(),
+            &r.body,
+        );
+        accepted.extend(reply.entry);
+    }
+    // What a server restart, a failover or an idle timeout does to every connection.
+    let admin = pg.conn();
+    admin
+        .rows(
+            "SELECT pg_terminate_backend(pid)::text FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    for request in after {
+        let r = &request;
+        let reply = post_until_answered(
+            &rt,
+            pg.addr,
+            r.source.as_deref(),
+            r.signature.as_deref(),
+            &r.body,
+        );
+        accepted.extend(reply.entry);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store::verdict_count(&admin).unwrap() < accepted.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let verdicts = store::verdict_count(&admin).unwrap();
+    let receipts = admin.rows("SELECT count(*) FROM receipts", &[]).unwrap()[0]
+        .int(0)
+        .unwrap();
+    pg.stop();
+    assert_eq!(
+        verdicts,
+        accepted.len(),
+        "every 202 decided after the reconnect"
+    );
+    assert!(receipts as usize >= accepted.len(), "{receipts} receipts");
+}
+
+#[test]
+fn a_nul_in_an_event_id_is_dead_lettered_on_postgresql_and_stalls_nothing() {
+    let pg = OnePg::start("pg-nul");
+    let rt = runtime();
+    let template = &pg.requests[0];
+    let mut body: serde_json::Value = serde_json::from_slice(&template.body).unwrap();
+    body["event_id"] = serde_json::Value::String("nul\u{0}id".into());
+    let body = serde_json::to_vec(&body).unwrap();
+    let key = if template.source.as_deref() == Some("finance") {
+        drill::KEY_FINANCE
+    } else {
+        drill::KEY_CONTRACTS
+    };
+    let signature = arrival::facts::ingress::sign(key.as_bytes(), &body);
+    let source = template.source.as_deref();
+    let nul = post_until_answered(&rt, pg.addr, source, Some(&signature), &body);
+    assert_eq!(nul.status, 202, "{}", nul.body);
+    // The same body badly signed: its receipt names the event id and must be stored too.
+    let refused = post_until_answered(&rt, pg.addr, source, Some("sha256=00"), &body);
+    assert_eq!(refused.status, 400);
+    let mut accepted = Vec::new();
+    for request in &pg.requests[1..8] {
+        let r = request;
+        let reply = post_until_answered(
+            &rt,
+            pg.addr,
+            r.source.as_deref(),
+            r.signature.as_deref(),
+            &r.body,
+        );
+        accepted.extend(reply.entry);
+    }
+    let admin = pg.conn();
+    let mut redis = stream::connect(&redis_url(), Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let settled = |redis: &mut redis::Connection| {
+        store::verdict_count(&admin).unwrap() >= accepted.len()
+            && stream::pending_count(redis, &pg.names).unwrap() == 0
+    };
+    while !settled(&mut redis) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200)); // the receipts writer's last batch
+    let dead = stream::range_all(&mut redis, &pg.names.dead_letter()).unwrap();
+    let pending = stream::pending_count(&mut redis, &pg.names).unwrap();
+    let receipts = admin.rows("SELECT count(*) FROM receipts", &[]).unwrap()[0]
+        .int(0)
+        .unwrap();
+    let failures = admin
+        .rows("SELECT failures FROM decision_failures", &[])
+        .unwrap();
+    pg.stop();
+    assert_eq!(pending, 0, "nothing left pending");
+    assert_eq!(dead.len(), 1, "the NUL entry is dead-lettered once");
+    assert_eq!(
+        dead[0].field("entry"),
+        nul.entry.as_deref().map(str::as_bytes)
+    );
+    assert!(!failures.is_empty(), "its failed decisions are recorded");
+    assert_eq!(
+        receipts as usize,
+        2 + accepted.len(),
+        "a receipt for every answer"
+    );
+}
+
+#[test]
+fn a_run_on_a_database_with_applications_and_a_malformed_url_are_bad_input_without_the_password() {
+    let database = PgDatabase::new();
+    let conn = store::open(&InboxAt::Postgres(database.url.clone()), 5_000).unwrap();
+    let (apps, _) = drill::requests(1, 6, 0);
+    store::put_applications(&conn, &apps).unwrap();
+    let output = Command::new(ARRIVAL)
+        .args([
+            "pipeline",
+            "run",
+            "fixtures/acmeflow-wf14.json",
+            "--db",
+            &database.url,
+        ])
+        .env("ARRIVAL_REDIS_URL", redis_url())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("new, empty inbox"),
+        "{}",
+        stderr(&output)
+    );
+    let output = Command::new(ARRIVAL)
+        .args([
+            "pipeline",
+            "status",
+            "--db",
+            "postgres://u:s3cretpw@127.0.0.1:notaport/x",
+        ])
+        .env_remove("ARRIVAL_DB")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--db"), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("s3cretpw"), "{}", stderr(&output));
+}

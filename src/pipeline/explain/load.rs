@@ -8,11 +8,12 @@ use super::{
     AppRow, ConflictRow, DeadRow, EntryRow, Evidence, FactRow, HistoryRow, ParkedRow, PendingRow,
     Target, VerdictRow,
 };
+use crate::args;
 use crate::facts::application::AppKey;
 use crate::facts::envelope::{parse_json_object, FactId, Source};
 use crate::pipeline::receipts::{self, Receipt};
+use crate::pipeline::sql::{Arg, Db, Row, SqlError};
 use crate::pipeline::stream::{self, Names, RawEntry};
-use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeSet;
 
 /// Why the rows could not be read.
@@ -20,7 +21,7 @@ use std::collections::BTreeSet;
 pub enum LoadError {
     /// The inbox failed.
     #[error("inbox database: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] SqlError),
     /// Redis failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -31,7 +32,7 @@ const PENDING_LIMIT: usize = 100_000;
 
 /// Loads everything about `target` (Unix milliseconds `now_ms` kept with it).
 pub fn load(
-    conn: &mut Connection,
+    conn: &Db,
     redis: &mut redis::Connection,
     names: &Names,
     target: Target,
@@ -50,30 +51,12 @@ pub fn load(
         Err(error) if error.code() == Some("NOGROUP") => Vec::new(),
         Err(error) => return Err(error.into()),
     };
-    let tx = conn.transaction()?;
-    let concerned = concerned(&tx, &target, &entries, &dead)?;
-    let mut evidence = Evidence {
-        target,
-        now_ms,
-        applications: Vec::new(),
-        concerned: concerned.clone(),
-        receipts: Vec::new(),
-        entries: Vec::new(),
-        pending: Vec::new(),
-        verdicts: Vec::new(),
-        facts: Vec::new(),
-        conflicts: Vec::new(),
-        parked: Vec::new(),
-        dead: Vec::new(),
-        history: Vec::new(),
-    };
-    for key in &concerned {
-        load_application(&tx, key, &mut evidence)?;
-    }
-    if let Target::Event { id } = &evidence.target.clone() {
-        load_event(&tx, id, &mut evidence)?;
-    }
-    tx.commit()?;
+    conn.begin_read()?;
+    let loaded = load_rows(conn, target, &entries, &dead);
+    conn.rollback();
+    let mut evidence = loaded?;
+    evidence.now_ms = now_ms;
+    let concerned = evidence.concerned.clone();
     let named = |tenant: &Option<String>,
                  app: &Option<String>,
                  source: &Option<String>,
@@ -104,6 +87,38 @@ pub fn load(
         })
         .collect();
     dedupe(&mut evidence);
+    Ok(evidence)
+}
+
+/// The inbox's rows about `target`, read in the caller's read transaction.
+fn load_rows(
+    tx: &Db,
+    target: Target,
+    entries: &[EntryRow],
+    dead: &[DeadRow],
+) -> Result<Evidence, SqlError> {
+    let concerned = concerned(tx, &target, entries, dead)?;
+    let mut evidence = Evidence {
+        target,
+        now_ms: 0,
+        applications: Vec::new(),
+        concerned: concerned.clone(),
+        receipts: Vec::new(),
+        entries: Vec::new(),
+        pending: Vec::new(),
+        verdicts: Vec::new(),
+        facts: Vec::new(),
+        conflicts: Vec::new(),
+        parked: Vec::new(),
+        dead: Vec::new(),
+        history: Vec::new(),
+    };
+    for key in &concerned {
+        load_application(tx, key, &mut evidence)?;
+    }
+    if let Target::Event { id } = &evidence.target.clone() {
+        load_event(tx, id, &mut evidence)?;
+    }
     Ok(evidence)
 }
 
@@ -161,25 +176,24 @@ fn dead_row(letter: &RawEntry) -> DeadRow {
 
 /// The applications concerned: the one named, or every application the event's rows name.
 fn concerned(
-    conn: &Connection,
+    conn: &Db,
     target: &Target,
     entries: &[EntryRow],
     dead: &[DeadRow],
-) -> rusqlite::Result<Vec<AppKey>> {
+) -> Result<Vec<AppKey>, SqlError> {
     let id = match target {
         Target::Application { key } => return Ok(vec![key.clone()]),
         Target::Event { id } => id,
     };
     let mut apps = BTreeSet::new();
-    let args = params![id.tenant_id, id.source.as_str(), id.event_id];
+    let args = args![&id.tenant_id, id.source.as_str(), &id.event_id];
     for table in ["facts", "parked", "verdicts", "receipts"] {
         let sql = format!(
             "SELECT DISTINCT application_id FROM {table}
              WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3 AND application_id IS NOT NULL"
         );
-        let mut statement = conn.prepare(&sql)?;
-        for app in statement.query_map(args, |row| row.get::<_, String>(0))? {
-            apps.insert(app?);
+        for row in conn.rows(&sql, args)? {
+            apps.insert(row.text(0)?);
         }
     }
     for e in entries {
@@ -201,22 +215,12 @@ fn concerned(
         .collect())
 }
 
-fn source_of(text: &str) -> rusqlite::Result<Source> {
-    Source::from_wire(text).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("unknown source `{text}` in the inbox").into(),
-        )
-    })
+fn source_of(text: &str) -> Result<Source, SqlError> {
+    crate::pipeline::store::source_of(text)
 }
 
 /// One application's rows.
-fn load_application(
-    conn: &Connection,
-    key: &AppKey,
-    evidence: &mut Evidence,
-) -> rusqlite::Result<()> {
+fn load_application(conn: &Db, key: &AppKey, evidence: &mut Evidence) -> Result<(), SqlError> {
     if let Some(app) = app_row(conn, key)? {
         evidence.applications.push(app);
     }
@@ -224,7 +228,7 @@ fn load_application(
         .receipts
         .extend(receipts::of_application(conn, key)?);
     let by_app = "tenant_id = ?1 AND application_id = ?2";
-    let args = [&key.tenant_id, &key.application_id];
+    let args = args![&key.tenant_id, &key.application_id];
     evidence.verdicts.extend(verdicts(conn, by_app, args)?);
     evidence.facts.extend(facts(
         conn,
@@ -239,16 +243,12 @@ fn load_application(
 
 /// The event's own rows (a receipt or a verdict of an application the event's other rows
 /// do not name, the fact and the withdrawals naming it, its conflict and parked entries).
-fn load_event(conn: &Connection, id: &FactId, evidence: &mut Evidence) -> rusqlite::Result<()> {
+fn load_event(conn: &Db, id: &FactId, evidence: &mut Evidence) -> Result<(), SqlError> {
     evidence
         .receipts
         .extend(receipts::list(conn, Some(id), 1_000_000)?);
     let by_id = "tenant_id = ?1 AND source = ?2 AND event_id = ?3";
-    let args = [
-        id.tenant_id.as_str(),
-        id.source.as_str(),
-        id.event_id.as_str(),
-    ];
+    let args = args![&id.tenant_id, id.source.as_str(), &id.event_id];
     evidence.verdicts.extend(verdicts(conn, by_id, args)?);
     let fact = "f.tenant_id = ?1 AND f.source = ?2 AND (f.event_id = ?3 OR f.withdraws = ?3)";
     evidence.facts.extend(facts(conn, fact, args)?);
@@ -257,63 +257,55 @@ fn load_event(conn: &Connection, id: &FactId, evidence: &mut Evidence) -> rusqli
     Ok(())
 }
 
-fn app_row(conn: &Connection, key: &AppKey) -> rusqlite::Result<Option<AppRow>> {
-    conn.query_row(
+fn app_row(conn: &Db, key: &AppKey) -> Result<Option<AppRow>, SqlError> {
+    let Some(row) = conn.row(
         "SELECT business_key, material_version, terminated_reason, terminated_at,
-                EXISTS (SELECT 1 FROM ready r WHERE r.tenant_id = a.tenant_id
-                        AND r.application_id = a.application_id)
+                CASE WHEN EXISTS (SELECT 1 FROM ready r WHERE r.tenant_id = a.tenant_id
+                                  AND r.application_id = a.application_id) THEN 1 ELSE 0 END
          FROM applications a WHERE tenant_id = ?1 AND application_id = ?2",
-        params![key.tenant_id, key.application_id],
-        |row| {
-            let reason: Option<String> = row.get(2)?;
-            let at: Option<i64> = row.get(3)?;
-            Ok(AppRow {
-                key: key.clone(),
-                business_key: row.get(0)?,
-                material_version: row.get::<_, i64>(1)? as u64,
-                terminated: reason.map(|reason| (reason, at.unwrap_or(0))),
-                ready: row.get(4)?,
-            })
-        },
-    )
-    .optional()
+        args![&key.tenant_id, &key.application_id],
+    )?
+    else {
+        return Ok(None);
+    };
+    let at = row.opt_int(3)?;
+    Ok(Some(AppRow {
+        key: key.clone(),
+        business_key: row.text(0)?,
+        material_version: row.int(1)? as u64,
+        terminated: row.opt_text(2)?.map(|reason| (reason, at.unwrap_or(0))),
+        ready: row.int(4)? != 0,
+    }))
 }
 
-fn verdicts<P: rusqlite::Params>(
-    conn: &Connection,
-    filter: &str,
-    args: P,
-) -> rusqlite::Result<Vec<VerdictRow>> {
+fn verdicts(conn: &Db, filter: &str, args: &[Arg<'_>]) -> Result<Vec<VerdictRow>, SqlError> {
     let sql = format!(
         "SELECT entry, verdict, processings, tenant_id, application_id, source, event_id,
                 consumer, deliveries, received_ms, committed_ms
          FROM verdicts WHERE {filter} ORDER BY committed_ms"
     );
-    let mut statement = conn.prepare(&sql)?;
-    let rows = statement.query_map(args, |row| {
-        Ok(VerdictRow {
-            entry: row.get(0)?,
-            verdict: row.get(1)?,
-            processings: row.get::<_, i64>(2)? as u32,
-            tenant_id: row.get(3)?,
-            application_id: row.get(4)?,
-            source: row.get(5)?,
-            event_id: row.get(6)?,
-            consumer: row.get(7)?,
-            deliveries: row.get::<_, Option<i64>>(8)?.map(|n| n as u32),
-            received_ms: row.get(9)?,
-            committed_ms: row.get(10)?,
+    conn.rows(&sql, args)?
+        .iter()
+        .map(|row| {
+            Ok(VerdictRow {
+                entry: row.text(0)?,
+                verdict: row.text(1)?,
+                processings: row.int(2)? as u32,
+                tenant_id: row.opt_text(3)?,
+                application_id: row.opt_text(4)?,
+                source: row.opt_text(5)?,
+                event_id: row.opt_text(6)?,
+                consumer: row.opt_text(7)?,
+                deliveries: row.opt_int(8)?.map(|n| n as u32),
+                received_ms: row.opt_int(9)?,
+                committed_ms: row.int(10)?,
+            })
         })
-    })?;
-    rows.collect()
+        .collect()
 }
 
 /// Facts matching `filter` (over `f`), and the withdrawals naming them (`w`).
-fn facts<P: rusqlite::Params + Clone>(
-    conn: &Connection,
-    filter: &str,
-    args: P,
-) -> rusqlite::Result<Vec<FactRow>> {
+fn facts(conn: &Db, filter: &str, args: &[Arg<'_>]) -> Result<Vec<FactRow>, SqlError> {
     let columns = "tenant_id, source, event_id, application_id, canonical, entry, withdraws";
     let sql = format!(
         "SELECT {columns} FROM facts f WHERE {filter}
@@ -323,102 +315,90 @@ fn facts<P: rusqlite::Params + Clone>(
            ON w.tenant_id = f.tenant_id AND w.source = f.source AND w.withdraws = f.event_id
          WHERE {filter}"
     );
-    let mut statement = conn.prepare(&sql)?;
-    let rows = statement.query_map(args, |row| {
-        let canonical: String = row.get(4)?;
-        let object = parse_json_object(canonical.as_bytes()).ok();
-        let field = |name: &str| object.as_ref().and_then(|o| o.get(name).cloned());
-        Ok((
-            FactId {
-                tenant_id: row.get(0)?,
-                source: source_of(&row.get::<_, String>(1)?)?,
-                event_id: row.get(2)?,
-            },
-            row.get::<_, String>(3)?,
-            field("event_type").and_then(|v| v.as_str().map(str::to_owned)),
-            field("material_version").and_then(|v| v.as_u64()),
-            row.get::<_, String>(5)?,
-            row.get::<_, Option<String>>(6)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, application_id, event_type, version, entry, withdraws) = row?;
-        out.push(FactRow {
-            id,
-            application_id,
-            event_type: event_type.unwrap_or_default(),
-            material_version: version.unwrap_or(0),
-            entry,
-            withdraws,
-        });
-    }
-    Ok(out)
+    conn.rows(&sql, args)?.iter().map(fact_row).collect()
 }
 
-fn parked<P: rusqlite::Params>(
-    conn: &Connection,
-    filter: &str,
-    args: P,
-) -> rusqlite::Result<Vec<ParkedRow>> {
+fn fact_row(row: &Row) -> Result<FactRow, SqlError> {
+    let canonical = row.text(4)?;
+    let object = parse_json_object(canonical.as_bytes()).ok();
+    let field = |name: &str| object.as_ref().and_then(|o| o.get(name).cloned());
+    Ok(FactRow {
+        id: FactId {
+            tenant_id: row.text(0)?,
+            source: source_of(&row.text(1)?)?,
+            event_id: row.text(2)?,
+        },
+        application_id: row.text(3)?,
+        event_type: field("event_type")
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        material_version: field("material_version")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0),
+        entry: row.text(5)?,
+        withdraws: row.opt_text(6)?,
+    })
+}
+
+fn parked(conn: &Db, filter: &str, args: &[Arg<'_>]) -> Result<Vec<ParkedRow>, SqlError> {
     let sql = format!(
         "SELECT entry, state, tenant_id, source, event_id, application_id, since, mismatch
          FROM parked WHERE {filter} ORDER BY since"
     );
-    let mut statement = conn.prepare(&sql)?;
-    let rows = statement.query_map(args, |row| {
-        Ok(ParkedRow {
-            entry: row.get(0)?,
-            state: row.get(1)?,
-            id: FactId {
-                tenant_id: row.get(2)?,
-                source: source_of(&row.get::<_, String>(3)?)?,
-                event_id: row.get(4)?,
-            },
-            application_id: row.get(5)?,
-            since: row.get(6)?,
-            mismatch: row.get(7)?,
+    conn.rows(&sql, args)?
+        .iter()
+        .map(|row| {
+            Ok(ParkedRow {
+                entry: row.text(0)?,
+                state: row.text(1)?,
+                id: FactId {
+                    tenant_id: row.text(2)?,
+                    source: source_of(&row.text(3)?)?,
+                    event_id: row.text(4)?,
+                },
+                application_id: row.text(5)?,
+                since: row.int(6)?,
+                mismatch: row.opt_text(7)?,
+            })
         })
-    })?;
-    rows.collect()
+        .collect()
 }
 
 /// The conflicts whose identity has a row matching `filter` in `conflicts`, each with every
 /// application it stops and its last state change.
-fn conflicts<P: rusqlite::Params>(
-    conn: &Connection,
-    filter: &str,
-    args: P,
-) -> rusqlite::Result<Vec<ConflictRow>> {
+fn conflicts(conn: &Db, filter: &str, args: &[Arg<'_>]) -> Result<Vec<ConflictRow>, SqlError> {
     let sql = format!("SELECT DISTINCT tenant_id, source, event_id FROM conflicts WHERE {filter}");
-    let mut statement = conn.prepare(&sql)?;
-    let ids = statement
-        .query_map(args, |row| {
+    let ids = conn
+        .rows(&sql, args)?
+        .iter()
+        .map(|row| {
             Ok(FactId {
-                tenant_id: row.get(0)?,
-                source: source_of(&row.get::<_, String>(1)?)?,
-                event_id: row.get(2)?,
+                tenant_id: row.text(0)?,
+                source: source_of(&row.text(1)?)?,
+                event_id: row.text(2)?,
             })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        })
+        .collect::<Result<Vec<_>, SqlError>>()?;
     let mut out = Vec::new();
     for id in ids {
-        let key = params![id.tenant_id, id.source.as_str(), id.event_id];
+        let key = args![&id.tenant_id, id.source.as_str(), &id.event_id];
         let applications = conn
-            .prepare(
+            .rows(
                 "SELECT application_id FROM conflicts
                  WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY application_id",
+                key,
             )?
-            .query_map(key, |row| row.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let last: Option<(Option<String>, String)> = conn
-            .query_row(
+            .iter()
+            .map(|row| row.text(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let last = conn
+            .row(
                 "SELECT kept, reason FROM resolutions
                  WHERE tenant_id = ?1 AND source = ?2 AND event_id = ?3 ORDER BY seq DESC LIMIT 1",
                 key,
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
+            )?
+            .map(|row| Ok::<_, SqlError>((row.opt_text(0)?, row.text(1)?)))
+            .transpose()?;
         let open = !matches!(&last, Some((Some(_), _)));
         let last = last.map(|(kept, reason)| match kept {
             Some(kept) => format!("resolved, kept the {kept}: {reason}"),
@@ -434,20 +414,22 @@ fn conflicts<P: rusqlite::Params>(
     Ok(out)
 }
 
-fn history(conn: &Connection, key: &AppKey) -> rusqlite::Result<Vec<HistoryRow>> {
-    let mut statement = conn.prepare(
+fn history(conn: &Db, key: &AppKey) -> Result<Vec<HistoryRow>, SqlError> {
+    conn.rows(
         "SELECT ready, cause, at_ms FROM ready_history
          WHERE tenant_id = ?1 AND application_id = ?2 ORDER BY seq",
-    )?;
-    let rows = statement.query_map(params![key.tenant_id, key.application_id], |row| {
+        args![&key.tenant_id, &key.application_id],
+    )?
+    .iter()
+    .map(|row| {
         Ok(HistoryRow {
             key: key.clone(),
-            ready: row.get(0)?,
-            cause: row.get(1)?,
-            at_ms: row.get(2)?,
+            ready: row.int(0)? != 0,
+            cause: row.text(1)?,
+            at_ms: row.int(2)?,
         })
-    })?;
-    rows.collect()
+    })
+    .collect()
 }
 
 /// Rows loaded twice (for the application and for the event) kept once.
