@@ -153,11 +153,25 @@ impl ConsumerChild {
 
     /// SIGTERM: a graceful stop (nothing, if it has been reaped already).
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// SIGSTOP: the process stands still until [`ConsumerChild::resume`].
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT: the process goes on.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
         // `id()` is `None` once the child is reaped, so the pid cannot have been reused.
         if let Some(pid) = self.child.id().filter(|pid| *pid > 0) {
             // SAFETY: kill(2) has no memory-safety preconditions.
             unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                libc::kill(pid as libc::pid_t, signal);
             }
         }
     }

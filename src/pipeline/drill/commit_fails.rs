@@ -59,8 +59,13 @@ pub async fn commit_fails(options: &DrillOptions) -> Result<DrillReport, Pipelin
     store::verdict_count(&reader)?;
     let room = file_size_limit(child.pid, 0)?;
     let committed = store::verdict_count(&store::open(&rig.options.db, 1_000)?)?;
+    // The consumer stands still while the window's requests arrive (its blocking read
+    // ends meanwhile), so it then takes them as full batches, and the first one fails.
+    child.pause();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let mut held = BTreeMap::new();
     send(&mut client, &mut report, during, &mut held).await?;
+    child.resume();
     let observed = while_full(&mut rig, &held, committed).await;
     file_size_limit(child.pid, room)?;
     reader.execute_batch("ROLLBACK")?;
@@ -114,10 +119,11 @@ async fn wait_drained(rig: &mut Rig) -> Result<(), PipelineError> {
     Ok(())
 }
 
-/// While the disk is full: waits (10 s at the most) until the consumer has met three
-/// failures on entries of `held`, then tells whether every entry it took is still
-/// pending with those failures noted as the infrastructure's (never counted toward the
-/// poison budget), with no verdict committed since `committed` and no dead letter.
+/// While the disk is full: waits (10 s at the most) until the consumer has failed twice on
+/// entries of `held` (the same batch again, or a second batch), then tells whether every
+/// entry it took is still pending with those failures noted as the infrastructure's (never
+/// counted toward the poison budget), with no verdict committed since `committed` and no
+/// dead letter.
 async fn while_full(
     rig: &mut Rig,
     held: &BTreeMap<String, u32>,
@@ -139,7 +145,9 @@ async fn while_full(
                 id,
             )?);
         }
-        if failures.iter().sum::<u32>() >= 3 || Instant::now() > deadline {
+        let retried = failures.iter().any(|n| *n >= 2);
+        let two_batches = failures.len() > rig.options.count;
+        if retried || two_batches || Instant::now() > deadline {
             let noted = !taken.is_empty() && failures.iter().all(|n| *n >= 1);
             let pending = stream::pending_count(&mut rig.redis, &names)?;
             let verdicts = store::verdict_count(&store::open(&rig.options.db, 1_000)?)?;
