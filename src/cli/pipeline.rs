@@ -89,10 +89,11 @@ pub enum PipelineCommand {
         #[arg(long, hide = true)]
         mutant: Option<String>,
     },
-    /// Run consumers only, no ingress, until SIGTERM (each finishes the batch in hand, then
-    /// exit 0): more consumer processes beside `serve` on the same inbox and group. Its
-    /// consumers are named `<host>-<pid>-<index>`, as `serve` names its own, so a restarted
-    /// process takes a new name and its predecessor's pending entries are taken over
+    /// Run consumers only, no ingress, until SIGTERM (each finishes its batch, then exit 0).
+    ///
+    /// More consumer processes beside `serve`, on the same inbox and group. Its consumers
+    /// are named `<host>-<pid>-<index>`, as `serve` names its own, so a restarted process
+    /// takes a new name and its predecessor's pending entries are taken over
     /// (`XAUTOCLAIM`) once idle for `--min-idle-ms`.
     Consume {
         /// The inbox database.
