@@ -1,6 +1,6 @@
 //! `arrival pipeline ...`: the command line of the real facts pipeline.
 //!
-//! Its commands: init, serve, status, run, the hidden consumer step, drill, load; the
+//! Its commands: init, serve, consume, status, run, the hidden consumer step, drill, load; the
 //! operator's (applications, conflicts, quarantine) are [`super::operator`]'s.
 //! Bad input is an [`InputError`] (exit 2); Redis, the inbox database, a port, the tokio
 //! runtime or a child process failing is an [`EnvironmentError`](super::EnvironmentError) (exit 3); a run whose
@@ -11,7 +11,8 @@ use super::inbox::{env_error, redis_url};
 use super::{print, Error, Outcome};
 use crate::facts::mutants::Mutant;
 use crate::harness::InputError;
-use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, Point, StepMode};
+use crate::pipeline::consume::SelfKill;
+use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, NoFaults, Point, StepMode};
 use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
 use crate::pipeline::ingress::{self, ServeOptions};
 use crate::pipeline::load::{LoadOptions, LoadResult};
@@ -88,6 +89,41 @@ pub enum PipelineCommand {
         /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
         #[arg(long, hide = true)]
         mutant: Option<String>,
+    },
+    /// Run consumers only, no ingress, until SIGTERM (each finishes its batch, then exit 0).
+    ///
+    /// More consumer processes beside `serve`, on the same inbox and group. Its consumers
+    /// are named `<host>-<pid>-<index>`, as `serve` names its own, so a restarted process
+    /// takes a new name and its predecessor's pending entries are taken over
+    /// (`XAUTOCLAIM`) once idle for `--min-idle-ms`.
+    Consume {
+        /// The inbox database.
+        #[arg(long, env = "ARRIVAL_DB")]
+        db: PathBuf,
+        /// Redis, stream and group.
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// How many consumers (threads of this process).
+        #[arg(long, default_value_t = 2)]
+        consumers: usize,
+        /// Entries per batch (one transaction per batch).
+        #[arg(long, default_value_t = 16)]
+        count: usize,
+        /// Take over entries pending longer than this (ms).
+        #[arg(long, default_value_t = 30_000)]
+        min_idle_ms: u64,
+        /// Deliveries before an unprocessable entry is dead-lettered.
+        #[arg(long, default_value_t = 3)]
+        max_deliveries: u32,
+        /// SQLite busy timeout (ms).
+        #[arg(long, default_value_t = pstore::DEFAULT_BUSY_TIMEOUT_MS)]
+        busy_timeout_ms: u64,
+        /// Log lines (one per batch, on stderr) as `text` or `json`.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// The process drills' faults (hidden).
+        #[command(flatten)]
+        drill: ConsumeDrillArgs,
     },
     /// Print the inbox: facts, counters, READY per application.
     Status {
@@ -209,7 +245,8 @@ pub enum PipelineCommand {
         #[arg(long)]
         undecidable: Vec<String>,
     },
-    /// A drill against real Redis and SQLite: `kill`, `redis-down`, `db-locked`, `poison`.
+    /// A drill against real Redis and SQLite: `kill`, `process-kill`, `commit-fails`,
+    /// `redis-down`, `db-locked`, `poison`.
     Drill(DrillArgs),
     /// Throughput: a load generator (this process) against `serve` (a child process).
     Load(LoadArgs),
@@ -236,6 +273,45 @@ fn init_logs(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// The faults `pipeline consume` takes from the process drills, and only from them (hidden
+/// from the help): SIGKILL of this very process at a point of a batch, and a wrong consumer.
+#[derive(Args, Debug, Clone)]
+pub struct ConsumeDrillArgs {
+    /// Drills only: SIGKILL this process when one of its consumers reaches this point.
+    #[arg(long, value_enum, hide = true)]
+    pub drill_kill_at: Option<KillAt>,
+    /// Drills only: the chance of dying each time the point is reached (0 to 1).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub drill_kill_chance: f64,
+    /// Drills only: the seed of those dice.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub drill_seed: u64,
+    /// Drills only: run a wrong consumer (a facts mutant's name, e.g. `ack-before-commit`).
+    #[arg(long, hide = true)]
+    pub drill_mutant: Option<String>,
+}
+
+/// Where a drilled `consume` process kills itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KillAt {
+    /// After deciding a batch, before its commit.
+    BeforeCommit,
+    /// After the commit, before `XACK`.
+    AfterCommit,
+    /// After the commit, half the batch acknowledged.
+    MidBatch,
+}
+
+impl From<KillAt> for Point {
+    fn from(at: KillAt) -> Point {
+        match at {
+            KillAt::BeforeCommit => Point::BeforeCommit,
+            KillAt::AfterCommit => Point::AfterCommit,
+            KillAt::MidBatch => Point::MidBatch,
+        }
+    }
 }
 
 /// Where a `step` kills itself.
@@ -273,6 +349,11 @@ impl From<StepModeArg> for StepMode {
 pub enum DrillNameArg {
     /// Consumers killed at random points.
     Kill,
+    /// Consumer processes (`pipeline consume`) SIGKILLed, by themselves at a point of a
+    /// batch or from outside, each replaced under a new name.
+    ProcessKill,
+    /// The inbox's disk full under a consumer process: its commits fail, then succeed.
+    CommitFails,
     /// Redis stopped while requests arrive.
     RedisDown,
     /// The inbox database locked by another writer.
@@ -285,6 +366,8 @@ impl From<DrillNameArg> for DrillName {
     fn from(name: DrillNameArg) -> DrillName {
         match name {
             DrillNameArg::Kill => DrillName::Kill,
+            DrillNameArg::ProcessKill => DrillName::ProcessKill,
+            DrillNameArg::CommitFails => DrillName::CommitFails,
             DrillNameArg::RedisDown => DrillName::RedisDown,
             DrillNameArg::DbLocked => DrillName::DbLocked,
             DrillNameArg::Poison => DrillName::Poison,
@@ -301,10 +384,14 @@ pub struct DrillArgs {
     /// Requests to send.
     #[arg(long, default_value_t = 300)]
     pub requests: usize,
-    /// Consumer kills (kill drill).
+    /// Requests sent while Redis is down (redis-down; default a third of `--requests`,
+    /// at most all of them).
+    #[arg(long)]
+    pub down_requests: Option<usize>,
+    /// Consumer kills (kill and process-kill drills).
     #[arg(long, default_value_t = 200)]
     pub kills: usize,
-    /// Consumers.
+    /// Consumers (consumer processes in process-kill).
     #[arg(long, default_value_t = 2)]
     pub consumers: usize,
     /// Entries per batch.
@@ -424,6 +511,7 @@ pub fn run(command: PipelineCommand) -> Outcome {
             keys_out,
         } => init(&db, &fixture, &keys_out),
         PipelineCommand::Serve { .. } => serve(command),
+        PipelineCommand::Consume { .. } => consume(command),
         PipelineCommand::Status { db, json } => status(&db, json),
         PipelineCommand::Applications(command) => super::operator::applications(command),
         PipelineCommand::Conflicts(command) => super::operator::conflicts(command),
@@ -661,6 +749,66 @@ fn serve(command: PipelineCommand) -> Outcome {
     };
     runtime()?
         .block_on(ingress::serve(&options))
+        .map_err(|error| env_error(&db, error))?;
+    Ok(true)
+}
+
+/// `pipeline consume`: consumers only, until SIGTERM. The inbox is checked and handed on
+/// exactly as `serve` does (`existing_inbox`, then [`ServeOptions`]), ingress's fields
+/// left empty.
+fn consume(command: PipelineCommand) -> Outcome {
+    let PipelineCommand::Consume {
+        db,
+        redis,
+        consumers,
+        count,
+        min_idle_ms,
+        max_deliveries,
+        busy_timeout_ms,
+        log_format,
+        drill,
+    } = command
+    else {
+        unreachable!("consume is called with `pipeline consume`");
+    };
+    if !(0.0..=1.0).contains(&drill.drill_kill_chance) {
+        return Err(InputError::invalid(
+            Path::new("--drill-kill-chance"),
+            "command line",
+            format!("{}: a chance is between 0 and 1", drill.drill_kill_chance),
+        )
+        .into());
+    }
+    let wrong = mutant(drill.drill_mutant.as_deref())?;
+    init_logs(log_format);
+    existing_inbox(&db)?;
+    let options = ServeOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        db: db.clone(),
+        keys: Default::default(),
+        redis_url: redis.redis_url.clone(),
+        names: redis.names(),
+        consumers: consumers.max(1),
+        count: count.max(1),
+        min_idle_ms,
+        max_deliveries: max_deliveries.max(1),
+        busy_timeout_ms,
+        max_body_bytes: 0,
+        freshness_seconds: 0,
+        body_timeout_ms: ingress::DEFAULT_BODY_TIMEOUT_MS,
+        mutant: wrong,
+        shifted_clock: false,
+    };
+    let faults: Arc<dyn Faults> = match drill.drill_kill_at {
+        None => Arc::new(NoFaults),
+        Some(at) => Arc::new(SelfKill::new(
+            Some(at.into()),
+            drill.drill_kill_chance,
+            drill.drill_seed,
+        )),
+    };
+    runtime()?
+        .block_on(crate::pipeline::consume::consume(&options, faults))
         .map_err(|error| env_error(&db, error))?;
     Ok(true)
 }
@@ -904,6 +1052,8 @@ fn drill(args: &DrillArgs) -> Outcome {
         count: args.count.max(1),
         seed: args.seed,
         mutant: mutant(args.mutant.as_deref())?,
+        exe: Some(std::env::current_exe().map_err(|error| env_error(Path::new("drill"), error))?),
+        down_requests: args.down_requests,
     };
     let report = runtime()?
         .block_on(crate::pipeline::drill::drill(args.name.into(), &options))
@@ -922,7 +1072,7 @@ fn drill(args: &DrillArgs) -> Outcome {
 /// A drill's report for people.
 fn render_drill(report: &DrillReport) -> String {
     let mut out = format!(
-        "drill {}{}: {} requests, answers {:?}, kills {:?}, {} consumer starts, {:.1} s\n",
+        "drill {}{}: {} requests, answers {:?}, kills {:?}, {} consumer starts, {} entries, {} facts, {:.1} s\n",
         report.drill,
         report
             .mutant
@@ -933,6 +1083,8 @@ fn render_drill(report: &DrillReport) -> String {
         report.answers,
         report.kills,
         report.consumer_starts,
+        report.entries,
+        report.facts,
         report.seconds
     );
     for check in &report.checks {

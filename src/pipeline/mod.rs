@@ -12,6 +12,7 @@
 //! | [`schema`] | the inbox's schema under versioned migrations; an inbox from a newer arrival refused |
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
+//! | [`consume`] | `pipeline consume`: a process of consumers and no ingress, named as `serve` names its own, until SIGTERM; the drills' self-kill at a point |
 //! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
 //! | [`dead_letters`] | the dead-letter stream for people: list, replay into the stream, discard; each action recorded in the inbox |
 //! | [`explain`] | `pipeline explain`: the rows of an application or an event loaded once ([`explain::load`]), and the answer to "why (not) READY" as a pure function of them ([`explain::reason`]) |
@@ -19,11 +20,12 @@
 //! | [`receipts`] | one receipt per answered request (refusals too), written to the inbox by a writer thread in batches |
 //! | [`client`] | a small HTTP/1.1 client that posts bodies byte for byte |
 //! | [`run`] | a facts fixture played against the real pipeline, reported like `replay` |
-//! | [`drill`] | the drills, one file each (`kill`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end) and the end checks they share (`checks`) |
+//! | [`drill`] | the drills, one file each (`kill`, `process_kill`, `commit_fails`, `redis_down`, `db_locked`, `poison`) beside the shared rig (`rig`: requests, their model, setup, end), the end checks they share (`checks`) and the consumer child processes of the process drills (`children`) |
 //! | [`load`] | the load generator: requests/s and request-to-commit latency |
 
 pub mod batch;
 pub mod client;
+pub mod consume;
 pub mod consumer;
 pub mod dead_letters;
 pub mod drill;

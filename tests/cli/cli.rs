@@ -1342,6 +1342,35 @@ fn pipeline_serve_refuses_a_mutant_and_says_where_mutants_belong() {
     );
 }
 
+/// `pipeline consume` checks `--db` as `serve` does, and its hidden drill chance must be a
+/// chance: both are bad input, said with the flag, before anything connects.
+#[test]
+fn pipeline_consume_refuses_a_missing_inbox_and_a_chance_that_is_not_one() {
+    let missing = arrival(&["pipeline", "consume", "--db", "/nonexistent/inbox.db"]);
+    assert_status(&missing, 2, "consume --db with no inbox");
+    let message = stderr(&missing);
+    assert!(
+        message.contains("--db") && message.contains("/nonexistent/inbox.db"),
+        "{message}"
+    );
+    let chance = arrival(&[
+        "pipeline",
+        "consume",
+        "--db",
+        "/nonexistent/inbox.db",
+        "--drill-kill-at",
+        "before-commit",
+        "--drill-kill-chance",
+        "1.5",
+    ]);
+    assert_status(&chance, 2, "consume --drill-kill-chance 1.5");
+    assert!(
+        stderr(&chance).contains("--drill-kill-chance"),
+        "{}",
+        stderr(&chance)
+    );
+}
+
 #[test]
 fn a_fifth_budget_sets_the_re_encoded_copies() {
     // dedupe-by-body-hash is seen only with a re-encoded copy: `--budgets D,L,C,E,R` gives one.

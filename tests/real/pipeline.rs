@@ -37,6 +37,8 @@ fn options(requests: usize, kills: usize) -> DrillOptions {
         count: 4,
         seed: 7,
         mutant: None,
+        exe: Some(ARRIVAL.into()),
+        down_requests: None,
     }
 }
 
@@ -110,11 +112,69 @@ fn ack_before_commit_loses_entries_in_the_kill_drill() {
 
 #[test]
 fn redis_down_answers_503_never_202_and_loses_nothing() {
+    let mut options = options(60, 0);
+    options.down_requests = Some(40);
+    let report = runtime().block_on(drill::redis_down(&options)).unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+    assert!(report.answers.get("503 unavailable").copied().unwrap_or(0) >= 30);
+}
+
+#[test]
+fn twelve_consumer_process_kills_of_every_kind_lose_nothing_and_match_the_model() {
     let report = runtime()
-        .block_on(drill::redis_down(&options(45, 0)))
+        .block_on(drill::process_kill(&options(60, 12)))
         .unwrap();
     assert!(report.passed, "{:#?}", failures(&report));
-    assert!(report.answers.contains_key("503 unavailable"));
+    assert_eq!(
+        report.kills.values().sum::<usize>(),
+        12,
+        "{:?}",
+        report.kills
+    );
+    for kind in ["before_commit", "after_commit", "mid_batch", "external"] {
+        assert!(
+            report.kills.get(kind).copied().unwrap_or(0) >= 1,
+            "no {kind} kill: {:?}",
+            report.kills
+        );
+    }
+    assert!(report.consumer_starts >= 12 + 2);
+}
+
+#[test]
+fn ack_before_commit_loses_entries_when_consumer_processes_die() {
+    let mut options = options(60, 12);
+    options.mutant = Some("ack-before-commit".parse().unwrap());
+    let report = runtime().block_on(drill::process_kill(&options)).unwrap();
+    assert!(!report.passed, "the drill must catch the wrong build");
+    for name in ["every-202-settled-once", "acked-only-after-commit"] {
+        let check = report
+            .checks
+            .iter()
+            .find(|check| check.name == name)
+            .unwrap();
+        assert!(!check.holds, "{name}: {}", check.detail);
+    }
+}
+
+#[test]
+fn a_commit_failing_on_a_full_disk_keeps_its_entries_pending_until_a_retry_commits_them() {
+    let report = runtime()
+        .block_on(drill::commit_fails(&options(45, 0)))
+        .unwrap();
+    assert!(report.passed, "{:#?}", failures(&report));
+    for name in [
+        "full-disk-nothing-acknowledged",
+        "commit-failed-then-same-process-committed",
+        "every-202-settled-once",
+        "facts-equal-model",
+    ] {
+        assert!(
+            report.checks.iter().any(|check| check.name == name),
+            "{name} was not checked: {:#?}",
+            report.checks
+        );
+    }
 }
 
 #[test]
@@ -488,6 +548,87 @@ fn a_re_sent_variant_is_a_duplicate_in_the_pipeline_as_in_the_model() {
         text.contains("1 duplicate"),
         "the re-send is a duplicate:\n{text}"
     );
+}
+
+/// `pipeline consume` runs consumers and no ingress: `--consumers 2` gives two consumers
+/// named `<host>-<pid>-1` and `-2` (as `serve` names its own), which decide what another
+/// process appended; SIGTERM stops it with exit 0 and its idle consumers leave the group.
+#[test]
+fn a_consume_process_names_its_consumers_after_its_pid_and_stops_on_sigterm() {
+    let url = redis_url();
+    let dir = temp_dir("pipeline");
+    let now = store::now_ms() / 1000;
+    let (apps, requests) = drill::requests(3, 8, now);
+    let conn = {
+        let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
+        store::put_applications(&mut conn, &apps).unwrap();
+        conn
+    };
+    write_drill_keys(dir.path());
+    let names = Names {
+        stream: unique("arrival-test"),
+        group: "inbox".into(),
+    };
+    let (mut ingress, addr) = serve_with(dir.path(), &names, &url, &["--consumers", "0"]);
+    let mut consume = Command::new(ARRIVAL)
+        .args(["pipeline", "consume", "--consumers", "2", "--db"])
+        .arg(dir.path().join("inbox.db"))
+        .args(["--stream", &names.stream, "--group", &names.group])
+        .env("ARRIVAL_REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(consume.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = consume.id();
+    let said: Vec<&str> = line.split_whitespace().collect();
+    let rt = runtime();
+    let mut accepted = 0;
+    for request in &requests {
+        let reply = rt
+            .block_on(Client::new(addr).post(
+                request.source.as_deref(),
+                request.signature.as_deref(),
+                &request.body,
+            ))
+            .unwrap();
+        accepted += usize::from(reply.entry.is_some());
+    }
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store::verdict_count(&conn).unwrap() < accepted && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let consumers = stream::consumer_names(&mut redis, &names).unwrap();
+    let mut stopped = Vec::new();
+    for child in [&mut consume, &mut ingress] {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        stopped.push(child.wait().unwrap().success());
+    }
+    let left = stream::consumer_names(&mut redis, &names).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+    assert_eq!(said.first(), Some(&"consumers"), "{line}");
+    for index in [1, 2] {
+        let suffix = format!("-{pid}-{index}");
+        assert!(
+            said.iter().any(|name| name.ends_with(&suffix)),
+            "consumer {index} is named after the pid {pid}: {line}"
+        );
+    }
+    assert!(accepted > 0);
+    assert_eq!(store::verdict_count(&conn).unwrap(), accepted);
+    assert!(
+        consumers.iter().all(|name| said.contains(&name.as_str())),
+        "only the consume process's consumers read: {consumers:?}, said {line}"
+    );
+    assert_eq!(stopped, [true, true], "SIGTERM stops each with exit 0");
+    assert!(left.is_empty(), "idle consumers leave the group: {left:?}");
 }
 
 /// Two `serve` processes share one group: their consumers must be two consumers to Redis,

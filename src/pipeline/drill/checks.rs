@@ -26,6 +26,8 @@ pub(super) fn common_checks(
         .filter_map(|entry| entry.field("entry"))
         .map(|id| String::from_utf8_lossy(id).into_owned())
         .collect();
+    report.entries = accepted.len();
+    report.facts = snapshot.facts.len();
     let missing: Vec<&String> = accepted
         .keys()
         .filter(|id| !snapshot.verdicts.contains_key(*id) && !dead.contains(*id))

@@ -4,27 +4,38 @@
 //! - `kill`: consumers killed at random points (before commit, after commit before `XACK`,
 //!   mid-batch) while a random schedule of requests arrives; restarted under the same
 //!   name (own pending first) or a new one (the dead one's entries taken over);
+//! - `process-kill`: the consumers are `arrival pipeline consume` child processes, SIGKILLed
+//!   by themselves at those points or by the drill at random moments, each replaced by a new
+//!   process under a new name (the dead one's entries taken over with `XAUTOCLAIM`);
+//! - `commit-fails`: the disk fills up under a consumer process, so its `COMMIT` fails:
+//!   entries stay pending and unacknowledged, and are committed once there is room;
 //! - `redis-down`: a private `redis-server` (AOF, fsync always) killed while requests
 //!   arrive, then restarted: 503 meanwhile, never 202, nothing accepted before is lost;
 //! - `db-locked`: another writer holds the inbox: entries stay pending, none acknowledged;
 //! - `poison`: an unparseable entry written straight into the stream is dead-lettered after
 //!   `max_deliveries` while the rest flows.
 //!
-//! One file per drill (`kill`, `redis_down`, `db_locked`, `poison`); `rig` is what they
-//! share to set up and run (the signed requests and their model, the rig, posting, draining,
-//! the end), `checks` the end checks they share. This file holds the options, the report
-//! and the dispatch.
+//! One file per drill (`kill`, `process_kill`, `commit_fails`, `redis_down`, `db_locked`,
+//! `poison`); `rig` is what they share to set up and run (the signed requests and their
+//! model, the rig, posting, draining, the end), `checks` the end checks they share, and
+//! `children` the consumer child processes of the process drills. This file holds the
+//! options, the report and the dispatch.
 
 mod checks;
+mod children;
+mod commit_fails;
 mod db_locked;
 mod kill;
 mod poison;
+mod process_kill;
 mod redis_down;
 mod rig;
 
+pub use commit_fails::commit_fails;
 pub use db_locked::db_locked;
 pub use kill::kill;
 pub use poison::poison;
+pub use process_kill::process_kill;
 pub use redis_down::{redis_down, PrivateRedis};
 pub use rig::{model, requests, rfc3339, rig, Rig};
 
@@ -40,6 +51,10 @@ use std::collections::BTreeMap;
 pub enum DrillName {
     /// Consumers killed at random points.
     Kill,
+    /// Consumer processes SIGKILLed, by themselves at a point or from outside.
+    ProcessKill,
+    /// The inbox's disk full under a consumer process: its commits fail.
+    CommitFails,
     /// Redis stopped while requests arrive.
     RedisDown,
     /// The inbox database locked by another writer.
@@ -72,8 +87,12 @@ pub struct DrillReport {
     pub answers: BTreeMap<String, usize>,
     /// Kills by point (kill drill).
     pub kills: BTreeMap<String, usize>,
-    /// Consumer (re)starts.
+    /// Consumer (re)starts (processes started, in the process drills).
     pub consumer_starts: usize,
+    /// Entries accepted (answered 202).
+    pub entries: usize,
+    /// Facts in the inbox at the end.
+    pub facts: usize,
     /// Wall time in seconds.
     pub seconds: f64,
     /// The checks.
@@ -123,9 +142,9 @@ pub struct DrillOptions {
     pub redis_url: String,
     /// Requests to send.
     pub requests: usize,
-    /// Kills (kill drill).
+    /// Kills (kill drills).
     pub kills: usize,
-    /// Consumers.
+    /// Consumers (consumer processes, in the process drills).
     pub consumers: usize,
     /// Entries per batch.
     pub count: usize,
@@ -133,6 +152,10 @@ pub struct DrillOptions {
     pub seed: u64,
     /// A wrong pipeline.
     pub mutant: Option<Mutant>,
+    /// The arrival binary, which the process drills start as `pipeline consume`.
+    pub exe: Option<std::path::PathBuf>,
+    /// Requests sent while Redis is down (redis-down; `None`: a third of them).
+    pub down_requests: Option<usize>,
 }
 
 /// The finance key of the drills.
@@ -156,6 +179,8 @@ impl DrillReport {
 pub async fn drill(name: DrillName, options: &DrillOptions) -> Result<DrillReport, PipelineError> {
     match name {
         DrillName::Kill => kill(options).await,
+        DrillName::ProcessKill => process_kill(options).await,
+        DrillName::CommitFails => commit_fails(options).await,
         DrillName::Poison => poison(options).await,
         DrillName::DbLocked => db_locked(options).await,
         DrillName::RedisDown => redis_down(options).await,

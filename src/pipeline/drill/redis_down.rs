@@ -1,10 +1,13 @@
 //! The redis-down drill: a private Redis killed while requests arrive, then restarted.
 
 use super::checks::common_checks;
-use super::rig::requests;
-use super::rig::{drain_then_stop, finish, plain_consumers, post, rig};
+use super::rig::{
+    answer_word, drain_then_stop, finish, model, plain_consumers, post, requests, rig,
+};
 use super::{DrillOptions, DrillReport};
-use crate::pipeline::client::Client;
+use crate::facts::ingress::Response;
+use crate::facts::world::{PostedRequest, World};
+use crate::pipeline::client::{Client, Reply};
 use crate::pipeline::ingress::PipelineError;
 use crate::pipeline::run::TempDir;
 use crate::pipeline::store;
@@ -94,12 +97,18 @@ impl Drop for PrivateRedis {
     }
 }
 
-/// The Redis-down drill (its own private server).
+/// How many connections post the requests sent while Redis is down.
+const DOWN_CONNECTIONS: usize = 8;
+
+/// The Redis-down drill (its own private server): the requests before the window posted
+/// with Redis up, the window's (`down_requests`, a third by default) with it killed, the
+/// rest after its restart.
 pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineError> {
     let started = Instant::now();
     let mut server = PrivateRedis::start()?;
     let now = store::now_ms() / 1000;
     let (apps, requests) = requests(options.seed, options.requests, now);
+    let oracle = model(&apps, &requests, 3);
     let mut rig = rig(
         &server.url(),
         &apps,
@@ -115,36 +124,31 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
     report.consumer_starts = consumers.len();
     let mut client = Client::new(rig.running.addr);
     let mut accepted = BTreeMap::new();
-    let third = requests.len() / 3;
-    let mut accepted_while_down = 0;
-    let mut unavailable = 0;
-    for (index, request) in requests.iter().enumerate() {
-        if index == third {
-            server.kill();
-        }
-        if index == 2 * third {
-            server.restart()?;
-            // Give the ingress connection a moment to come back; requests meanwhile may
-            // still be answered 503, which the sender would resend.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        let down = (third..2 * third).contains(&index);
+    let down = options
+        .down_requests
+        .unwrap_or(requests.len() / 3)
+        .min(requests.len());
+    let first = (requests.len() - down) / 2;
+    for request in &requests[..first] {
         let reply = post(&mut client, &mut report, request).await?;
-        if reply.status == 503 {
-            unavailable += 1;
-        }
         if let Some(id) = reply.entry {
-            if down {
-                accepted_while_down += 1;
-            }
             accepted.insert(id, request.number);
         }
     }
-    report.check(
-        "no-202-while-down",
-        accepted_while_down == 0 && unavailable > 0,
-        format!("{accepted_while_down} accepted while Redis was down, {unavailable} answered 503"),
-    );
+    server.kill();
+    let window = &requests[first..first + down];
+    let answers = post_concurrently(rig.running.addr, window).await?;
+    down_checks(&mut report, &oracle, window, &answers);
+    server.restart()?;
+    // Give the ingress connection a moment to come back; requests meanwhile may still be
+    // answered 503, which the sender would resend.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for request in &requests[first + down..] {
+        let reply = post(&mut client, &mut report, request).await?;
+        if let Some(id) = reply.entry {
+            accepted.insert(id, request.number);
+        }
+    }
     // The other end of the check: reconnect the checker's own connection.
     rig.redis = stream::connect(&server.url(), Duration::from_secs(5))?;
     drain_then_stop(&mut rig, &stop, consumers).await?;
@@ -165,4 +169,89 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
     let report = finish(rig, report, started).await;
     drop(server);
     Ok(report)
+}
+
+/// Posts `requests` over [`DOWN_CONNECTIONS`] connections at once; each one's reply, in
+/// the order of `requests`.
+async fn post_concurrently(
+    addr: std::net::SocketAddr,
+    requests: &[PostedRequest],
+) -> Result<Vec<Reply>, PipelineError> {
+    let share = requests.len().div_ceil(DOWN_CONNECTIONS).max(1);
+    let tasks: Vec<_> = requests
+        .chunks(share)
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            tokio::spawn(async move {
+                let mut client = Client::new(addr);
+                let mut replies = Vec::with_capacity(chunk.len());
+                for request in &chunk {
+                    replies.push(
+                        client
+                            .post(
+                                request.source.as_deref(),
+                                request.signature.as_deref(),
+                                &request.body,
+                            )
+                            .await?,
+                    );
+                }
+                Ok::<_, std::io::Error>(replies)
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(requests.len());
+    for task in tasks {
+        let replies = task
+            .await
+            .map_err(|error| PipelineError::Other(format!("a posting task failed: {error}")))??;
+        out.extend(replies);
+    }
+    Ok(out)
+}
+
+/// The window's answers, counted in the report, against the model's: every request the
+/// model accepts (202) answered 503, every other one refused as the model refuses it, and
+/// no 202 at all.
+fn down_checks(
+    report: &mut DrillReport,
+    oracle: &World,
+    window: &[PostedRequest],
+    answers: &[Reply],
+) {
+    let expected: BTreeMap<u32, Response> = oracle.responses.iter().copied().collect();
+    let (mut unavailable, mut refused, mut accepted, mut wrong) = (0, 0, 0, Vec::new());
+    for (request, reply) in window.iter().zip(answers) {
+        let word = answer_word(reply.status, &reply.reason());
+        *report.answers.entry(word.clone()).or_default() += 1;
+        let model = expected.get(&request.number);
+        let want = match model {
+            Some(response) if response.status() == 202 => Response::Unavailable,
+            Some(response) => *response,
+            None => Response::Unavailable,
+        };
+        match reply.status {
+            503 => unavailable += 1,
+            202 => accepted += 1,
+            _ => refused += 1,
+        }
+        if word != answer_word(want.status(), want.reason()) {
+            wrong.push(format!("request {} answered {word}", request.number));
+        }
+    }
+    report.check(
+        "no-202-while-down",
+        accepted == 0 && wrong.is_empty() && unavailable > 0,
+        format!(
+            "{} requests while Redis was down: {unavailable} answered 503, {refused} refused \
+             for their content as the model refuses them, {accepted} accepted; {} answered \
+             otherwise than the model's answer with 503 for 202{}",
+            window.len(),
+            wrong.len(),
+            wrong
+                .first()
+                .map(|w| format!(" (first: {w})"))
+                .unwrap_or_default()
+        ),
+    );
 }
