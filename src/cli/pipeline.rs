@@ -97,9 +97,9 @@ pub enum PipelineCommand {
     /// takes a new name and its predecessor's pending entries are taken over
     /// (`XAUTOCLAIM`) once idle for `--min-idle-ms`.
     Consume {
-        /// The inbox database.
-        #[arg(long, env = "ARRIVAL_DB")]
-        db: PathBuf,
+        /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
+        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+        db: InboxAt,
         /// Redis, stream and group.
         #[command(flatten)]
         redis: RedisArgs,
@@ -781,7 +781,7 @@ fn consume(command: PipelineCommand) -> Outcome {
     }
     let wrong = mutant(drill.drill_mutant.as_deref())?;
     init_logs(log_format);
-    existing_inbox(&db)?;
+    super::inbox::existing(&db)?;
     let options = ServeOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         db: db.clone(),
@@ -1052,7 +1052,7 @@ fn drill(args: &DrillArgs) -> Outcome {
         count: args.count.max(1),
         seed: args.seed,
         mutant: mutant(args.mutant.as_deref())?,
-        exe: Some(std::env::current_exe().map_err(|error| env_error(Path::new("drill"), error))?),
+        exe: Some(std::env::current_exe().map_err(|error| env_error(&"drill", error))?),
         down_requests: args.down_requests,
     };
     let report = runtime()?

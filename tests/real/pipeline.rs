@@ -560,8 +560,8 @@ fn a_consume_process_names_its_consumers_after_its_pid_and_stops_on_sigterm() {
     let now = store::now_ms() / 1000;
     let (apps, requests) = drill::requests(3, 8, now);
     let conn = {
-        let mut conn = store::open(&dir.path().join("inbox.db"), 5_000).unwrap();
-        store::put_applications(&mut conn, &apps).unwrap();
+        let conn = store::open(&dir.path().join("inbox.db").into(), 5_000).unwrap();
+        store::put_applications(&conn, &apps).unwrap();
         conn
     };
     write_drill_keys(dir.path());

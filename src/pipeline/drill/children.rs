@@ -99,8 +99,9 @@ impl ConsumerChild {
     ) -> Result<ConsumerChild, PipelineError> {
         let mut command = tokio::process::Command::new(exe);
         command
-            .args(["pipeline", "consume", "--consumers", "1", "--db"])
-            .arg(&options.db)
+            .args(["pipeline", "consume", "--consumers", "1"])
+            // Through the environment, where `ps` does not show a PostgreSQL password.
+            .env("ARRIVAL_DB", options.db.connection_text())
             .args(["--redis-url", &options.redis_url])
             .args(["--stream", &options.names.stream])
             .args(["--group", &options.names.group])

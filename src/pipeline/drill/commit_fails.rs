@@ -55,7 +55,7 @@ pub async fn commit_fails(options: &DrillOptions) -> Result<DrillReport, Pipelin
     send(&mut client, &mut report, before, &mut accepted).await?;
     wait_drained(&mut rig).await?;
     let reader = store::open(&rig.options.db, store::DEFAULT_BUSY_TIMEOUT_MS)?;
-    reader.execute_batch("BEGIN")?;
+    reader.batch("BEGIN")?;
     store::verdict_count(&reader)?;
     let room = file_size_limit(child.pid, 0)?;
     let committed = store::verdict_count(&store::open(&rig.options.db, 1_000)?)?;
@@ -68,7 +68,7 @@ pub async fn commit_fails(options: &DrillOptions) -> Result<DrillReport, Pipelin
     child.resume();
     let observed = while_full(&mut rig, &held, committed).await;
     file_size_limit(child.pid, room)?;
-    reader.execute_batch("ROLLBACK")?;
+    reader.batch("ROLLBACK")?;
     let observed = observed?;
     report.check("full-disk-nothing-acknowledged", observed.0, observed.1);
     accepted.extend(held);

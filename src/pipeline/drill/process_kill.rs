@@ -82,7 +82,7 @@ struct Drill<'a> {
     accepted: BTreeMap<String, u32>,
     samples: usize,
     unsettled_acks: BTreeSet<String>,
-    checker: rusqlite::Connection,
+    checker: crate::pipeline::sql::Db,
 }
 
 /// The process-kill drill.
@@ -326,7 +326,7 @@ impl Drill<'_> {
                 .into_iter()
                 .map(|entry| entry.id)
                 .collect();
-        let verdicts = store::snapshot(&mut self.checker)?.verdicts;
+        let verdicts = store::snapshot(&self.checker)?.verdicts;
         let dead: BTreeSet<String> = stream::range_all(&mut rig.redis, &names.dead_letter())?
             .iter()
             .filter_map(|entry| entry.field("entry"))
