@@ -16,6 +16,8 @@ use crate::pipeline::consumer::{Consumer, ConsumerOptions, Faults, NoFaults, Poi
 use crate::pipeline::drill::{DrillName, DrillOptions, DrillReport};
 use crate::pipeline::ingress::{self, ServeOptions};
 use crate::pipeline::load::{LoadOptions, LoadResult};
+use crate::pipeline::rate_limit::RateLimit;
+use crate::pipeline::server::ConnectionLimits;
 use crate::pipeline::sql::InboxAt;
 use crate::pipeline::store as pstore;
 use clap::{Args, Subcommand};
@@ -36,11 +38,12 @@ pub enum PipelineCommand {
         /// A facts fixture whose `applications` and `secrets` to use.
         #[arg(long)]
         fixture: PathBuf,
-        /// Where to write the keys file (`{"finance": [...], "contracts": [...]}`).
+        /// Where to write the keys file (`{"finance": [...], "contracts": [...]}`), mode 0600.
         #[arg(long)]
         keys_out: PathBuf,
     },
-    /// Run ingress and consumers until SIGTERM (then finish in-flight entries, exit 0).
+    /// Run ingress and consumers until SIGTERM (then finish in-flight entries, exit 0);
+    /// SIGHUP reads the keys file again.
     Serve {
         /// Where to listen (loopback by default).
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -48,7 +51,8 @@ pub enum PipelineCommand {
         /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
         #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
         db: crate::pipeline::sql::InboxAt,
-        /// The keys file.
+        /// The keys file: read again on SIGHUP (a bad file keeps the keys in force, with an
+        /// error logged); a warning is logged when its group or others have access to it.
         #[arg(long, env = "ARRIVAL_KEYS")]
         keys: PathBuf,
         /// Redis, stream and group.
@@ -82,6 +86,30 @@ pub enum PipelineCommand {
             value_parser = clap::value_parser!(u64).range(1..)
         )]
         body_timeout_ms: u64,
+        /// Requests per second per source, told apart by `X-Acme-Source` (requests naming
+        /// no known source share one bucket); beyond it ingress answers 429 with
+        /// `Retry-After` before reading the body. `off` for no limit.
+        #[arg(long, default_value = "10000", value_parser = rate_limit_arg)]
+        rate_limit: RateLimitArg,
+        /// Requests a source may send at once after a quiet spell (the bucket's size;
+        /// default: one second's worth of `--rate-limit`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rate_burst: Option<u32>,
+        /// How long a connection may take to send a whole request head, and sit idle
+        /// between requests, before it is closed without an answer (ms, at least 1).
+        #[arg(
+            long,
+            default_value_t = crate::pipeline::server::DEFAULT_HEADER_TIMEOUT_MS,
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
+        header_timeout_ms: u64,
+        /// Connections served at once; more wait in the listen backlog until one closes.
+        #[arg(
+            long,
+            default_value_t = crate::pipeline::server::DEFAULT_MAX_CONNECTIONS,
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
+        max_connections: u32,
         /// Log lines (one per request and per batch, on stderr) as `text` or `json`.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
@@ -250,6 +278,27 @@ pub enum PipelineCommand {
     Drill(DrillArgs),
     /// Throughput: a load generator (this process) against `serve` (a child process).
     Load(LoadArgs),
+}
+
+/// `serve --rate-limit`: requests per second per source, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateLimitArg {
+    /// No limit.
+    Off,
+    /// Requests per second (at least 1).
+    PerSecond(u32),
+}
+
+fn rate_limit_arg(text: &str) -> Result<RateLimitArg, String> {
+    if text == "off" {
+        return Ok(RateLimitArg::Off);
+    }
+    match text.parse::<u32>() {
+        Ok(0) | Err(_) => Err(format!(
+            "`{text}` is neither a number of requests per second (1 or more) nor `off`"
+        )),
+        Ok(rate) => Ok(RateLimitArg::PerSecond(rate)),
+    }
 }
 
 /// How `serve` writes its log lines.
@@ -678,7 +727,8 @@ fn init(db: &InboxAt, fixture: &Path, keys_out: &Path) -> Outcome {
     Ok(true)
 }
 
-/// Writes a file only its owner can read (mode 0600 on Unix): a keys file holds secrets.
+/// Writes a file only its owner can read or write (mode 0600 on Unix, also when the file
+/// existed with a looser mode): a keys file holds secrets.
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
@@ -686,6 +736,10 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path)?;
+    // `mode` applies only to a file created here: one that existed keeps its mode unless
+    // it is set again, before any secret is written into it.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     file.write_all(text.as_bytes())
 }
 
@@ -718,17 +772,35 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
+        rate_limit,
+        rate_burst,
+        header_timeout_ms,
+        max_connections,
         log_format,
         mutant: name,
     } = command
     else {
         unreachable!("serve is called with `pipeline serve`");
     };
+    let limits = ingress::ServeLimits {
+        rate: match rate_limit {
+            RateLimitArg::Off => None,
+            RateLimitArg::PerSecond(per_second) => Some(RateLimit {
+                per_second,
+                burst: rate_burst.unwrap_or(per_second),
+            }),
+        },
+        connections: ConnectionLimits {
+            header_timeout: std::time::Duration::from_millis(header_timeout_ms),
+            max_connections,
+        },
+    };
     if let Some(name) = name {
         return Err(refuse_mutant(&name).into());
     }
     init_logs(log_format);
-    let keys = ingress::load_keys(&keys)?;
+    let keys_file = keys;
+    let keys = ingress::load_keys(&keys_file)?;
     super::inbox::existing(&db)?;
     let options = ServeOptions {
         listen,
@@ -748,7 +820,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         shifted_clock: false,
     };
     runtime()?
-        .block_on(ingress::serve(&options))
+        .block_on(ingress::serve(&options, &limits, &keys_file))
         .map_err(|error| env_error(&db, error))?;
     Ok(true)
 }

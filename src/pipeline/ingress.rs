@@ -1,24 +1,27 @@
-//! The HTTP ingress and the running pipeline: a thin axum handler that limits the body
-//! before reading it, calls [`facts::ingress::admit`](crate::facts::ingress::admit) (or a
-//! mutant's) with the clock injected, and answers 202 only after `XADD` returned the
-//! entry id (503 when Redis cannot be written); [`start`] runs it with N consumers, and
-//! [`Running::shutdown`] stops accepting, lets the consumers finish the batch in hand, and
-//! returns.
+//! The HTTP ingress and the running pipeline: a thin axum handler that takes a token from
+//! the source's rate-limit bucket (429 when it is empty), limits the body before reading
+//! it, calls [`facts::ingress::admit`](crate::facts::ingress::admit) (or a mutant's) with
+//! the clock injected, and answers 202 only after `XADD` returned the entry id (503 when
+//! Redis cannot be written); [`start`] runs it with N consumers behind the capped server
+//! of [`super::server`], and [`Running::shutdown`] stops accepting, lets the consumers
+//! finish the batch in hand, and returns.
 
 use super::consumer::{Consumer, ConsumerOptions, Faults, Point};
+pub use super::keys::{load_keys, KeysFile};
 use super::metrics::{self, Metrics, Sources};
+use super::rate_limit::{Limited, RateLimit, RateLimiter};
 use super::receipts::{bounded, Receipt, Receipts};
+use super::server::ConnectionLimits;
 use super::sql::{Db, InboxAt, SqlError};
 use super::store;
 use super::stream::{self, Names};
 use crate::facts::application::Applications;
 use crate::facts::envelope::Source;
-use crate::facts::fixture::{keys_from, Keys, RawKey};
+use crate::facts::fixture::Keys;
 use crate::facts::ingress::{
     Admission, IngressConfig, Key, Reason, Request, Response, WebhookHeaders,
 };
 use crate::facts::mutants::{admit_under, Mutant};
-use crate::harness::InputError;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -26,7 +29,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// The path ingress answers on.
@@ -86,43 +89,6 @@ impl Clock {
     }
 }
 
-/// Reads a keys file: `{"finance": ["key", ...], "contracts": [...]}`. The keys are never
-/// printed.
-pub fn load_keys(path: &Path) -> Result<Keys, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        file: path.to_owned(),
-        source,
-    })?;
-    let raw: KeysFile = serde_json::from_str(&text).map_err(|error| {
-        InputError::invalid(
-            path,
-            format!("line {}:{}", error.line(), error.column()),
-            format!(
-                "{error}; expected {{\"keys\": [{{\"id\": ..., \"source\": ..., \"secret\": ..., \
-                 \"tenants\": [...]}}]}} or version 1's {{\"finance\": [\"secret\", ...], \"contracts\": [...]}}"
-            ),
-        )
-    })?;
-    let (secrets, keys) = match raw {
-        KeysFile::Keys { keys } => (BTreeMap::new(), keys),
-        KeysFile::Secrets(secrets) => (secrets, Vec::new()),
-    };
-    keys_from(&secrets, &keys).map_err(|(place, message)| InputError::invalid(path, place, message))
-}
-
-/// A keys file: contract v2's `{"keys": [...]}`, or version 1's source -> secrets map.
-#[derive(serde::Deserialize, serde::Serialize)]
-#[serde(untagged)]
-pub enum KeysFile {
-    /// Keys with ids, tenants and windows.
-    Keys {
-        /// The keys.
-        keys: Vec<RawKey>,
-    },
-    /// Version 1: each source's secrets, for every tenant.
-    Secrets(BTreeMap<Source, Vec<String>>),
-}
-
 struct AppsCache {
     conn: Db,
     /// Where `conn` came from, to open it again when the server closed it.
@@ -134,7 +100,10 @@ struct AppsCache {
 
 /// What the handler needs.
 pub struct IngressState {
-    config: IngressConfig,
+    /// Limits and keys; the keys are replaced when `serve` reloads its keys file.
+    config: RwLock<Arc<IngressConfig>>,
+    /// The per-source rate limit, checked before a body is read.
+    limiter: RateLimiter,
     apps: Mutex<AppsCache>,
     redis: redis::aio::ConnectionManager,
     names: Names,
@@ -155,6 +124,27 @@ pub struct IngressState {
 }
 
 impl IngressState {
+    /// The limits and keys in force.
+    fn config(&self) -> Arc<IngressConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The keys in force.
+    pub fn keys(&self) -> Keys {
+        self.config().keys.clone()
+    }
+
+    /// Puts `keys` in force for every request judged from now on (the limits stay).
+    pub fn replace_keys(&self, keys: Keys) {
+        let mut config = self.config.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = IngressConfig::clone(&config);
+        next.keys = keys;
+        *config = Arc::new(next);
+    }
+
     /// The applications as they stand (re-read when an upgrade changed them).
     fn applications(&self) -> Result<Arc<Applications>, SqlError> {
         let mut cache = self.apps.lock().unwrap_or_else(|e| e.into_inner());
@@ -198,6 +188,27 @@ fn body_timed_out() -> axum::response::Response {
     reply
 }
 
+/// 429 with `Retry-After` and `{"error":"rate_limited"}`, and its receipt: the source's
+/// bucket is empty. Nothing of the request was read or judged.
+fn rate_limited(limited: &Limited) -> (Receipt, axum::response::Response) {
+    let mut reply = axum::response::Response::new(Body::from(r#"{"error":"rate_limited"}"#));
+    *reply.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    reply
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(limited.retry_after));
+    let receipt = Receipt {
+        status: 429,
+        reason: "rate_limited".into(),
+        detail: Some(limited.detail()),
+        ..Receipt::default()
+    };
+    (receipt, reply)
+}
+
 async fn webhook(
     State(state): State<Arc<IngressState>>,
     headers: HeaderMap,
@@ -208,7 +219,10 @@ async fn webhook(
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     let started = std::time::Instant::now();
-    let (receipt, reply) = judge(&state, &headers, body).await;
+    let (receipt, reply) = match state.limiter.check(source.as_deref()) {
+        Ok(()) => judge(&state, &headers, body).await,
+        Err(limited) => rate_limited(&limited),
+    };
     let receipt = Receipt {
         at_ms: state.clock.now_ms(),
         source,
@@ -301,7 +315,8 @@ async fn judge(
         (receipt, answer(response, None))
     };
     let too_large = Response::Rejected(Reason::BodyTooLarge);
-    let limit = state.config.max_body_bytes;
+    let config = state.config();
+    let limit = config.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
@@ -354,13 +369,7 @@ async fn judge(
         webhook: (webhook != WebhookHeaders::default()).then_some(webhook),
         body: &bytes,
     };
-    let admission = admit_under(
-        state.mutant,
-        &request,
-        state.clock.now(),
-        &state.config,
-        &apps,
-    );
+    let admission = admit_under(state.mutant, &request, state.clock.now(), &config, &apps);
     let admitted = match admission {
         Admission::Reject(rejection) => {
             let receipt = Receipt {
@@ -467,6 +476,25 @@ impl ServeOptions {
     }
 }
 
+/// What `serve` sets beyond [`ServeOptions`]: the per-source rate limit and the
+/// connection limits. Drills, `run` and `load` take the defaults, which they never reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Requests per second per source (`None`: no limit).
+    pub rate: Option<RateLimit>,
+    /// The header-read timeout and the connection cap.
+    pub connections: ConnectionLimits,
+}
+
+impl Default for ServeLimits {
+    fn default() -> ServeLimits {
+        ServeLimits {
+            rate: Some(RateLimit::default()),
+            connections: ConnectionLimits::default(),
+        }
+    }
+}
+
 /// Why the pipeline could not start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -503,9 +531,18 @@ pub struct Running {
 }
 
 /// Starts ingress and `options.consumers` consumer tasks (blocking tasks, each with its
-/// own Redis and SQLite connection).
+/// own Redis and SQLite connection), with the default [`ServeLimits`].
 pub async fn start(
     options: &ServeOptions,
+    faults: Arc<dyn Faults>,
+) -> Result<Running, PipelineError> {
+    start_with(options, &ServeLimits::default(), faults).await
+}
+
+/// [`start`] with these limits.
+pub async fn start_with(
+    options: &ServeOptions,
+    limits: &ServeLimits,
     faults: Arc<dyn Faults>,
 ) -> Result<Running, PipelineError> {
     let conn = store::open(&options.db, options.busy_timeout_ms)?;
@@ -520,7 +557,8 @@ pub async fn start(
     config.max_body_bytes = options.max_body_bytes;
     config.freshness_seconds = options.freshness_seconds;
     let state = Arc::new(IngressState {
-        config,
+        config: RwLock::new(Arc::new(config)),
+        limiter: RateLimiter::new(limits.rate),
         apps: Mutex::new(AppsCache {
             conn,
             at: options.db.clone(),
@@ -555,13 +593,12 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown_rx.await;
-            })
-            .await
-    });
+    let server = tokio::spawn(super::server::serve(
+        listener,
+        router,
+        limits.connections,
+        shutdown_rx,
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let mut consumers = Vec::new();
     let prefix = process_prefix();
@@ -642,18 +679,34 @@ impl Running {
     }
 }
 
-/// `arrival pipeline serve`: runs until SIGTERM or Ctrl-C, then shuts down gracefully.
-pub async fn serve(options: &ServeOptions) -> Result<(), PipelineError> {
-    let running = start(options, Arc::new(super::consumer::NoFaults)).await?;
+/// `arrival pipeline serve`: runs until SIGTERM or Ctrl-C, then shuts down gracefully;
+/// SIGHUP reads `keys_file` again (a bad file keeps the keys in force).
+pub async fn serve(
+    options: &ServeOptions,
+    limits: &ServeLimits,
+    keys_file: &Path,
+) -> Result<(), PipelineError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Before the address is printed: a SIGHUP from then on reloads, never kills.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    super::keys::warn_if_loose(keys_file);
+    let running = start_with(options, limits, Arc::new(super::consumer::NoFaults)).await?;
     eprintln!(
         "arrival pipeline: listening on http://{}{WEBHOOK_PATH} with {} consumer(s), stream {}, group {}",
         running.addr, options.consumers, options.names.stream, options.names.group
     );
     println!("listening {}", running.addr);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = hangup.recv() => {
+                if let Some(keys) = super::keys::reread(keys_file, &running.state.keys()) {
+                    running.state.replace_keys(keys);
+                }
+            }
+        }
     }
     eprintln!("arrival pipeline: stopping (finishing in-flight entries)");
     running.shutdown().await;

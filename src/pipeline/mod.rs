@@ -13,7 +13,10 @@
 //! | [`stream`] | Redis commands: `XADD`, `XREADGROUP`, `XAUTOCLAIM`, `XPENDING`, `XACK`, the dead-letter script |
 //! | [`consumer`] | a consumer of the group: own pending first, takeover, batches, ack after commit, poison, injected kills |
 //! | [`consume`] | `pipeline consume`: a process of consumers and no ingress, named as `serve` names its own, until SIGTERM; the drills' self-kill at a point |
-//! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown) |
+//! | [`ingress`] | the HTTP handler and the running pipeline (start, serve, graceful shutdown, keys reloaded on SIGHUP) |
+//! | [`server`] | the HTTP/1 accept loop under ingress: the connection cap, the header-read timeout, a shutdown that does not wait for half-sent heads |
+//! | [`rate_limit`] | the per-source token buckets ingress checks before reading a body (429 with `Retry-After`) |
+//! | [`keys`] | the keys file: read and validated, permissions checked, read again on SIGHUP |
 //! | [`dead_letters`] | the dead-letter stream for people: list, replay into the stream, discard; each action recorded in the inbox |
 //! | [`explain`] | `pipeline explain`: the rows of an application or an event loaded once ([`explain::load`]), and the answer to "why (not) READY" as a pure function of them ([`explain::reason`]) |
 //! | [`metrics`] | `/metrics` (Prometheus text through `prometheus-client`), `/healthz`, `/readyz`: counters and the commit histogram of the process, levels read from Redis and the inbox at each scrape |
@@ -31,12 +34,15 @@ pub mod dead_letters;
 pub mod drill;
 pub mod explain;
 pub mod ingress;
+pub mod keys;
 pub mod load;
 pub mod metrics;
 pub mod operator;
+pub mod rate_limit;
 pub mod receipts;
 pub mod run;
 pub mod schema;
+pub mod server;
 pub mod sql;
 pub mod store;
 pub mod stream;

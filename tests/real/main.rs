@@ -8,6 +8,9 @@
 //! - `conform`: `arrival conform` against the Python example receivers, the store behind
 //!   `arrival store stdio`, and broken harnesses (exit 3).
 //! - `explain`: `pipeline explain` and the chain from receipt to verdict, on a real `serve`.
+//! - `hardening`: `serve` against floods, slow and stalled clients, and keys files changed
+//!   under it: the rate limit, the header-read timeout, the connection cap, the graceful
+//!   stop, SIGHUP reloads.
 //! - `inbox`: the pipeline's inbox schema under versioned migrations (SQLite only).
 //! - `operator`: the operator's commands on a real inbox, and every facts fixture played
 //!   against the real pipeline.
@@ -21,6 +24,7 @@ mod util;
 
 mod conform;
 mod explain;
+mod hardening;
 mod inbox;
 mod operator;
 mod pg;
