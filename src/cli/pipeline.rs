@@ -437,6 +437,10 @@ pub struct DrillArgs {
     /// at most all of them).
     #[arg(long)]
     pub down_requests: Option<usize>,
+    /// `kill` and `process-kill`: a database the drill may EMPTY and use as the inbox
+    /// (postgres://...); a new SQLite file when left out.
+    #[arg(long, value_parser = super::inbox::inbox_at)]
+    pub scratch_db: Option<InboxAt>,
     /// Consumer kills (kill and process-kill drills).
     #[arg(long, default_value_t = 200)]
     pub kills: usize,
@@ -1126,7 +1130,11 @@ fn drill(args: &DrillArgs) -> Outcome {
         mutant: mutant(args.mutant.as_deref())?,
         exe: Some(std::env::current_exe().map_err(|error| env_error(&"drill", error))?),
         down_requests: args.down_requests,
+        scratch_db: args.scratch_db.clone(),
     };
+    if let Some(db) = &options.scratch_db {
+        super::inbox::checked(db)?;
+    }
     let report = runtime()?
         .block_on(crate::pipeline::drill::drill(args.name.into(), &options))
         .map_err(|error| env_error(&"drill", error))?;

@@ -91,31 +91,6 @@ pub fn load_requests(
     (apps, requests)
 }
 
-/// Empties a scratch inbox: every table the inbox writes.
-fn empty(db: &Db) -> Result<(), PipelineError> {
-    const TABLES: &[&str] = &[
-        "applications",
-        "facts",
-        "evidence",
-        "late_mismatches",
-        "ready",
-        "counters",
-        "verdicts",
-        "meta",
-        "decision_failures",
-        "parked",
-        "conflicts",
-        "resolutions",
-        "ready_history",
-        "receipts",
-        "dead_letter_actions",
-    ];
-    for table in TABLES {
-        db.exec(&format!("DELETE FROM {table}"), &[]).map_err(bad)?;
-    }
-    Ok(())
-}
-
 /// Starts one `serve` child on `db` and returns it with its address.
 fn spawn_serve(
     db: &InboxAt,
@@ -170,7 +145,7 @@ pub fn measure(args: &LoadOptions, consumers: usize) -> Result<LoadResult, Pipel
     let (apps, requests) = load_requests(args.requests, now);
     let conn = store::open(&db, store::DEFAULT_BUSY_TIMEOUT_MS).map_err(bad)?;
     if args.db.is_some() {
-        empty(&conn)?;
+        store::empty_scratch(&conn).map_err(bad)?;
     }
     store::put_applications(&conn, &apps).map_err(bad)?;
     let keys = dir.0.join("keys.json");

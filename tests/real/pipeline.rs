@@ -28,7 +28,7 @@ pub fn redis_url() -> String {
     url
 }
 
-fn options(requests: usize, kills: usize) -> DrillOptions {
+pub fn options(requests: usize, kills: usize) -> DrillOptions {
     DrillOptions {
         redis_url: redis_url(),
         requests,
@@ -39,6 +39,7 @@ fn options(requests: usize, kills: usize) -> DrillOptions {
         mutant: None,
         exe: Some(ARRIVAL.into()),
         down_requests: None,
+        scratch_db: None,
     }
 }
 

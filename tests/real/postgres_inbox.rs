@@ -443,3 +443,27 @@ fn a_run_on_a_database_with_applications_and_a_malformed_url_are_bad_input_witho
     assert!(stderr(&output).contains("--db"), "{}", stderr(&output));
     assert!(!stderr(&output).contains("s3cretpw"), "{}", stderr(&output));
 }
+
+#[test]
+fn consumer_processes_killed_on_a_postgresql_inbox_lose_nothing_and_the_wrong_build_is_caught() {
+    let database = PgDatabase::new();
+    let mut options = crate::pipeline::options(60, 12);
+    options.scratch_db = Some(InboxAt::Postgres(database.url.clone()));
+    let report = runtime().block_on(drill::process_kill(&options)).unwrap();
+    let failed: Vec<_> = report.checks.iter().filter(|c| !c.holds).collect();
+    assert!(report.passed, "{failed:#?}");
+    assert_eq!(
+        report.kills.values().sum::<usize>(),
+        12,
+        "{:?}",
+        report.kills
+    );
+    options.mutant = Some("ack-before-commit".parse().unwrap());
+    let report = runtime().block_on(drill::process_kill(&options)).unwrap();
+    let lost = report
+        .checks
+        .iter()
+        .find(|check| check.name == "acked-only-after-commit")
+        .unwrap();
+    assert!(!report.passed && !lost.holds, "{}", lost.detail);
+}

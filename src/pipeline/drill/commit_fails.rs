@@ -39,6 +39,7 @@ pub async fn commit_fails(options: &DrillOptions) -> Result<DrillReport, Pipelin
         30_000,
         store::DEFAULT_BUSY_TIMEOUT_MS,
         options.mutant,
+        None,
     )
     .await?;
     let mut report = DrillReport::new("commit-fails", options, requests.len());

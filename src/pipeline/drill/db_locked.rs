@@ -26,6 +26,7 @@ pub async fn db_locked(options: &DrillOptions) -> Result<DrillReport, PipelineEr
         30_000,
         100,
         options.mutant,
+        None,
     )
     .await?;
     let mut report = DrillReport::new("db-locked", options, requests.len());

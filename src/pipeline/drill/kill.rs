@@ -65,6 +65,7 @@ pub async fn kill(options: &DrillOptions) -> Result<DrillReport, PipelineError> 
         150,
         store::DEFAULT_BUSY_TIMEOUT_MS,
         options.mutant,
+        options.scratch_db.as_ref(),
     )
     .await?;
     let mut report = DrillReport::new("kill", options, requests.len());

@@ -156,6 +156,9 @@ pub struct DrillOptions {
     pub exe: Option<std::path::PathBuf>,
     /// Requests sent while Redis is down (redis-down; `None`: a third of them).
     pub down_requests: Option<usize>,
+    /// A database the drill may EMPTY and use as the inbox (`kill` and `process-kill`;
+    /// PostgreSQL, say); a new SQLite file when `None`.
+    pub scratch_db: Option<crate::pipeline::sql::InboxAt>,
 }
 
 /// The finance key of the drills.

@@ -25,6 +25,7 @@ pub async fn poison(options: &DrillOptions) -> Result<DrillReport, PipelineError
         30_000,
         store::DEFAULT_BUSY_TIMEOUT_MS,
         options.mutant,
+        None,
     )
     .await?;
     let mut report = DrillReport::new("poison", options, requests.len());

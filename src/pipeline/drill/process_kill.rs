@@ -100,6 +100,7 @@ pub async fn process_kill(options: &DrillOptions) -> Result<DrillReport, Pipelin
         MIN_IDLE_MS,
         store::DEFAULT_BUSY_TIMEOUT_MS,
         options.mutant,
+        options.scratch_db.as_ref(),
     )
     .await?;
     let mut report = DrillReport::new("process-kill", options, requests.len());

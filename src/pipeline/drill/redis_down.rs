@@ -116,6 +116,7 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
         30_000,
         store::DEFAULT_BUSY_TIMEOUT_MS,
         options.mutant,
+        None,
     )
     .await?;
     let mut report = DrillReport::new("redis-down", options, requests.len());

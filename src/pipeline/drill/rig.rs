@@ -172,10 +172,16 @@ pub async fn rig(
     min_idle_ms: u64,
     busy_timeout_ms: u64,
     mutant: Option<Mutant>,
+    scratch_db: Option<&InboxAt>,
 ) -> Result<Rig, PipelineError> {
     let dir = TempDir::new("arrival-drill")?;
-    let db = InboxAt::Sqlite(dir.0.join("inbox.db"));
+    let db = scratch_db
+        .cloned()
+        .unwrap_or_else(|| InboxAt::Sqlite(dir.0.join("inbox.db")));
     let conn = store::open(&db, busy_timeout_ms)?;
+    if scratch_db.is_some() {
+        store::empty_scratch(&conn)?;
+    }
     store::put_applications(&conn, apps)?;
     let names = Names {
         stream: unique("arrival-drill"),
