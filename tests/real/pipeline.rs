@@ -224,9 +224,21 @@ pub fn serve_with(
     url: &str,
     options: &[&str],
 ) -> (std::process::Child, std::net::SocketAddr) {
+    let db = dir.join("inbox.db");
+    serve_on_db(db.to_str().unwrap(), dir, names, url, options)
+}
+
+/// Starts `arrival pipeline serve` on the inbox `db` (a file or a PostgreSQL URL) and
+/// `DIR/keys.json` with `options`, as a child, and returns it with its address.
+pub fn serve_on_db(
+    db: &str,
+    dir: &Path,
+    names: &Names,
+    url: &str,
+    options: &[&str],
+) -> (std::process::Child, std::net::SocketAddr) {
     let mut child = Command::new(ARRIVAL)
-        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.join("inbox.db"))
+        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db", db])
         .arg("--keys")
         .arg(dir.join("keys.json"))
         .args(["--stream", &names.stream, "--group", &names.group])
@@ -240,12 +252,11 @@ pub fn serve_with(
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
-        .trim()
-        .trim_start_matches("listening ")
-        .parse()
-        .unwrap();
-    (child, addr)
+    let addr = line.trim().trim_start_matches("listening ").parse();
+    (
+        child,
+        addr.unwrap_or_else(|_| panic!("serve printed {line:?}")),
+    )
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use crate::operator::FIXTURES;
 use crate::pg::PgDatabase;
-use crate::pipeline::{redis_url, runtime, write_drill_keys};
+use crate::pipeline::{redis_url, runtime, serve_on_db, write_drill_keys};
 use crate::util::{root, stderr, stdout, temp_dir, ARRIVAL};
 use arrival::facts::application::AppKey;
 use arrival::facts::envelope::Source;
@@ -15,9 +15,8 @@ use arrival::pipeline::sql::InboxAt;
 use arrival::pipeline::store;
 use arrival::pipeline::stream::{self, Names};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -45,26 +44,8 @@ fn every_facts_fixture_reproduces_its_expect_on_a_postgresql_inbox() {
 
 /// `arrival pipeline serve` on the PostgreSQL inbox `db`, as a child, with its address.
 fn serve_on(db: &str, dir: &std::path::Path, names: &Names, url: &str) -> (Child, SocketAddr) {
-    let mut child = Command::new(ARRIVAL)
-        .args(["pipeline", "serve", "--listen", "127.0.0.1:0", "--db", db])
-        .arg("--keys")
-        .arg(dir.join("keys.json"))
-        .args(["--stream", &names.stream, "--group", &names.group])
-        .args(["--consumers", "1", "--count", "4", "--min-idle-ms", "500"])
-        .env("ARRIVAL_REDIS_URL", url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().trim_start_matches("listening ").parse();
-    (
-        child,
-        addr.unwrap_or_else(|_| panic!("serve printed {line:?}")),
-    )
+    let options = ["--consumers", "1", "--count", "4", "--min-idle-ms", "500"];
+    serve_on_db(db, dir, names, url, &options)
 }
 
 #[test]
@@ -240,6 +221,21 @@ fn post_until_answered(
     panic!("still 503 after 100 tries")
 }
 
+/// Posts every request (each until answered), the entries of the 202s.
+fn post_all(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    requests: &[arrival::facts::world::PostedRequest],
+) -> Vec<String> {
+    let mut entries = Vec::new();
+    for r in requests {
+        let source = r.source.as_deref();
+        let reply = post_until_answered(rt, addr, source, r.signature.as_deref(), &r.body);
+        entries.extend(reply.entry);
+    }
+    entries
+}
+
 /// A PostgreSQL inbox with the drill's applications and keys, and one `serve` on it.
 struct OnePg {
     database: PgDatabase,
@@ -291,17 +287,7 @@ fn serve_opens_the_inbox_again_after_postgresql_closed_its_connections() {
     let rt = runtime();
     let (before, after) = pg.requests.split_at(10);
     let mut accepted = Vec::new();
-    for request in before {
-        let r = &request;
-        let reply = post_until_answered(
-            &rt,
-            pg.addr,
-            r.source.as_deref(),
-            r.signature.as_deref(),
-            &r.body,
-        );
-        accepted.extend(reply.entry);
-    }
+    accepted.extend(post_all(&rt, pg.addr, before));
     // What a server restart, a failover or an idle timeout does to every connection.
     let admin = pg.conn();
     admin
@@ -311,17 +297,7 @@ fn serve_opens_the_inbox_again_after_postgresql_closed_its_connections() {
             &[],
         )
         .unwrap();
-    for request in after {
-        let r = &request;
-        let reply = post_until_answered(
-            &rt,
-            pg.addr,
-            r.source.as_deref(),
-            r.signature.as_deref(),
-            &r.body,
-        );
-        accepted.extend(reply.entry);
-    }
+    accepted.extend(post_all(&rt, pg.addr, after));
     let deadline = Instant::now() + Duration::from_secs(30);
     while store::verdict_count(&admin).unwrap() < accepted.len() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -360,17 +336,7 @@ fn a_nul_in_an_event_id_is_dead_lettered_on_postgresql_and_stalls_nothing() {
     let refused = post_until_answered(&rt, pg.addr, source, Some("sha256=00"), &body);
     assert_eq!(refused.status, 400);
     let mut accepted = Vec::new();
-    for request in &pg.requests[1..8] {
-        let r = request;
-        let reply = post_until_answered(
-            &rt,
-            pg.addr,
-            r.source.as_deref(),
-            r.signature.as_deref(),
-            &r.body,
-        );
-        accepted.extend(reply.entry);
-    }
+    accepted.extend(post_all(&rt, pg.addr, &pg.requests[1..8]));
     let admin = pg.conn();
     let mut redis = stream::connect(&redis_url(), Duration::from_secs(2)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
