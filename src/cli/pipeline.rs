@@ -1224,7 +1224,7 @@ fn load(args: &LoadArgs) -> Outcome {
         if !args.json {
             let ratios = baselines.as_ref().map_or(String::new(), |bare| {
                 format!(
-                    ", {:.2} of bare XADD, {:.2} of bare INSERT",
+                    ", {:.3} of bare XADD, {:.3} of bare INSERT",
                     result.per_second / bare.xadd_per_second,
                     result.per_second / bare.insert_per_second
                 )
