@@ -44,80 +44,11 @@ pub enum PipelineCommand {
     },
     /// Run ingress and consumers until SIGTERM (then finish in-flight entries, exit 0);
     /// SIGHUP reads the keys file again.
-    Serve {
-        /// Where to listen (loopback by default).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
-        /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
-        #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
-        db: crate::pipeline::sql::InboxAt,
-        /// The keys file: read again on SIGHUP (a bad file keeps the keys in force, with an
-        /// error logged); a warning is logged when its group or others have access to it.
-        #[arg(long, env = "ARRIVAL_KEYS")]
-        keys: PathBuf,
-        /// Redis, stream and group.
-        #[command(flatten)]
-        redis: RedisArgs,
-        /// How many consumers.
-        #[arg(long, default_value_t = 2)]
-        consumers: usize,
-        /// Entries per batch (one transaction per batch).
-        #[arg(long, default_value_t = 16)]
-        count: usize,
-        /// Take over entries pending longer than this (ms).
-        #[arg(long, default_value_t = 30_000)]
-        min_idle_ms: u64,
-        /// Deliveries before an unprocessable entry is dead-lettered.
-        #[arg(long, default_value_t = 3)]
-        max_deliveries: u32,
-        /// SQLite busy timeout (ms).
-        #[arg(long, default_value_t = pstore::DEFAULT_BUSY_TIMEOUT_MS)]
-        busy_timeout_ms: u64,
-        /// Body limit (bytes).
-        #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_MAX_BODY_BYTES)]
-        max_body_bytes: usize,
-        /// Freshness window (seconds).
-        #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS)]
-        freshness_seconds: i64,
-        /// How long to wait for a request's whole body before answering 408 (ms, at least 1).
-        #[arg(
-            long,
-            default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS,
-            value_parser = clap::value_parser!(u64).range(1..)
-        )]
-        body_timeout_ms: u64,
-        /// Requests per second per source, told apart by `X-Acme-Source` (requests naming
-        /// no known source share one bucket); beyond it ingress answers 429 with
-        /// `Retry-After` before reading the body. `off` for no limit.
-        #[arg(long, default_value = "10000", value_parser = rate_limit_arg)]
-        rate_limit: RateLimitArg,
-        /// Requests a source may send at once after a quiet spell (the bucket's size;
-        /// default: one second's worth of `--rate-limit`).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        rate_burst: Option<u32>,
-        /// How long a connection may take to send a whole request head, and sit idle
-        /// between requests, before it is closed without an answer (ms, at least 1).
-        #[arg(
-            long,
-            default_value_t = crate::pipeline::server::DEFAULT_HEADER_TIMEOUT_MS,
-            value_parser = clap::value_parser!(u64).range(1..)
-        )]
-        header_timeout_ms: u64,
-        /// Connections served at once; more wait in the listen backlog until one closes.
-        #[arg(
-            long,
-            default_value_t = crate::pipeline::server::DEFAULT_MAX_CONNECTIONS,
-            value_parser = clap::value_parser!(u32).range(1..)
-        )]
-        max_connections: u32,
-        /// Log lines (one per request and per batch, on stderr) as `text` or `json`.
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-        /// Refused: `serve` is the production receiver and runs the contract only (mutants
-        /// belong to `pipeline drill` and `pipeline run`). Kept so the refusal can say so.
-        #[arg(long, hide = true)]
-        mutant: Option<String>,
-    },
+    Serve(ServeArgs),
+    /// A drill target: `serve` running a wrong pipeline (`--mutant NAME`, required), for
+    /// checking that a test suite or `arrival conform` catches it. Never production: it
+    /// says so at start, on stderr and in every log line's target.
+    ServeWrong(ServeArgs),
     /// Run consumers only, no ingress, until SIGTERM (each finishes its batch, then exit 0).
     ///
     /// More consumer processes beside `serve`, on the same inbox and group. Its consumers
@@ -299,6 +230,83 @@ fn rate_limit_arg(text: &str) -> Result<RateLimitArg, String> {
         )),
         Ok(rate) => Ok(RateLimitArg::PerSecond(rate)),
     }
+}
+
+/// `pipeline serve`'s arguments (also `pipeline serve-wrong`'s).
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The inbox: an SQLite file, or postgres://USER@HOST:PORT/DATABASE.
+    #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]
+    pub db: crate::pipeline::sql::InboxAt,
+    /// The keys file: read again on SIGHUP (a bad file keeps the keys in force, with an
+    /// error logged); a warning is logged when its group or others have access to it.
+    #[arg(long, env = "ARRIVAL_KEYS")]
+    pub keys: PathBuf,
+    /// Redis, stream and group.
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// How many consumers.
+    #[arg(long, default_value_t = 2)]
+    pub consumers: usize,
+    /// Entries per batch (one transaction per batch).
+    #[arg(long, default_value_t = 16)]
+    pub count: usize,
+    /// Take over entries pending longer than this (ms).
+    #[arg(long, default_value_t = 30_000)]
+    pub min_idle_ms: u64,
+    /// Deliveries before an unprocessable entry is dead-lettered.
+    #[arg(long, default_value_t = 3)]
+    pub max_deliveries: u32,
+    /// SQLite busy timeout (ms).
+    #[arg(long, default_value_t = pstore::DEFAULT_BUSY_TIMEOUT_MS)]
+    pub busy_timeout_ms: u64,
+    /// Body limit (bytes).
+    #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Freshness window (seconds).
+    #[arg(long, default_value_t = crate::facts::ingress::DEFAULT_FRESHNESS_SECONDS)]
+    pub freshness_seconds: i64,
+    /// How long to wait for a request's whole body before answering 408 (ms, at least 1).
+    #[arg(
+        long,
+        default_value_t = ingress::DEFAULT_BODY_TIMEOUT_MS,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub body_timeout_ms: u64,
+    /// Requests per second per source, told apart by `X-Acme-Source` (requests naming
+    /// no known source share one bucket); beyond it ingress answers 429 with
+    /// `Retry-After` before reading the body. `off` for no limit.
+    #[arg(long, default_value = "10000", value_parser = rate_limit_arg)]
+    pub rate_limit: RateLimitArg,
+    /// Requests a source may send at once after a quiet spell (the bucket's size;
+    /// default: one second's worth of `--rate-limit`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_burst: Option<u32>,
+    /// How long a connection may take to send a whole request head, and sit idle
+    /// between requests, before it is closed without an answer (ms, at least 1).
+    #[arg(
+        long,
+        default_value_t = crate::pipeline::server::DEFAULT_HEADER_TIMEOUT_MS,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub header_timeout_ms: u64,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    #[arg(
+        long,
+        default_value_t = crate::pipeline::server::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections: u32,
+    /// Log lines (one per request and per batch, on stderr) as `text` or `json`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// `serve-wrong` only: the wrong pipeline to run (a facts mutant's name). `serve`
+    /// refuses it: the production receiver runs the contract only.
+    #[arg(long, hide = true)]
+    pub mutant: Option<String>,
 }
 
 /// How `serve` writes its log lines.
@@ -563,7 +571,8 @@ pub fn run(command: PipelineCommand) -> Outcome {
             fixture,
             keys_out,
         } => init(&db, &fixture, &keys_out),
-        PipelineCommand::Serve { .. } => serve(command),
+        PipelineCommand::Serve(args) => serve(args, false),
+        PipelineCommand::ServeWrong(args) => serve(args, true),
         PipelineCommand::Consume { .. } => consume(command),
         PipelineCommand::Status { db, json } => status(&db, json),
         PipelineCommand::Applications(command) => super::operator::applications(command),
@@ -762,8 +771,8 @@ fn refuse_mutant(name: &str) -> InputError {
 }
 
 /// `pipeline serve`: ingress and consumers until SIGTERM.
-fn serve(command: PipelineCommand) -> Outcome {
-    let PipelineCommand::Serve {
+fn serve(args: ServeArgs, wrong: bool) -> Outcome {
+    let ServeArgs {
         listen,
         db,
         keys,
@@ -782,10 +791,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_connections,
         log_format,
         mutant: name,
-    } = command
-    else {
-        unreachable!("serve is called with `pipeline serve`");
-    };
+    } = args;
     let limits = ingress::ServeLimits {
         rate: match rate_limit {
             RateLimitArg::Off => None,
@@ -799,8 +805,25 @@ fn serve(command: PipelineCommand) -> Outcome {
             max_connections,
         },
     };
-    if let Some(name) = name {
-        return Err(refuse_mutant(&name).into());
+    let wrong = match (wrong, name) {
+        (false, Some(name)) => return Err(refuse_mutant(&name).into()),
+        (false, None) => None,
+        (true, None) => {
+            return Err(InputError::invalid(
+                Path::new("--mutant"),
+                "command line",
+                "`pipeline serve-wrong` needs the wrong pipeline to run: --mutant NAME",
+            )
+            .into())
+        }
+        (true, Some(name)) => mutant(Some(&name))?,
+    };
+    if let Some(wrong) = wrong {
+        eprintln!(
+            "arrival pipeline serve-wrong: running the WRONG pipeline `{}` on purpose, as a \
+             drill target; never use it for real traffic",
+            wrong.name()
+        );
     }
     init_logs(log_format);
     let keys_file = keys;
@@ -820,7 +843,7 @@ fn serve(command: PipelineCommand) -> Outcome {
         max_body_bytes,
         freshness_seconds,
         body_timeout_ms,
-        mutant: None,
+        mutant: wrong,
         shifted_clock: false,
     };
     runtime()?

@@ -955,3 +955,74 @@ fn dead_letters_and_receipts_are_trimmed_by_their_own_periods_and_only_when_aske
     assert_eq!(left[0].int(0).unwrap(), now);
     stream::delete_keys(&mut redis, &names).unwrap();
 }
+
+#[test]
+fn serve_wrong_runs_the_named_wrong_pipeline_and_says_so_while_serve_refuses_it() {
+    let url = redis_url();
+    let dir = temp_dir("serve-wrong");
+    let now = store::now_ms() / 1000;
+    // Signed right, sent an hour ago: outside the freshness window.
+    let (apps, requests) = arrival::pipeline::load::load_requests(6, now - 3600);
+    let conn = store::open(&dir.path().join("inbox.db").into(), 5_000).unwrap();
+    store::put_applications(&conn, &apps).unwrap();
+    write_drill_keys(dir.path());
+    let names = Names {
+        stream: unique("arrival-wrong"),
+        group: "inbox".into(),
+    };
+    let db = dir.path().join("inbox.db");
+    let start = |command: &str, extra: &[&str]| {
+        Command::new(ARRIVAL)
+            .args(["pipeline", command, "--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .arg("--keys")
+            .arg(dir.path().join("keys.json"))
+            .args(["--stream", &names.stream, "--group", &names.group])
+            .args(extra)
+            .env("ARRIVAL_REDIS_URL", &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    for (command, extra) in [
+        ("serve", vec!["--mutant", "accept-stale-signature"]),
+        ("serve-wrong", vec![]),
+    ] {
+        let output = start(command, &extra).wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{command} {extra:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("--mutant"));
+    }
+    let post = |extra: &[&str], command: &str| {
+        let mut child = start(command, extra);
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .trim_start_matches("listening ")
+            .parse()
+            .unwrap();
+        let r = &requests[0];
+        let reply = runtime()
+            .block_on(Client::new(addr).post(r.source.as_deref(), r.signature.as_deref(), &r.body))
+            .unwrap();
+        child.kill().unwrap();
+        let output = child.wait_with_output().unwrap();
+        (
+            reply.status,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (right, _) = post(&[], "serve");
+    let (wrong, said) = post(&["--mutant", "accept-stale-signature"], "serve-wrong");
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+    assert_eq!(right, 400, "the contract refuses a stale request");
+    assert_eq!(wrong, 202, "the wrong pipeline takes it");
+    assert!(
+        said.contains("WRONG pipeline `accept-stale-signature`"),
+        "{said}"
+    );
+}
