@@ -123,15 +123,15 @@ pub enum PipelineCommand {
         /// Redis and the stream (every group of the stream counts).
         #[command(flatten)]
         redis: RedisArgs,
-        /// Keep entries younger than this, acknowledged or not (seconds).
-        #[arg(long, default_value_t = 7 * 24 * 3600)]
+        /// Keep entries younger than this, acknowledged or not (seconds, 0 or more).
+        #[arg(long, default_value_t = 7 * 24 * 3600, value_parser = clap::value_parser!(i64).range(0..))]
         retention_seconds: i64,
         /// Also remove dead letters older than this (seconds); kept when left out, since a
         /// dead letter waits for a person.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         dead_letter_retention_seconds: Option<i64>,
         /// Also delete the inbox's receipts older than this (seconds); needs `--db`.
-        #[arg(long, requires = "db")]
+        #[arg(long, requires = "db", value_parser = clap::value_parser!(i64).range(0..))]
         receipts_retention_seconds: Option<i64>,
         /// The inbox whose receipts to trim.
         #[arg(long, env = "ARRIVAL_DB", value_parser = super::inbox::inbox_at)]

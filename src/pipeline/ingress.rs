@@ -209,6 +209,71 @@ fn rate_limited(limited: &Limited) -> (Receipt, axum::response::Response) {
     (receipt, reply)
 }
 
+/// Answers a request the router has no place for, with a receipt like every answer.
+fn unrouted(
+    state: &IngressState,
+    status: StatusCode,
+    reason: &str,
+    method: &axum::http::Method,
+    uri: &axum::http::Uri,
+) -> axum::response::Response {
+    let receipt = Receipt {
+        at_ms: state.clock.now_ms(),
+        status: status.as_u16(),
+        reason: reason.into(),
+        detail: Some(bounded(&format!("{method} {}", uri.path()))),
+        ..Receipt::default()
+    };
+    state.metrics.request(receipt.status, &receipt.reason);
+    log_request(&receipt, std::time::Duration::ZERO);
+    state.receipts.record(receipt);
+    let mut reply = axum::response::Response::new(Body::from(format!(r#"{{"error":"{reason}"}}"#)));
+    *reply.status_mut() = status;
+    reply
+}
+
+/// 404 for a path ingress does not serve.
+async fn no_route(
+    State(state): State<Arc<IngressState>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    unrouted(
+        &state,
+        StatusCode::NOT_FOUND,
+        "no_such_route",
+        &method,
+        &uri,
+    )
+}
+
+/// 405 for a method a route does not take.
+async fn not_allowed(
+    State(state): State<Arc<IngressState>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    unrouted(
+        &state,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &method,
+        &uri,
+    )
+}
+
+/// Whether reading a body failed on the size limit (axum's `to_bytes` under a limit).
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 async fn webhook(
     State(state): State<Arc<IngressState>>,
     headers: HeaderMap,
@@ -331,9 +396,27 @@ async fn judge(
     let bytes =
         match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, limit)).await {
             Ok(Ok(bytes)) => bytes,
-            Ok(Err(_)) => {
+            // Over the limit, or a body that broke off or whose chunks do not parse: only the
+            // first is a 413.
+            Ok(Err(error)) if is_length_limit(&error) => {
                 let detail = format!("the body ran over the limit of {limit} bytes");
                 return refused(Receipt::default(), too_large, Some(detail));
+            }
+            Ok(Err(error)) => {
+                let receipt = Receipt {
+                    status: 400,
+                    reason: "body_unreadable".into(),
+                    detail: Some(bounded(&format!("the body could not be read: {error}"))),
+                    ..Receipt::default()
+                };
+                let mut reply =
+                    axum::response::Response::new(Body::from(r#"{"error":"body_unreadable"}"#));
+                *reply.status_mut() = StatusCode::BAD_REQUEST;
+                reply.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                return (receipt, reply);
             }
             // Nothing was read into the stream: the sender retries as after any failure.
             Err(_) => {
@@ -589,15 +672,33 @@ pub async fn start_with(
         .route("/metrics", axum::routing::get(metrics_page))
         .route("/healthz", axum::routing::get(healthz))
         .route("/readyz", axum::routing::get(readyz))
+        .method_not_allowed_fallback(not_allowed)
+        .fallback(no_route)
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let addr = listener.local_addr()?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let refused_state = state.clone();
+    let refused: super::server::Refused = Arc::new(move |status, detail| {
+        let receipt = Receipt {
+            at_ms: refused_state.clock.now_ms(),
+            status,
+            reason: "malformed_request_head".into(),
+            detail: Some(bounded(&detail)),
+            ..Receipt::default()
+        };
+        refused_state
+            .metrics
+            .request(receipt.status, &receipt.reason);
+        log_request(&receipt, std::time::Duration::ZERO);
+        refused_state.receipts.record(receipt);
+    });
     let server = tokio::spawn(super::server::serve(
         listener,
         router,
         limits.connections,
         shutdown_rx,
+        refused,
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let mut consumers = Vec::new();

@@ -55,13 +55,19 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Told of every request head hyper refused itself, before any handler saw it: the status
+/// it answered (400 for a head that does not parse, 431 for one too large) and why.
+pub type Refused = Arc<dyn Fn(u16, String) + Send + Sync>;
+
 /// Serves `router` on `listener` until `shutdown` resolves (or its sender is dropped),
-/// then stops as the module says and returns once every connection is closed.
+/// then stops as the module says and returns once every connection is closed; each head
+/// hyper refuses is told to `refused`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
     shutdown: tokio::sync::oneshot::Receiver<()>,
+    refused: Refused,
 ) -> std::io::Result<()> {
     let max = limits.max_connections.max(1);
     let permits = Arc::new(Semaphore::new(max as usize));
@@ -80,6 +86,7 @@ pub async fn serve(
             Ok((stream, peer)) => {
                 let connection = Connection {
                     peer,
+                    refused: refused.clone(),
                     router: router.clone(),
                     header_timeout: limits.header_timeout.max(Duration::from_millis(1)),
                     stop: stop_rx.clone(),
@@ -112,6 +119,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// One accepted connection and what it needs.
 struct Connection {
     peer: SocketAddr,
+    refused: Refused,
     router: Router,
     header_timeout: Duration,
     stop: watch::Receiver<bool>,
@@ -156,6 +164,9 @@ impl Connection {
                     "connection closed: no whole request head in time"
                 );
             }
+            // hyper answered the head itself (a receipt must say so all the same).
+            Err(error) if error.is_parse_too_large() => (self.refused)(431, error.to_string()),
+            Err(error) if error.is_parse() => (self.refused)(400, error.to_string()),
             _ => {}
         }
     }

@@ -1026,3 +1026,81 @@ fn serve_wrong_runs_the_named_wrong_pipeline_and_says_so_while_serve_refuses_it(
         "{said}"
     );
 }
+
+#[test]
+fn requests_refused_before_the_handler_judges_them_each_leave_a_receipt() {
+    use std::io::{Read, Write};
+    let url = redis_url();
+    let dir = temp_dir("malformed-head");
+    store::open(&dir.path().join("inbox.db").into(), 5_000).unwrap();
+    write_drill_keys(dir.path());
+    let names = Names {
+        stream: unique("arrival-head"),
+        group: "inbox".into(),
+    };
+    let (mut child, addr) = serve(dir.path(), &names, &url);
+    let send = |bytes: &[u8], shut: bool| {
+        let mut socket = std::net::TcpStream::connect(addr).unwrap();
+        socket.write_all(bytes).unwrap();
+        if shut {
+            socket.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        let mut answer = String::new();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = socket.read_to_string(&mut answer);
+        answer
+    };
+    let answers = [
+        send(b"NOT A REQUEST LINE\r\n\r\n", false),
+        send(
+            b"POST /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        send(
+            b"GET /webhook HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        // A body that breaks off: not a body over the limit.
+        send(
+            b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\"",
+            true,
+        ),
+    ];
+    std::thread::sleep(Duration::from_millis(300)); // the receipts writer's batch
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let conn = store::open(&dir.path().join("inbox.db").into(), 5_000).unwrap();
+    let rows: Vec<(i64, String)> = conn
+        .rows("SELECT status, reason FROM receipts ORDER BY seq", &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.int(0).unwrap(), row.text(1).unwrap()))
+        .collect();
+    let mut redis = stream::connect(&url, Duration::from_secs(2)).unwrap();
+    stream::delete_keys(&mut redis, &names).unwrap();
+    for (answer, status) in answers.iter().zip(["400", "404", "405"]) {
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{answer:?}"
+        );
+    }
+    let expected = [
+        (400, "malformed_request_head"),
+        (404, "no_such_route"),
+        (405, "method_not_allowed"),
+        (400, "body_unreadable"),
+    ];
+    let expected: Vec<(i64, String)> = expected.iter().map(|(s, r)| (*s, r.to_string())).collect();
+    assert_eq!(rows, expected);
+    let negative = Command::new(ARRIVAL)
+        .args(["pipeline", "trim", "--retention-seconds=-5"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        negative.status.code(),
+        Some(2),
+        "a negative period is bad input"
+    );
+}
