@@ -166,7 +166,16 @@ pub async fn redis_down(options: &DrillOptions) -> Result<DrillReport, PipelineE
             accepted.len()
         ),
     );
-    common_checks(&mut report, &mut rig, &accepted, None)?;
+    // The end state the model reaches over the requests that got in (a 503 put nothing
+    // in the stream, and the drill does not resend): the inbox must equal it.
+    let numbers: BTreeSet<u32> = accepted.values().copied().collect();
+    let admitted: Vec<PostedRequest> = requests
+        .iter()
+        .filter(|request| numbers.contains(&request.number))
+        .cloned()
+        .collect();
+    let end = model(&apps, &admitted, 3);
+    common_checks(&mut report, &mut rig, &accepted, Some(&end))?;
     let report = finish(rig, report, started).await;
     drop(server);
     Ok(report)
