@@ -495,8 +495,8 @@ pub struct LoadArgs {
     /// Concurrent client connections.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
-    /// `serve` processes on one consumer group and one inbox (several need
-    /// `--scratch-db postgres://...`).
+    /// `serve` processes on one consumer group and one inbox (a shared SQLite file on
+    /// this machine, or `--scratch-db postgres://...`).
     #[arg(long, default_value_t = 1)]
     pub processes: usize,
     /// A database the runs may EMPTY and use as the inbox (each run deletes every row of
@@ -1219,14 +1219,6 @@ fn load(args: &LoadArgs) -> Outcome {
         db: args.scratch_db.clone(),
         processes: args.processes.max(1),
     };
-    if options.processes > 1 && !matches!(options.db, Some(InboxAt::Postgres(_))) {
-        return Err(InputError::invalid(
-            Path::new("--processes"),
-            "command line",
-            "several serve processes share one inbox through PostgreSQL: add --scratch-db postgres://...",
-        )
-        .into());
-    }
     let baselines = if args.baselines {
         let measured = crate::pipeline::load::baselines(&options)
             .map_err(|error| env_error(&"load", error))?;

@@ -192,12 +192,6 @@ fn the_load_generator_measures_three_processes_on_postgresql_beside_the_bare_lim
             "{limit}: {report}"
         );
     }
-    let refused = Command::new(ARRIVAL)
-        .args(["pipeline", "load", "--requests", "5", "--processes", "2"])
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
-    assert!(stderr(&refused).contains("--processes"));
 }
 
 /// Posts `request` until it is answered something other than 503 (a sender's retry);
