@@ -427,3 +427,52 @@ fn consumer_processes_killed_on_a_postgresql_inbox_lose_nothing_and_the_wrong_bu
         .unwrap();
     assert!(!report.passed && !lost.holds, "{}", lost.detail);
 }
+
+#[test]
+fn a_commit_postgresql_refuses_as_a_full_disk_leaves_the_batch_pending_until_a_retry_commits_it() {
+    let pg = OnePg::start("pg-commit-fails");
+    let admin = pg.conn();
+    // The first three commits that carry a verdict fail AT COMMIT (a deferred constraint
+    // trigger) with PostgreSQL's disk_full: the statements all ran, only COMMIT refuses.
+    admin
+        .batch(
+            "CREATE SEQUENCE commit_faults;
+             CREATE FUNCTION commit_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('commit_faults') <= 3 THEN
+                 RAISE EXCEPTION 'injected: no space left at commit' USING ERRCODE = '53100';
+               END IF;
+               RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER commit_fault AFTER INSERT ON verdicts
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_fault();",
+        )
+        .unwrap();
+    let rt = runtime();
+    let accepted = post_all(&rt, pg.addr, &pg.requests[..12]);
+    let mut redis = stream::connect(&redis_url(), Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(store::verdict_count(&admin).unwrap() >= accepted.len()
+        && stream::pending_count(&mut redis, &pg.names).unwrap() == 0)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let faults = admin
+        .rows("SELECT last_value FROM commit_faults", &[])
+        .unwrap()[0]
+        .int(0)
+        .unwrap();
+    let snapshot = store::snapshot(&admin).unwrap();
+    let pending = stream::pending_count(&mut redis, &pg.names).unwrap();
+    pg.stop();
+    assert!(faults > 3, "the faults fired: {faults}");
+    assert_eq!(pending, 0);
+    for entry in &accepted {
+        let (_, processings) = snapshot.verdicts.get(entry).expect("a verdict per 202");
+        assert_eq!(
+            *processings, 1,
+            "{entry} was committed once, after the failures"
+        );
+    }
+}
