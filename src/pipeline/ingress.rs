@@ -43,6 +43,9 @@ pub const XADD_TIMEOUT: Duration = Duration::from_secs(2);
 /// its body (or stalls) is answered 408 and holds no connection beyond this.
 pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
 
+/// How long a body still arriving when the pipeline stops is waited for.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// The receiver's clock: the real one, or the real one shifted by a number of seconds (the
 /// fixture runner sets the shift per request so each request's `received_at` is now).
 #[derive(Debug, Default)]
@@ -115,6 +118,8 @@ pub struct IngressState {
     /// When set, every accepted request is answered 503 as if `XADD` failed (the fixture
     /// runner's `stream_unavailable` step).
     pub stream_down: AtomicBool,
+    /// Set when the pipeline starts to stop: a body still arriving is not waited for.
+    stopping: tokio::sync::watch::Sender<bool>,
     /// Where each answered request's receipt goes.
     pub receipts: Receipts,
     /// Counters and the commit histogram, shared with the consumers.
@@ -393,45 +398,69 @@ async fn judge(
         );
         return refused(Receipt::default(), too_large, Some(detail));
     }
-    let bytes =
-        match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, limit)).await {
-            Ok(Ok(bytes)) => bytes,
-            // Over the limit, or a body that broke off or whose chunks do not parse: only the
-            // first is a 413.
-            Ok(Err(error)) if is_length_limit(&error) => {
-                let detail = format!("the body ran over the limit of {limit} bytes");
-                return refused(Receipt::default(), too_large, Some(detail));
+    let mut stopping = state.stopping.subscribe();
+    let mut read = std::pin::pin!(tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, limit)
+    ));
+    // A body still arriving when the pipeline stops gets a short grace, not the whole body
+    // timeout: then the sender is answered 503 (nothing was put in the stream) and resends,
+    // so a slow sender cannot hold up a shutdown.
+    let read = tokio::select! {
+        read = &mut read => read,
+        () = async { drop(stopping.wait_for(|stop| *stop).await) } => {
+            match tokio::time::timeout(STOP_GRACE, &mut read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    let receipt = Receipt {
+                        status: 503,
+                        reason: "shutting_down".into(),
+                        detail: Some("the pipeline stopped before the body arrived".into()),
+                        ..Receipt::default()
+                    };
+                    return (receipt, answer(Response::unavailable(), None));
+                }
             }
-            Ok(Err(error)) => {
-                let receipt = Receipt {
-                    status: 400,
-                    reason: "body_unreadable".into(),
-                    detail: Some(bounded(&format!("the body could not be read: {error}"))),
-                    ..Receipt::default()
-                };
-                let mut reply =
-                    axum::response::Response::new(Body::from(r#"{"error":"body_unreadable"}"#));
-                *reply.status_mut() = StatusCode::BAD_REQUEST;
-                reply.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                return (receipt, reply);
-            }
-            // Nothing was read into the stream: the sender retries as after any failure.
-            Err(_) => {
-                let receipt = Receipt {
-                    status: 408,
-                    reason: "body_timeout".into(),
-                    detail: Some(format!(
-                        "the body did not arrive within {} ms",
-                        state.body_timeout.as_millis()
-                    )),
-                    ..Receipt::default()
-                };
-                return (receipt, body_timed_out());
-            }
-        };
+        }
+    };
+    let bytes = match read {
+        Ok(Ok(bytes)) => bytes,
+        // Over the limit, or a body that broke off or whose chunks do not parse: only the
+        // first is a 413.
+        Ok(Err(error)) if is_length_limit(&error) => {
+            let detail = format!("the body ran over the limit of {limit} bytes");
+            return refused(Receipt::default(), too_large, Some(detail));
+        }
+        Ok(Err(error)) => {
+            let receipt = Receipt {
+                status: 400,
+                reason: "body_unreadable".into(),
+                detail: Some(bounded(&format!("the body could not be read: {error}"))),
+                ..Receipt::default()
+            };
+            let mut reply =
+                axum::response::Response::new(Body::from(r#"{"error":"body_unreadable"}"#));
+            *reply.status_mut() = StatusCode::BAD_REQUEST;
+            reply.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return (receipt, reply);
+        }
+        // Nothing was read into the stream: the sender retries as after any failure.
+        Err(_) => {
+            let receipt = Receipt {
+                status: 408,
+                reason: "body_timeout".into(),
+                detail: Some(format!(
+                    "the body did not arrive within {} ms",
+                    state.body_timeout.as_millis()
+                )),
+                ..Receipt::default()
+            };
+            return (receipt, body_timed_out());
+        }
+    };
     let receipt = Receipt::for_body(&bytes);
     let apps = match state.applications() {
         Ok(apps) => apps,
@@ -659,6 +688,7 @@ pub async fn start_with(
         mutant: options.mutant,
         body_timeout: Duration::from_millis(options.body_timeout_ms.max(1)),
         stream_down: AtomicBool::new(false),
+        stopping: tokio::sync::watch::Sender::new(false),
         receipts: Receipts::start(&options.db, options.busy_timeout_ms)?,
         metrics: Arc::new(Metrics::new()),
         sources: Sources {
@@ -768,6 +798,7 @@ impl Running {
     /// Graceful stop: no new connections, in-flight requests answered, each consumer
     /// finishes the batch in hand (commit, then `XACK`) and stops.
     pub async fn shutdown(mut self) {
+        self.state.stopping.send_replace(true);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

@@ -629,3 +629,31 @@ fn init_writes_the_keys_file_for_its_owner_only_even_over_a_file_others_could_re
     }
     assert!(std::fs::read_to_string(&keys).unwrap().contains("finance"));
 }
+
+#[test]
+fn a_body_still_arriving_at_a_stop_gets_a_short_grace_then_503_and_does_not_hold_the_stop() {
+    let mut rig = Rig::new(&[]);
+    let body = payment("PAY-SLOW");
+    let signature = sign(FINANCE_KEY.as_bytes(), body.as_bytes());
+    let mut slow = connect(rig.addr);
+    slow.write_all(
+        format!(
+            "POST /webhook HTTP/1.1\r\nHost: localhost\r\nX-Acme-Source: finance\r\n\
+             X-Acme-Signature: {signature}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    slow.write_all(&body.as_bytes()[..5]).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // the handler waits for the rest
+    rig.signal(libc::SIGTERM);
+    let answer = read_response(&mut slow).expect("the slow sender is answered");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let mut child = rig.serve.take().unwrap();
+    assert!(wait_exit(&mut child).success());
+    assert_eq!(rig.stream_length(), 0, "nothing of it in the stream");
+    let receipts = rig.receipts();
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!((receipts[0].0, receipts[0].1.as_str()), (503, "shutting_down"));
+}
