@@ -655,5 +655,8 @@ fn a_body_still_arriving_at_a_stop_gets_a_short_grace_then_503_and_does_not_hold
     assert_eq!(rig.stream_length(), 0, "nothing of it in the stream");
     let receipts = rig.receipts();
     assert_eq!(receipts.len(), 1, "{receipts:?}");
-    assert_eq!((receipts[0].0, receipts[0].1.as_str()), (503, "shutting_down"));
+    assert_eq!(
+        (receipts[0].0, receipts[0].1.as_str()),
+        (503, "shutting_down")
+    );
 }
