@@ -2656,3 +2656,30 @@ fn report_names_are_the_spec_names() {
     assert_eq!(Verdict::Decided(Decision::Stale).name(), "stale");
     assert_eq!(Verdict::Duplicate(Decision::Stale).name(), "duplicate");
 }
+
+#[test]
+fn readings_where_the_contract_is_silent_replay_as_documented() {
+    // docs/protocol.md section 3 (where holds are filed) and section 2 (integers beyond 64
+    // bits): each fixture's `expect` holds, and the settlement of each unresolved input is
+    // the one the text names.
+    use arrival::card::fixture::Scenario;
+    use arrival::card::replay::replay;
+    for (fixture, settled) in [
+        (
+            "tests/inputs/hold-buckets.json",
+            &[("delivery-3", "superseded"), ("e1", "resolved")][..],
+        ),
+        ("tests/inputs/integers-beyond-64-bits.json", &[][..]),
+    ] {
+        let scenario = Scenario::load(std::path::Path::new(fixture)).unwrap();
+        let report = replay(&scenario, Spec, "spec");
+        let expect = report.expect.as_ref().expect("the fixture has an expect");
+        assert!(expect.holds, "{fixture}: {:?}", expect.differences);
+        let seen: Vec<(&str, &str)> = report
+            .unresolved_detail
+            .iter()
+            .map(|input| (input.input.as_str(), input.standing.as_str()))
+            .collect();
+        assert_eq!(seen, settled, "{fixture}");
+    }
+}
