@@ -2670,6 +2670,10 @@ fn readings_where_the_contract_is_silent_replay_as_documented() {
             &[("delivery-3", "superseded"), ("e1", "resolved")][..],
         ),
         ("tests/inputs/integers-beyond-64-bits.json", &[][..]),
+        (
+            "tests/inputs/refused-behind-keeps-variants.json",
+            &[("e1", "held")][..],
+        ),
     ] {
         let scenario = Scenario::load(std::path::Path::new(fixture)).unwrap();
         let report = replay(&scenario, Spec, "spec");
