@@ -195,6 +195,135 @@ pub fn mutant_plans(
     (plans, missed)
 }
 
+/// What a step did, in the words of the transition cover: `decision/NAME` for a delivery's
+/// verdict (`duplicate` for a recognised copy), `reconcile/OUTCOME` for a snapshot, and
+/// `settle/...` for each hold it settled (`settle/re-evaluated/FROM/TO`, `settle/resolved`,
+/// `settle/superseded`). A crash before recording and an expiry are no transition of the
+/// receiver's.
+pub fn transition_labels(effect: &crate::card::world::Effect) -> Vec<String> {
+    use crate::card::receiver::Settlement;
+    use crate::card::world::Effect;
+    match effect {
+        Effect::Delivered {
+            delivered: Some(delivered),
+            ..
+        } => vec![format!("decision/{}", delivered.verdict.name())],
+        Effect::Delivered {
+            delivered: None, ..
+        }
+        | Effect::Expired(_) => Vec::new(),
+        Effect::Reconciled(reconciled) => {
+            let mut labels = vec![format!("reconcile/{}", reconciled.outcome.name())];
+            labels.extend(
+                reconciled
+                    .settled
+                    .iter()
+                    .map(|(_, settlement)| match settlement {
+                        Settlement::ReEvaluated { from, to } => {
+                            format!("settle/re-evaluated/{}/{}", from.name(), to.name())
+                        }
+                        Settlement::Resolved => "settle/resolved".to_owned(),
+                        Settlement::Superseded => "settle/superseded".to_owned(),
+                    }),
+            );
+            labels
+        }
+    }
+}
+
+/// The transition cover: for every kind of transition the contract's receiver takes on the
+/// model file's fixture and budgets ([`transition_labels`]), the shortest schedule that
+/// takes it, by breadth-first search over at most `state_limit` worlds. One schedule that
+/// is the shortest witness of several kinds runs once, named `cover/KIND+KIND...`. Returns
+/// the plans, and a note when the limit cut the search (kinds reached only deeper are then
+/// not covered).
+pub fn cover_plans(
+    loaded: &LoadedModel,
+    state_limit: usize,
+    can_kill: bool,
+) -> (Vec<Plan>, Vec<String>) {
+    use std::collections::{BTreeMap, HashSet, VecDeque};
+    use std::hash::{BuildHasher, RandomState};
+    let file = &loaded.file;
+    let budgets = Budgets {
+        duplicates: file.duplicates,
+        lost_acks: file.lost_acks,
+        crashes: file.crashes,
+        expiries: 0,
+        reencodings: file.reencodings,
+    };
+    let model = ReceiverModel::new(
+        Arc::clone(&loaded.scenario),
+        None,
+        budgets,
+        file.reconciliation,
+    );
+    let start = model.init();
+    // Worlds by their 64-bit hash: a collision can only leave a kind uncovered.
+    let hasher = RandomState::new();
+    let mut seen: HashSet<u64> = HashSet::from([hasher.hash_one(&start)]);
+    let mut queue = VecDeque::from([(start, Vec::<Step>::new())]);
+    let mut witnesses: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    let mut cut = Vec::new();
+    let mut offered = Vec::new();
+    while let Some((world, path)) = queue.pop_front() {
+        offered.clear();
+        model.steps(&world, &mut offered);
+        for &step in &offered {
+            let (next, effect) = transition(&loaded.scenario, Spec, &world, step);
+            let labels = transition_labels(&effect);
+            let fresh = labels.iter().any(|label| !witnesses.contains_key(label));
+            let key = hasher.hash_one(&next);
+            if fresh || !seen.contains(&key) {
+                let mut longer = path.clone();
+                longer.push(step);
+                for label in labels {
+                    witnesses.entry(label).or_insert_with(|| longer.clone());
+                }
+                if seen.len() >= state_limit {
+                    if cut.is_empty() {
+                        cut.push(format!(
+                            "cover (the search stopped at {state_limit} worlds: kinds of \
+                             transition reached only deeper are not covered)"
+                        ));
+                    }
+                    continue;
+                }
+                if seen.insert(key) {
+                    queue.push_back((next, longer));
+                }
+            }
+        }
+    }
+    let mut plans: Vec<Plan> = Vec::new();
+    for (label, steps) in witnesses {
+        let actions = actions_of(&steps, can_kill).expect("the cover takes no expiry step");
+        match plans.iter_mut().find(|plan| plan.actions == actions) {
+            Some(plan) => {
+                plan.id.push('+');
+                plan.id.push_str(&label);
+            }
+            None => plans.push(Plan {
+                id: format!("cover/{label}"),
+                actions,
+            }),
+        }
+    }
+    plans.sort_by_key(|plan| plan.actions.len());
+    (plans, cut)
+}
+
+/// The kinds of transition the `cover/` plans among `plans` witness.
+pub fn covered_kinds(plans: &[Plan]) -> Vec<String> {
+    let mut kinds: Vec<String> = plans
+        .iter()
+        .filter_map(|plan| plan.id.strip_prefix("cover/"))
+        .flat_map(|kinds| kinds.split('+').map(str::to_owned))
+        .collect();
+    kinds.sort();
+    kinds
+}
+
 /// Seeded random walks through the model under the model file's budgets and
 /// reconciliation, with external faults on top: a model crash is a kill in flight or a
 /// disconnect, and up to `crashes` kills right after an acknowledgement or restarts between
@@ -331,6 +460,9 @@ pub struct ConformReport {
     pub failure: Option<Found>,
     /// Schedules that could not be driven, and why.
     pub skipped: Vec<String>,
+    /// The kinds of transition of the contract's receiver that ran on the target by their
+    /// shortest schedules ([`cover_plans`]).
+    pub cover: Vec<String>,
     /// Notes on what this run cannot see.
     pub warnings: Vec<String>,
     /// Wall time.
@@ -367,19 +499,33 @@ pub fn campaign(
     let started = std::time::Instant::now();
     let mut counts = Counts::default();
     let (mut passed, mut schedules, mut killed) = (0, 0, false);
-    let mut seen_paused = false;
+    let mut seen = Seen::default();
     // Every kept trace and mutant schedule runs; the walks stop at their first failure.
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
+    let mut not_allowed = Vec::new();
     for plan in plans {
-        let exhaustive = plan.id.starts_with("traces/") || plan.id.starts_with("mutants/");
+        let exhaustive = ["traces/", "mutants/", "cover/"]
+            .iter()
+            .any(|kind| plan.id.starts_with(kind));
         if !failures.is_empty() && !exhaustive {
             break;
         }
         let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;
+        if !run.valid {
+            // Neither a pass nor a failure: the schedule is not one of the model's.
+            not_allowed.push(format!(
+                "{}: a reconciliation the model does not allow there (the card is neither \
+                 paused nor unknown in any world consistent with what was seen)",
+                plan.id
+            ));
+            continue;
+        }
         schedules += 1;
         counts.add(&run.counts);
         killed |= run.killed;
-        seen_paused |= run.paused_reported;
+        seen.paused |= run.paused_reported;
+        seen.unresolved |= run.unresolved_reported;
+        seen.ack |= run.ack_reported;
         match run.failure {
             None => passed += 1,
             Some(failure) => {
@@ -435,9 +581,10 @@ pub fn campaign(
         schedules,
         passed,
         counts,
-        properties: statuses(&found, channels, killed, seen_paused),
+        properties: statuses(&found, channels, killed, seen, schedules),
         failure: found,
-        skipped: Vec::new(),
+        skipped: not_allowed,
+        cover: covered_kinds(plans),
         warnings,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -583,14 +730,46 @@ pub fn raw_action(scenario: &Scenario, action: Action) -> RawAction {
 }
 
 /// The properties a conformance run can speak of, and where each stands.
+/// What the target showed in any schedule: without it, a property that needs it is
+/// `unobserved`, not `sampled`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Seen {
+    paused: bool,
+    unresolved: bool,
+    ack: bool,
+}
+
 fn statuses(
     found: &Option<Found>,
     channels: crate::card::conform::Channels,
     killed: bool,
-    seen_paused: bool,
+    seen: Seen,
+    schedules: usize,
 ) -> Vec<(String, Status)> {
     let every = channels.every_step;
     let prefix = || Status::Unobserved("the state is read only at the end".into());
+    let ack = if !channels.ack {
+        Some(Status::Unobserved(
+            "acknowledgements' meanings are not compared".into(),
+        ))
+    } else if !seen.ack {
+        Some(Status::Unobserved(
+            "the target's acknowledgements never carried their meaning".into(),
+        ))
+    } else {
+        None
+    };
+    let unresolved = if !channels.unresolved {
+        Some(Status::Unobserved(
+            "unresolved inputs are not compared".into(),
+        ))
+    } else if !seen.unresolved {
+        Some(Status::Unobserved(
+            "the target does not report its unresolved inputs".into(),
+        ))
+    } else {
+        None
+    };
     let list: Vec<(&str, Status)> = vec![
         ("no-unknown-card", Status::Sampled),
         (
@@ -601,7 +780,7 @@ fn statuses(
             "paused-frozen",
             if !channels.paused {
                 Status::Unobserved("paused cards are not compared".into())
-            } else if !seen_paused {
+            } else if !seen.paused {
                 Status::Unobserved("the target does not report its paused cards".into())
             } else if every {
                 Status::Sampled
@@ -611,12 +790,10 @@ fn statuses(
         ),
         (
             "held-changes-nothing",
-            if !channels.ack {
-                Status::Unobserved("acknowledgements' meanings are not compared".into())
-            } else if every {
-                Status::Sampled
-            } else {
-                prefix()
+            match ack.clone() {
+                Some(status) => status,
+                None if every => Status::Sampled,
+                None => prefix(),
             },
         ),
         (
@@ -635,26 +812,27 @@ fn statuses(
         ),
         (
             "evidence-retained",
-            if channels.ack && every {
-                Status::Sampled
-            } else {
-                Status::Unobserved(
+            match ack.clone() {
+                Some(status) => status,
+                None if every => Status::Sampled,
+                None => Status::Unobserved(
                     "identity records are not shown; a changed payload swallowed shows only \
                      in the acknowledgement's meaning, read after every step"
                         .into(),
-                )
+                ),
             },
         ),
         (
             "first-record-immutable",
             Status::Unobserved("identity records are not shown".into()),
         ),
-        ("convergence", Status::Sampled),
+        ("convergence", unresolved.unwrap_or(Status::Sampled)),
     ];
     list.into_iter()
         .map(|(name, status)| {
             let status = match found {
                 Some(found) if found.property == name => Status::Violated,
+                _ if schedules == 0 => Status::NotExercised("no schedule ran".into()),
                 _ => status,
             };
             (name.to_owned(), status)
@@ -711,6 +889,13 @@ impl ConformReport {
             };
             out += &format!("  {:<24} {}{why}\n", name, status.word());
         }
+        if !self.cover.is_empty() {
+            out += &format!(
+                "cover: {} kinds of transition, each by its shortest schedule: {}\n",
+                self.cover.len(),
+                self.cover.join(", ")
+            );
+        }
         for skipped in &self.skipped {
             out += &format!("skipped: {skipped}\n");
         }
@@ -738,12 +923,21 @@ impl ConformReport {
 
     /// The run as a JUnit suite: a case per property, and a `harness` case (passed: the
     /// target was started, reset and read every time).
-    pub fn junit(&self) -> ExtraSuite {
+    ///
+    /// With `expect` naming the property the receiver must be caught by (a wrong receiver
+    /// kept as a test), that property's case passes when it was caught, as expected and
+    /// not flaky, and an `expect` case fails when the run is not what `expect` says: the
+    /// suite fails exactly when the exit status does.
+    pub fn junit(&self, expect: &str) -> ExtraSuite {
+        let as_expected = self.as_expected(expect);
         let mut cases: Vec<(String, Option<String>)> = self
             .properties
             .iter()
             .map(|(name, status)| {
                 let failure = match (status, &self.failure) {
+                    (Status::Violated, Some(_)) if as_expected && name == expect => {
+                        return (format!("{name} (violated, as expected)"), None);
+                    }
                     (Status::Violated, Some(found)) => Some(format!(
                         "{} (reproduced {}): {}\n{}",
                         found.steps.join(", "),
@@ -760,6 +954,17 @@ impl ConformReport {
             if found.property == "diverged" {
                 cases.push(("diverged".into(), Some(found.detail.clone())));
             }
+        }
+        if expect != "pass" {
+            let why = (!as_expected).then(|| match &self.failure {
+                Some(found) => format!(
+                    "expected to be caught by {expect}; caught by {}{}",
+                    found.property,
+                    if found.flaky { " (flaky)" } else { "" }
+                ),
+                None => format!("expected to be caught by {expect}; nothing was caught"),
+            });
+            cases.push((format!("expect {expect}"), why));
         }
         cases.push(("harness".into(), None));
         ExtraSuite {

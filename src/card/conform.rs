@@ -179,6 +179,10 @@ pub struct Run {
     pub killed: bool,
     /// Whether the target reported its paused cards.
     pub paused_reported: bool,
+    /// Whether the target reported its unresolved inputs.
+    pub unresolved_reported: bool,
+    /// Whether an acknowledgement carried its meaning (`applied`, `ignored`, `held`).
+    pub ack_reported: bool,
     /// The actions the liveness phase took, in order (so that a failure there can be
     /// replayed as a schedule).
     pub liveness: Vec<Action>,
@@ -305,6 +309,8 @@ impl<'a> Runner<'a> {
         self.run.counts.attempted += 1;
         let answer = self.target.deliver(delivery, &body, send)?;
         self.count(&answer, fault);
+        // A delivery's meaning (a reconciliation's outcome word is another channel).
+        self.run.ack_reported |= matches!(&answer, Answer::Ack(Some(_)));
         if matches!(send, Sending::KillAfter(_)) {
             self.run.counts.kills += 1;
             self.run.killed = true;
@@ -435,6 +441,7 @@ impl<'a> Runner<'a> {
             .collect();
         self.log(step, action, answer, seen.as_ref());
         self.run.paused_reported |= seen.as_ref().is_some_and(|seen| seen.paused.is_some());
+        self.run.unresolved_reported |= seen.as_ref().is_some_and(|seen| seen.unresolved.is_some());
         if kept.is_empty() {
             let failure = self.name(step, action, answer, &branches, seen.as_ref(), last_read);
             self.run.failure = Some(failure);
@@ -787,6 +794,16 @@ impl Naming<'_> {
             Action::Deliver {
                 fault: Some(External::KillAfterAck),
                 ..
+            } if matches!(self.answer, Answer::Ack(_)) && self.lost_since_last_read(seen) => {
+                Some("ack-implies-recorded")
+            }
+            Action::Deliver {
+                fault: Some(External::Kill) | Some(External::Disconnect),
+                ..
+            } if self.lost_since_last_read(seen) => Some("ack-implies-recorded"),
+            Action::Deliver {
+                fault: Some(External::KillAfterAck),
+                ..
             } if matches!(self.answer, Answer::Ack(_)) => {
                 let unrecorded = self
                     .before
@@ -813,6 +830,37 @@ impl Naming<'_> {
             }
             _ => None,
         }
+    }
+
+    /// Whether a card the last read showed is gone, or back at a lower version that is not
+    /// the one this action delivered (a kill that loses earlier acknowledged decisions;
+    /// a receiver that applies the older version it was just sent breaks
+    /// `version-monotonic` instead).
+    fn lost_since_last_read(&self, seen: &Observed) -> bool {
+        let Some(last) = self.last else {
+            return false;
+        };
+        let delivered = match self.action {
+            Action::Deliver { delivery, .. } => self
+                .scenario
+                .delivery_index(delivery)
+                .map(|index| &self.scenario.deliveries[index].event),
+            _ => None,
+        };
+        last.cards
+            .iter()
+            .any(|(name, before)| match seen.cards.get(name) {
+                None => true,
+                Some(now) => {
+                    let this_delivery = delivered.is_some_and(|event| {
+                        event
+                            .object_id
+                            .is_some_and(|card| self.scenario.catalog.name(card) == name.as_str())
+                            && event.version == crate::card::wire::Version::Valid(now.version)
+                    });
+                    now.version < before.version && !this_delivery
+                }
+            })
     }
 
     /// After an indefinite step, the decision's effect on the cards is there but its
@@ -842,12 +890,22 @@ impl Naming<'_> {
         effect && record_missing
     }
 
-    /// A changed payload acknowledged with a meaning other than `held`.
+    /// A changed payload acknowledged with a meaning other than `held`, and no state read
+    /// that shows it kept (a state that shows the input unresolved, as the model has it,
+    /// means only the word is wrong: that is `diverged`, not lost evidence).
     fn swallowed(&self) -> bool {
         let Answer::Ack(Some(word)) = self.answer else {
             return false;
         };
-        self.channels.ack
+        let kept_in_state = self.seen.is_some_and(|seen| {
+            self.channels.unresolved
+                && seen.unresolved.is_some()
+                && self.branches.iter().any(|branch| {
+                    fits(&project(self.scenario, &branch.world), seen, &self.channels)
+                })
+        });
+        !kept_in_state
+            && self.channels.ack
             && word != "held"
             && !self.branches.is_empty()
             && self.branches.iter().all(|branch| {

@@ -33,25 +33,34 @@ pub struct ConformArgs {
     /// Leave out the mutants' shortest counterexample schedules.
     #[arg(long)]
     pub no_mutants: bool,
+    /// Leave out the transition cover (the shortest schedule to each kind of decision,
+    /// reconciliation outcome and settlement the contract's receiver takes).
+    #[arg(long)]
+    pub no_cover: bool,
+    /// The most worlds the transition cover's breadth-first search explores.
+    #[arg(long, default_value_t = 10_000)]
+    pub cover_state_limit: usize,
     /// The most states the search for one mutant's shortest schedule explores.
     #[arg(long, default_value_t = 50_000)]
     pub mutant_state_limit: usize,
-    /// When the state is read: `every-step` or `end`.
-    #[arg(long, default_value = "every-step")]
-    pub observe: String,
+    /// When the state is read: `every-step` (the default) or `end`. A fixture's rerun
+    /// keeps the one it was found with.
+    #[arg(long)]
+    pub observe: Option<String>,
     /// What is compared besides the cards: any of `ack`, `paused`, `unresolved` (comma
-    /// separated), or `cards` alone.
-    #[arg(long, default_value = "ack,paused,unresolved")]
-    pub channels: String,
+    /// separated; the default is all three), or `cards` alone. A fixture's rerun keeps the
+    /// ones it was found with.
+    #[arg(long)]
+    pub channels: Option<String>,
     /// Retries of an owed delivery in the liveness phase.
     #[arg(long, default_value_t = 5)]
     pub max_retries: usize,
     /// Runs the shrinker may spend on a failing schedule.
     #[arg(long, default_value_t = 100)]
     pub shrink_budget: usize,
-    /// Reruns that confirm the shrunk schedule.
-    #[arg(long, default_value_t = 3)]
-    pub confirm: usize,
+    /// Reruns that confirm the shrunk schedule (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub confirm: u64,
     /// A kill in flight comes up to this many milliseconds after the request is sent.
     #[arg(long, default_value_t = 5)]
     pub kill_window_ms: u64,
@@ -74,8 +83,33 @@ fn flag(name: &str, message: String) -> Error {
     InputError::invalid(Path::new(name), "command line", message).into()
 }
 
-fn channels(args: &ConformArgs) -> Result<Channels, Error> {
-    let every_step = match args.observe.as_str() {
+/// `pass`, `diverged` or a card property's name; anything else is bad input.
+fn check_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
+    use crate::card::property::Property;
+    if expect == "pass" || expect == "diverged" || expect.parse::<Property>().is_ok() {
+        return Ok(());
+    }
+    let message = format!(
+        "`{expect}` is not an expectation: write pass, diverged or a property's name ({})",
+        Property::ALL.map(Property::name).join(", ")
+    );
+    Err(if from_flag {
+        flag("--expect", message)
+    } else {
+        InputError::invalid(Path::new(target), "expect", message).into()
+    })
+}
+
+/// The channels: the flags, else the ones a fixture's `conform` block was found with,
+/// else every channel after every step.
+fn channels(args: &ConformArgs, found_with: Option<(&str, String)>) -> Result<Channels, Error> {
+    let (observe, list) = match found_with {
+        Some((observe, list)) => (observe.to_owned(), list),
+        None => ("every-step".to_owned(), "ack,paused,unresolved".to_owned()),
+    };
+    let observe = args.observe.clone().unwrap_or(observe);
+    let list = args.channels.clone().unwrap_or(list);
+    let every_step = match observe.as_str() {
         "every-step" => true,
         "end" => false,
         other => {
@@ -91,9 +125,9 @@ fn channels(args: &ConformArgs) -> Result<Channels, Error> {
         unresolved: false,
         every_step,
     };
-    for word in args.channels.split(',').map(str::trim) {
+    for word in list.split(',').map(str::trim) {
         match word {
-            "cards" => {}
+            "" | "cards" => {}
             "ack" => chosen.ack = true,
             "paused" => chosen.paused = true,
             "unresolved" => chosen.unresolved = true,
@@ -147,6 +181,11 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
         plans.extend(found);
         skipped.extend(missed);
     }
+    if !args.no_cover {
+        let (cover, cut) = campaign::cover_plans(&loaded, args.cover_state_limit, true);
+        plans.extend(cover);
+        skipped.extend(cut);
+    }
     if loaded.file.expiries > 0 {
         skipped.push("expiry steps: arrival cannot move the receiver's clock".into());
     }
@@ -165,8 +204,14 @@ pub fn run(args: &ConformArgs) -> Outcome {
     }
     let target_file = TargetFile::parse(&args.target)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
-    let chosen = channels(args)?;
+    check_expect(&expect, args.expect.is_some(), &args.target)?;
     let (scenario, plans, skipped) = plans(args)?;
+    let found_with = scenario
+        .raw
+        .conform
+        .as_ref()
+        .map(|block| (block.observe.as_str(), block.channels.join(",")));
+    let chosen = channels(args, found_with)?;
     let options = Options {
         settings: Settings {
             channels: chosen,
@@ -175,7 +220,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
             seed: args.seed,
         },
         shrink_budget: args.shrink_budget,
-        confirm: args.confirm,
+        confirm: args.confirm as usize,
         target: args.target.clone(),
         source: args.source.display().to_string(),
     };
@@ -189,20 +234,37 @@ pub fn run(args: &ConformArgs) -> Outcome {
     let mut target = target_file.open().map_err(harness_failed)?;
     let mut report =
         campaign(&scenario, &plans, target.as_mut(), &options).map_err(harness_failed)?;
-    report.skipped = skipped;
+    if scenario.conform.is_some() && report.schedules == 0 {
+        // A fixture's own schedule the model does not allow is a broken fixture.
+        return Err(InputError::invalid(
+            &args.source,
+            "conform",
+            format!(
+                "the actions are not a schedule the model allows: {}",
+                report.skipped.join("; ")
+            ),
+        )
+        .into());
+    }
+    report.skipped = skipped.into_iter().chain(report.skipped).collect();
     drop(target);
     if let (Some(found), Some(dir)) = (&report.failure, &args.trace_out) {
+        // A rerun of a written fixture keeps its name: MODEL.conform.PROPERTY stays MODEL.
         let stem = args
             .source
             .file_stem()
             .map_or_else(|| "conform".into(), |s| s.to_string_lossy().into_owned());
+        let stem = match stem.find(".conform.") {
+            Some(at) => stem[..at].to_owned(),
+            None => stem,
+        };
         let file = dir.join(format!("{stem}.conform.{}.json", found.property));
         std::fs::create_dir_all(dir)
             .and_then(|_| std::fs::write(&file, pretty_json(&found.fixture)))
             .map_err(|source| InputError::Write { file, source })?;
     }
     if let Some(file) = &args.junit {
-        crate::harness::junit::write_suite(file, &report.junit())?;
+        crate::harness::junit::write_suite(file, &report.junit(&expect))?;
     }
     if args.json {
         let mut value = serde_json::to_value(&report).expect("reports serialise");

@@ -32,10 +32,20 @@ impl Reply {
     }
 }
 
-fn head(method: &str, path: &str, addr: SocketAddr, body: &[u8]) -> Vec<u8> {
+fn head(
+    method: &str,
+    path: &str,
+    addr: SocketAddr,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Vec<u8> {
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
+         {extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -51,10 +61,22 @@ pub fn send(
     body: &[u8],
     timeout: Duration,
 ) -> std::io::Result<TcpStream> {
+    send_with(addr, method, path, &[], body, timeout)
+}
+
+/// [`send`] with extra header lines.
+pub fn send_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(&head(method, path, addr, body))?;
+    stream.write_all(&head(method, path, addr, headers, body))?;
     Ok(stream)
 }
 
@@ -204,12 +226,29 @@ impl HttpTarget {
         }
     }
 
-    fn post(&mut self, path: &str, body: &[u8], send_how: Sending) -> Result<Answer, HarnessError> {
-        let sent = send(self.addr(), "POST", path, body, self.timeout);
+    /// Kills the receiver and starts it again on the same data, so that no request of the
+    /// last step can still be running inside it when the next step starts (the model's steps
+    /// are atomic: a request left running would land between later ones).
+    fn settle_in_flight(&mut self) -> Result<(), HarnessError> {
+        self.supervisor.kill();
+        self.start(&BTreeMap::new(), false)
+    }
+
+    fn post(
+        &mut self,
+        path: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+        send_how: Sending,
+    ) -> Result<Answer, HarnessError> {
+        let sent = send_with(self.addr(), "POST", path, headers, body, self.timeout);
         let stream = match (sent, send_how) {
             (Err(error), _) => return Ok(Answer::Indefinite(error.to_string())),
             (Ok(stream), Sending::Disconnect) => {
                 let _ = stream.shutdown(Shutdown::Both);
+                // A receiver that goes on with the request after the disconnect may record
+                // it at any later time; the kill decides it: recorded before, or never.
+                self.settle_in_flight()?;
                 return Ok(Answer::Indefinite("disconnected by arrival".into()));
             }
             (Ok(stream), Sending::KillAfter(delay)) => {
@@ -228,9 +267,7 @@ impl HttpTarget {
                     error.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) {
-                    // No request may still run inside the receiver when the next starts.
-                    self.supervisor.kill();
-                    self.start(&BTreeMap::new(), false)?;
+                    self.settle_in_flight()?;
                 }
                 Ok(Answer::Indefinite(error.to_string()))
             }
@@ -287,11 +324,14 @@ impl CardTarget for HttpTarget {
 
     fn deliver(
         &mut self,
-        _delivery: u32,
+        delivery: u32,
         body: &[u8],
         send: Sending,
     ) -> Result<Answer, HarnessError> {
-        self.post("/webhook", body, send)
+        // The contract names an input without an event id by its delivery number: the
+        // receiver reads it here rather than counting arrivals (which retries would shift).
+        let headers = [("Arrival-Delivery", delivery.to_string())];
+        self.post("/webhook", &headers, body, send)
     }
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
@@ -310,19 +350,37 @@ impl CardTarget for HttpTarget {
             }),
             Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
-            Err(error) => Ok(Answer::Indefinite(error.to_string())),
+            Err(error) => {
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    self.settle_in_flight()?;
+                }
+                Ok(Answer::Indefinite(error.to_string()))
+            }
         }
     }
 
     fn read(&mut self) -> Result<Observed, HarnessError> {
         let what = self.what("/_arrival/state");
-        let reply =
-            request(self.addr(), "GET", "/_arrival/state", b"", self.timeout).map_err(|error| {
-                HarnessError {
-                    what: what.clone(),
-                    message: error.to_string(),
+        let reply = match request(self.addr(), "GET", "/_arrival/state", b"", self.timeout) {
+            Ok(reply) => reply,
+            Err(error) => {
+                // A receiver that died on the last request may still be closing down.
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_millis(500) {
+                    if let Some(status) = self.supervisor.exited() {
+                        return Err(self.supervisor.died(&status));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-            })?;
+                return Err(HarnessError {
+                    what,
+                    message: error.to_string(),
+                });
+            }
+        };
         if reply.status != 200 {
             return Err(HarnessError {
                 what,

@@ -152,11 +152,24 @@ impl Supervisor {
 
     /// The error for a command that ended while arrival waited for it.
     pub fn ended(&mut self, status: &str) -> HarnessError {
+        self.exited_while(status, "before it was ready")
+    }
+
+    /// The harness error of a receiver that exited on its own after it was ready (it died
+    /// on a request, or quit): arrival cannot read its state, so the run cannot go on.
+    pub fn died(&mut self, status: &str) -> HarnessError {
+        self.exited_while(
+            status,
+            "on its own while running (not killed by arrival), so its state cannot be read",
+        )
+    }
+
+    fn exited_while(&mut self, status: &str, when: &str) -> HarnessError {
         let tail = self.tail();
         harness(
             &format!("target command `{}`", self.command_line().join(" ")),
             format!(
-                "exited ({status}) before it was ready{}",
+                "exited ({status}) {when}{}",
                 if tail.is_empty() {
                     String::new()
                 } else {

@@ -86,6 +86,18 @@ impl TargetFile {
                 "the command is empty: give the program and its arguments",
             ));
         }
+        for (field, value) in [
+            ("timeout_ms", file.timeout_ms),
+            ("ready_timeout_ms", file.ready_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(InputError::invalid(
+                    Path::new(text),
+                    field,
+                    "0 ms leaves no time to answer: give a positive number of milliseconds",
+                ));
+            }
+        }
         Ok(file)
     }
 

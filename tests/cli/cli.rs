@@ -792,6 +792,7 @@ fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
         &target,
         "--no-traces",
         "--no-mutants",
+        "--no-cover",
         "--walks",
         "1",
         "--junit",
@@ -803,6 +804,30 @@ fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
     assert_eq!(xml.matches("<testcase").count(), 9 + 1);
     assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
     assert!(xml.contains("ack-implies-recorded (violated)"));
+    // Kept as a test of the wrong receiver (`--expect`), the suite passes exactly when the
+    // exit status is 0: the expected property's case passes, and an `expect` case is added.
+    let expected = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--target",
+        &target,
+        "--no-traces",
+        "--no-mutants",
+        "--no-cover",
+        "--walks",
+        "1",
+        "--expect",
+        "ack-implies-recorded",
+        "--junit",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(expected.status.code(), Some(0), "{}", stderr(&expected));
+    validate_junit(&file);
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 9 + 1 + 1);
+    assert_eq!(xml.matches("<failure").count(), 0, "{xml}");
+    assert!(xml.contains("ack-implies-recorded (violated, as expected)"));
+    assert!(xml.contains("expect ack-implies-recorded"));
     // A harness failure writes the harness case alone, failed.
     let broken = arrival(&[
         "conform",

@@ -12,8 +12,9 @@ use arrival::card::conform::{
 use arrival::card::fixture::Scenario;
 use arrival::card::model_file::load_model;
 use arrival::card::mutants::Mutant;
-use arrival::card::receiver::{Card, InputRef, Receiver};
+use arrival::card::receiver::{Card, Decision, InputRef, Receiver, Verdict as CardVerdict};
 use arrival::card::replay::CardReport;
+use arrival::card::step::{Action, External};
 use arrival::card::wire::{Catalog, Snapshot};
 use arrival::harness::conform::{Status, Verdict};
 use serde_json::Value;
@@ -25,6 +26,10 @@ struct InProcess {
     policy: Option<Mutant>,
     catalog: Catalog,
     receiver: Receiver,
+    /// Answer a changed payload `ignored` (its record and hold kept as the contract says).
+    misword_changed_payloads: bool,
+    /// Give acknowledgements without their meaning.
+    bare_acks: bool,
 }
 
 impl InProcess {
@@ -33,6 +38,8 @@ impl InProcess {
             policy,
             catalog: Catalog::new(),
             receiver: Receiver::default(),
+            misword_changed_payloads: false,
+            bare_acks: false,
         }
     }
 }
@@ -68,8 +75,15 @@ impl CardTarget for InProcess {
             .event_from_bytes(body)
             .expect("fixtures send JSON");
         let delivered = self.receiver.deliver(self.policy, delivery, None, &event);
+        let changed_payload =
+            delivered.verdict == CardVerdict::Decided(Decision::ConflictChangedPayload);
+        let word = match () {
+            _ if self.bare_acks => None,
+            _ if self.misword_changed_payloads && changed_payload => Some("ignored".to_owned()),
+            _ => Some(delivered.ack.name().to_owned()),
+        };
         Ok(match send {
-            Sending::Wait => Answer::Ack(Some(delivered.ack.name().to_owned())),
+            Sending::Wait => Answer::Ack(word),
             _ => Answer::Indefinite("not waited for".into()),
         })
     }
@@ -368,4 +382,196 @@ fn a_receiver_that_forgets_across_a_kill_fails_ack_implies_recorded_on_one_deliv
     assert!(steps[0].ends_with("(kill after ack)"), "{steps:?}");
     assert_eq!(reproduced, "3/3");
     assert_eq!(report.counts.lost, 1);
+}
+
+/// Options for one fixed schedule: nothing shrunk, so the failure is named at its own step.
+fn fixed(channels: Channels) -> Options {
+    Options {
+        settings: Settings {
+            channels,
+            max_retries: 3,
+            kill_window_ms: 1,
+            seed: 1,
+        },
+        shrink_budget: 0,
+        confirm: 1,
+        target: "in-process".into(),
+        source: "models/b62-15.toml".into(),
+    }
+}
+
+fn b62_15() -> Scenario {
+    Scenario::clone(
+        &load_model(&root().join("models/b62-15.toml"), None)
+            .unwrap()
+            .scenario,
+    )
+}
+
+fn deliver(delivery: u32, fault: Option<External>) -> Action {
+    Action::Deliver { delivery, fault }
+}
+
+#[test]
+fn a_kill_that_loses_an_earlier_acknowledged_delivery_is_ack_implies_recorded() {
+    // Found by review: deliver #1, then #4 killed right after its acknowledgement, against a
+    // receiver that keeps nothing across a kill. Card-7 goes back below what the read after
+    // #1 showed, but not to #4's version: the kill lost it, which the old naming called
+    // version-monotonic.
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![deliver(1, None), deliver(4, Some(External::KillAfterAck))],
+    };
+    let mut target = Forgetful {
+        inner: InProcess::new(None),
+        initial: BTreeMap::new(),
+    };
+    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    let found = report.failure.as_ref().expect("caught");
+    assert_eq!(
+        (found.property.as_str(), found.step),
+        ("ack-implies-recorded", 2)
+    );
+}
+
+#[test]
+fn a_changed_payload_kept_but_answered_ignored_is_diverged_unless_only_the_ack_is_read() {
+    // Found by review: #4 then its changed payload #6, recorded and held as the contract
+    // says but acknowledged `ignored`. With the unresolved inputs read, the state shows the
+    // evidence kept: only the word is wrong (`diverged`). With the acknowledgement alone,
+    // nothing shows it kept: `evidence-retained`.
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![deliver(4, None), deliver(6, None)],
+    };
+    let mut seen = Vec::new();
+    for channels in [
+        Channels::ALL,
+        Channels {
+            ack: true,
+            paused: true,
+            unresolved: false,
+            every_step: true,
+        },
+    ] {
+        let mut target = InProcess::new(None);
+        target.misword_changed_payloads = true;
+        let report = campaign(
+            &b62_15(),
+            std::slice::from_ref(&plan),
+            &mut target,
+            &fixed(channels),
+        )
+        .unwrap();
+        let found = report.failure.as_ref().expect("caught");
+        seen.push((
+            found.property.clone(),
+            found.step,
+            report.counts.changed_payloads_swallowed,
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("diverged".into(), 2, 0),
+            ("evidence-retained".into(), 2, 1)
+        ]
+    );
+}
+
+#[test]
+fn what_the_target_never_shows_is_unobserved_and_nothing_run_is_not_exercised() {
+    let status = |report: &ConformReport, name: &str| {
+        let status = &report.properties.iter().find(|p| p.0 == name).unwrap().1;
+        status.word().to_owned()
+    };
+    let mut target = InProcess::new(None);
+    target.bare_acks = true;
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![deliver(1, None), deliver(2, None)],
+    };
+    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    assert_eq!(report.verdict, Verdict::Sampled);
+    assert_eq!(
+        [
+            status(&report, "held-changes-nothing"),
+            status(&report, "evidence-retained"),
+            status(&report, "version-monotonic"),
+        ],
+        ["unobserved", "unobserved", "sampled"]
+    );
+    let none = campaign(&b62_15(), &[], &mut target, &fixed(Channels::ALL)).unwrap();
+    assert_eq!(none.verdict, Verdict::Incomplete);
+    assert!(none
+        .properties
+        .iter()
+        .all(|(_, status)| matches!(status, Status::NotExercised(_))));
+}
+
+#[test]
+fn a_schedule_the_model_does_not_allow_is_skipped_not_passed() {
+    // Found by review: a reconciliation of a card no world could reconcile, first.
+    let scenario = b62_15();
+    let card = scenario.catalog.find("card-7").unwrap();
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![Action::Reconcile(card), deliver(5, None), deliver(6, None)],
+    };
+    let mut target = InProcess::new(None);
+    let report = campaign(&scenario, &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    assert_eq!((report.schedules, report.passed), (0, 0));
+    assert_eq!(report.verdict, Verdict::Incomplete);
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert!(!report.as_expected("pass"));
+}
+
+#[test]
+fn the_transition_cover_of_b62_15_takes_fifteen_kinds_by_fourteen_schedules_and_passes() {
+    use arrival::card::campaign::{cover_plans, covered_kinds};
+    let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
+    let (plans, cut) = cover_plans(&loaded, 10_000, false);
+    assert_eq!(cut.len(), 1, "the search is cut at 10,000 worlds: {cut:?}");
+    let kinds = covered_kinds(&plans);
+    assert_eq!(
+        kinds,
+        [
+            "decision/applied",
+            "decision/conflict_changed_payload",
+            "decision/conflict_same_version",
+            "decision/duplicate",
+            "decision/equal",
+            "decision/held_missing_version",
+            "decision/held_paused",
+            "decision/held_unknown_object",
+            "decision/stale",
+            "reconcile/confirmed",
+            "reconcile/replaced",
+            "settle/re-evaluated/held_paused/equal",
+            "settle/re-evaluated/held_paused/stale",
+            "settle/resolved",
+            "settle/superseded",
+        ]
+    );
+    assert_eq!(plans.len(), 14);
+    // Each is a shortest witness: a kind first met at depth d has a schedule of d steps.
+    assert_eq!(plans[0].actions.len(), 1);
+    let report = campaign(
+        &Scenario::clone(&loaded.scenario),
+        &plans,
+        &mut InProcess::new(None),
+        &fixed(Channels::ALL),
+    )
+    .unwrap();
+    assert_eq!(report.verdict, Verdict::Sampled, "{}", report.text());
+    assert_eq!(report.cover, kinds);
+    // The wrong receiver that lets the last arrival win is caught by the cover alone.
+    let caught = campaign(
+        &Scenario::clone(&loaded.scenario),
+        &plans,
+        &mut InProcess::new(Some(Mutant::LastArrivalWins)),
+        &fixed(Channels::ALL),
+    )
+    .unwrap();
+    assert_eq!(caught.verdict, Verdict::Violated);
 }

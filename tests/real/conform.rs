@@ -50,9 +50,11 @@ fn the_correct_python_receiver_passes_b62_15_with_verdict_sampled() {
     assert_status(&output, 0, "conform python-sqlite");
     let report = json(&output);
     assert_eq!(report["verdict"], "sampled");
-    // 12 kept traces, one mutant schedule no kept trace has, 3 walks.
-    assert_eq!(report["schedules"], 12 + 1 + 3);
-    assert_eq!(report["passed"], 12 + 1 + 3);
+    // 12 kept traces, one mutant schedule no kept trace has, the 14 schedules of the
+    // transition cover (15 kinds), 3 walks.
+    assert_eq!(report["schedules"], 12 + 1 + 14 + 3);
+    assert_eq!(report["passed"], 12 + 1 + 14 + 3);
+    assert_eq!(report["cover"].as_array().unwrap().len(), 15);
     assert_eq!(report["counts"]["regressed"], 0);
     let status = |name: &str| {
         let properties = report["properties"].as_array().unwrap();
@@ -72,7 +74,7 @@ fn last_arrival_wins_in_python_is_caught_by_the_kept_trace_s_two_deliveries_and_
     let output = conform(
         "models/b62-15.toml",
         &lastwins,
-        &["--walks", "0", "--trace-out", out],
+        &["--walks", "0", "--no-cover", "--trace-out", out],
     );
     assert_status(&output, 1, "conform python-lastwins");
     let report = json(&output);
@@ -120,7 +122,15 @@ fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_
     let end = conform(
         "models/b62-15.toml",
         &idonly,
-        &["--walks", "0", "--observe", "end", "--channels", "cards"],
+        &[
+            "--walks",
+            "0",
+            "--no-cover",
+            "--observe",
+            "end",
+            "--channels",
+            "cards",
+        ],
     );
     assert_status(&end, 0, "final cards only");
     let end = json(&end);
@@ -129,7 +139,7 @@ fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_
     let every = conform(
         "models/b62-15.toml",
         &idonly,
-        &["--walks", "0", "--channels", "cards"],
+        &["--walks", "0", "--no-cover", "--channels", "cards"],
     );
     assert_status(&every, 1, "cards after every step");
     assert_eq!(
@@ -143,7 +153,7 @@ fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_
     let ack = conform(
         "models/b62-15.toml",
         &idonly,
-        &["--walks", "0", "--channels", "cards,ack"],
+        &["--walks", "0", "--no-cover", "--channels", "cards,ack"],
     );
     assert_status(&ack, 1, "cards and the ack's meaning");
     assert_eq!(
@@ -163,6 +173,7 @@ fn a_python_receiver_that_answers_before_committing_loses_a_decision_to_a_kill_a
         &python("python-ack-first"),
         &[
             "--no-traces",
+            "--no-cover",
             "--walks",
             "1",
             "--seed",
@@ -200,7 +211,15 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
     let output = conform(
         "models/b62-15.toml",
         &store(Some("ack-before-commit")),
-        &["--no-traces", "--no-mutants", "--walks", "1", "--seed", "1"],
+        &[
+            "--no-traces",
+            "--no-mutants",
+            "--no-cover",
+            "--walks",
+            "1",
+            "--seed",
+            "1",
+        ],
     );
     assert_status(&output, 1, "conform store ack-before-commit");
     assert_eq!(
