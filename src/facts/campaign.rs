@@ -113,7 +113,8 @@ fn harness(what: &str, message: impl std::fmt::Display) -> TargetError {
 }
 
 /// Reads the state until it shows nothing owed twice in a row, the same both times, or the
-/// target's settle time runs out (`Err` with the last state: not settled).
+/// target's settle time runs out after at least two reads (`Err` with the last state: not
+/// settled).
 fn settled(
     target: &mut dyn FactsTarget,
     scenario: &Scenario,
@@ -127,7 +128,7 @@ fn settled(
         if state.pending == 0 && last.as_ref() == Some(&state) {
             return Ok(Ok(state));
         }
-        if started.elapsed() > target.settle_timeout() {
+        if last.is_some() && started.elapsed() > target.settle_timeout() {
             return Ok(Err(state));
         }
         if state.pending > 0 {
