@@ -324,7 +324,24 @@ impl FactsTarget for HttpFactsTarget {
 
     fn start(&mut self) -> Result<(), TargetError> {
         self.supervisor.spawn(false).map_err(from_harness)?;
-        self.wait_ready()
+        let Err(first) = self.wait_ready() else {
+            return Ok(());
+        };
+        // Another process may have taken the port while the receiver was down: once more
+        // on a new port before giving up.
+        self.supervisor.kill();
+        self.supervisor.port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map_err(|e| error("a free port on 127.0.0.1", e))?
+            .port();
+        self.supervisor.spawn(false).map_err(from_harness)?;
+        self.wait_ready().map_err(|second| TargetError {
+            what: second.what,
+            message: format!(
+                "{} (and before that, on another port: {})",
+                second.message, first.message
+            ),
+        })
     }
 
     fn now_ms(&self) -> i64 {
