@@ -136,7 +136,8 @@ fn id_only_dedupe_is_caught_as_conflict_visible() {
 #[test]
 fn a_broken_harness_exits_3_and_fails_only_the_junit_harness_case() {
     let dir = temp_dir("conform-facts-broken");
-    let cases: [(&str, fn(String) -> String); 3] = [
+    type Edit = fn(String) -> String;
+    let cases: [(&str, Edit); 3] = [
         // A register command that fails.
         ("register.toml", |text| {
             text.replace("\"--keys-out\"", "\"--no-such-flag\"")
