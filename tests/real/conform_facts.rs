@@ -174,7 +174,16 @@ fn a_broken_harness_exits_3_and_fails_only_the_junit_harness_case() {
             "{name}: {xml}"
         );
     }
-    // A card target for a facts model is bad input.
+    // A card target for a facts model, and a facts target file without its state
+    // command, are bad input.
     let output = conform("models/acmeflow-retries.toml", "http:python3 x.py", &[]);
     assert_status(&output, 2, "a card target for a facts model");
+    let target = target_file(dir.path(), "no-state.toml", |text| {
+        let start = text.find("state = [").unwrap();
+        let end = start + text[start..].find(']').unwrap() + 1;
+        format!("{}{}", &text[..start], &text[end..])
+    });
+    let output = conform("models/acmeflow-retries.toml", &target, &[]);
+    assert_status(&output, 2, "a facts target file without `state`");
+    assert!(crate::util::stderr(&output).contains("state"));
 }
