@@ -683,10 +683,16 @@ impl<'a> Oracle<'a> {
                 (world, state)
             })
             .collect();
+        // The answers given and the requests owed are history the state does not show:
+        // forgotten, so worlds that differ only there become one.
         let kept: Vec<World> = drained
             .iter()
             .filter(|(_, state)| state == real)
-            .map(|(world, _)| world.clone())
+            .map(|(world, _)| World {
+                responses: Vec::new(),
+                owed: BTreeSet::new(),
+                ..world.clone()
+            })
             .collect();
         if !kept.is_empty() {
             self.candidates = Candidates::of(kept);
