@@ -494,3 +494,39 @@ fn a_request_whose_answer_needs_a_key_window_is_left_out() {
     assert_eq!(skipped.len(), 1);
     assert!(skipped[0].starts_with("request 20: "), "{skipped:?}");
 }
+
+#[test]
+fn an_answer_is_definite_only_when_the_contract_has_it() {
+    use arrival::facts::conform::classify;
+    use arrival::facts::ingress::Reason;
+    let rows: [(u16, &str, Answer); 6] = [
+        (
+            202,
+            r#"{"status":"accepted"}"#,
+            Answer::Definite(Response::Accepted),
+        ),
+        (
+            202,
+            r#"{"status":"quarantined"}"#,
+            Answer::Definite(Response::Quarantined),
+        ),
+        (
+            400,
+            r#"{"error":"tenant_not_allowed"}"#,
+            Answer::Definite(Response::Rejected(Reason::TenantNotAllowed)),
+        ),
+        // A contract status whose reason cannot be read is compared by status alone.
+        (400, "bad request", Answer::Status(400)),
+        // 503 (nothing appended, says the contract, but arrival cannot tell) and anything
+        // outside the contract are indefinite.
+        (
+            503,
+            r#"{"error":"unavailable"}"#,
+            Answer::Indefinite("HTTP 503".into()),
+        ),
+        (500, "", Answer::Indefinite("HTTP 500".into())),
+    ];
+    for (status, body, answer) in rows {
+        assert_eq!(classify(status, body.as_bytes()), answer, "{status} {body}");
+    }
+}
