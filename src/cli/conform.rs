@@ -1,6 +1,8 @@
 //! `arrival conform`: a card model (or a fixture's `conform` block) run against a
 //! receiver arrival did not write; the flags, then the campaign of
-//! [`crate::card::campaign`] on a target from [`crate::conform::target`].
+//! [`crate::card::campaign`] on a target from [`crate::conform::target`]. A facts model,
+//! fixture or actions file goes to [`crate::facts::campaign`] on a facts target file
+//! ([`crate::conform::facts`]).
 
 use super::{pretty_json, print, EnvironmentError, Error, Outcome};
 use crate::card::campaign::{self, campaign, Options, Plan};
@@ -8,6 +10,7 @@ use crate::card::conform::{Channels, HarnessError, Settings};
 use crate::card::fixture::Scenario;
 use crate::card::model_file::load_model;
 use crate::conform::target::TargetFile;
+use crate::facts::campaign as facts_campaign;
 use crate::harness::InputError;
 use std::path::{Path, PathBuf};
 
@@ -193,6 +196,174 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
     Ok((scenario, plans, skipped))
 }
 
+/// What a facts source is.
+enum FactsSource {
+    /// A facts model file.
+    Model,
+    /// A facts fixture: its own schedule.
+    Fixture,
+    /// A `*.actions.json` file written by `--trace-out`.
+    Rerun,
+}
+
+/// Whether `path` is a facts model, fixture or actions file.
+fn facts_source(path: &Path) -> Option<FactsSource> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match path.extension()?.to_str()? {
+        "json" if text.contains("\"facts-conform\"") => Some(FactsSource::Rerun),
+        "json" if crate::facts::fixture::declares_facts(&text) => Some(FactsSource::Fixture),
+        "toml" => {
+            let table: toml::Table = text.parse().ok()?;
+            let fixture = table.get("fixture")?.as_str()?;
+            let fixture = path.parent().unwrap_or(Path::new(".")).join(fixture);
+            crate::facts::fixture::is_facts_file(&fixture).then_some(FactsSource::Model)
+        }
+        _ => None,
+    }
+}
+
+/// A facts source's scenario, fixture and plans.
+type FactsPlans = (
+    crate::facts::fixture::Scenario,
+    crate::facts::fixture::RawFixture,
+    Vec<facts_campaign::Plan>,
+    Vec<String>,
+);
+
+fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Error> {
+    let source = &args.source;
+    Ok(match kind {
+        FactsSource::Model => {
+            let loaded = crate::facts::model_file::load_model(source, Some("spec"))?;
+            let scenario = (*loaded.model.scenario).clone();
+            let (_, raw) = facts_campaign::load_fixture(&scenario.file)?;
+            let (plans, skipped) =
+                facts_campaign::model_plans(&scenario, &loaded.file, args.walks, args.seed);
+            (scenario, raw, plans, skipped)
+        }
+        FactsSource::Fixture => {
+            let (scenario, raw) = facts_campaign::load_fixture(source)?;
+            let (requests, mut skipped) = crate::facts::conform::playable(&scenario, 2);
+            let steps = scenario.schedule.clone().unwrap_or_else(|| {
+                requests
+                    .iter()
+                    .map(|&request| crate::facts::step::Step::Post {
+                        request,
+                        fault: None,
+                    })
+                    .collect()
+            });
+            let mut plans = Vec::new();
+            match crate::facts::conform::schedule_actions(&steps, &requests) {
+                Ok(actions) => plans.push(facts_campaign::Plan {
+                    id: "fixture".into(),
+                    actions,
+                }),
+                Err(why) => skipped.push(format!("the fixture's schedule: {why}")),
+            }
+            (scenario, raw, plans, skipped)
+        }
+        FactsSource::Rerun => {
+            let (file, scenario, raw) = facts_campaign::load_conform_file(source)?;
+            let plan = facts_campaign::Plan {
+                id: "rerun".into(),
+                actions: file.actions,
+            };
+            (scenario, raw, vec![plan], Vec::new())
+        }
+    })
+}
+
+/// `arrival conform` on a facts source: a facts target file, the facts campaign.
+fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
+    use crate::conform::facts::{FactsTargetFile, HttpFactsTarget};
+    if !FactsTargetFile::is_facts_target(&args.target) {
+        return Err(flag(
+            "--target",
+            format!(
+                "`{}`: a facts model needs a facts target file (FILE.toml with \
+                 `protocol = \"facts\"`, see docs/conform.md)",
+                args.target
+            ),
+        ));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|error| EnvironmentError::new("this program's path", error))?;
+    let file = FactsTargetFile::load(Path::new(&args.target), &exe)?;
+    let expect = args.expect.clone().unwrap_or(file.expect.clone());
+    let every_step = channels(args)?.every_step;
+    let (scenario, raw, plans, skipped) = facts_plans(args, kind)?;
+    let options = facts_campaign::Options {
+        settings: facts_campaign::Settings {
+            every_step,
+            kill_window_ms: args.kill_window_ms,
+            seed: args.seed,
+        },
+        shrink_budget: args.shrink_budget,
+        confirm: args.confirm,
+        target: args.target.clone(),
+        source: args.source.display().to_string(),
+    };
+    let harness_failed = |error: facts_campaign::TargetError| -> Error {
+        if let Some(file) = &args.junit {
+            let suite = crate::harness::junit::ExtraSuite {
+                name: format!("conform {} against {}", options.source, options.target),
+                cases: vec![("harness".into(), Some(error.to_string()))],
+                seconds: 0.0,
+            };
+            let _ = crate::harness::junit::write_suite(file, &suite);
+        }
+        EnvironmentError::new(error.what, error.message).into()
+    };
+    let target_fixture = crate::facts::conform::target_fixture(&raw);
+    let mut target = HttpFactsTarget::new(file).map_err(harness_failed)?;
+    let mut report =
+        facts_campaign::campaign(&scenario, &target_fixture, &plans, &mut target, &options)
+            .map_err(harness_failed)?;
+    report.skipped = skipped;
+    drop(target);
+    if let (Some(found), Some(dir)) = (&report.failure, &args.trace_out) {
+        let stem = args
+            .source
+            .file_stem()
+            .map_or_else(|| "conform".into(), |s| s.to_string_lossy().into_owned());
+        let stem = stem.trim_end_matches(".actions").to_owned();
+        let name = format!("{stem}.conform.{}.json", found.property);
+        let fixture = facts_campaign::failure_fixture(&raw, found, &options.source);
+        let actions = facts_campaign::ConformFile {
+            protocol: "facts-conform".into(),
+            fixture: name.clone(),
+            model: options.source.clone(),
+            target: options.target.clone(),
+            property: found.property.clone(),
+            found_by: found.found_by.clone(),
+            reproduced: found.reproduced.clone(),
+            actions: found.actions.clone(),
+        };
+        let actions_file = dir.join(format!("{stem}.conform.{}.actions.json", found.property));
+        for (file, text) in [
+            (dir.join(&name), pretty_json(&fixture)),
+            (actions_file, pretty_json(&actions)),
+        ] {
+            std::fs::create_dir_all(dir)
+                .and_then(|_| std::fs::write(&file, text))
+                .map_err(|source| InputError::Write { file, source })?;
+        }
+    }
+    if let Some(file) = &args.junit {
+        crate::harness::junit::write_suite(file, &report.junit())?;
+    }
+    if args.json {
+        let mut value = serde_json::to_value(&report).expect("reports serialise");
+        value["expect"] = serde_json::json!(expect);
+        value["as_expected"] = serde_json::json!(report.as_expected(&expect));
+        print(&pretty_json(&value));
+    } else {
+        print(&format!("{}\nexpected: {expect}\n", report.text()));
+    }
+    Ok(report.as_expected(&expect))
+}
+
 /// Runs the campaign: `Ok(true)` when the result is what `--expect` says.
 pub fn run(args: &ConformArgs) -> Outcome {
     // Output paths first: a run that cannot write its results stops before any work.
@@ -201,6 +372,9 @@ pub fn run(args: &ConformArgs) -> Outcome {
     }
     if let Some(dir) = &args.trace_out {
         crate::harness::input::writable_dir("--trace-out", dir)?;
+    }
+    if let Some(kind) = facts_source(&args.source) {
+        return run_facts(args, &kind);
     }
     let target_file = TargetFile::parse(&args.target)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());

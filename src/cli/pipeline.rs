@@ -92,6 +92,20 @@ pub enum PipelineCommand {
         /// As JSON.
         #[arg(long)]
         json: bool,
+        /// Also read this stream (Redis from `ARRIVAL_REDIS_URL`): entries not yet
+        /// acknowledged by `--group` (pending or not yet delivered) and dead letters.
+        #[arg(long)]
+        stream: Option<String>,
+        /// The consumer group whose pending entries `--stream` counts.
+        #[arg(long, default_value = "arrival-inbox")]
+        group: String,
+        /// Redis URL for `--stream`.
+        #[arg(
+            long,
+            env = "ARRIVAL_REDIS_URL",
+            default_value = "redis://127.0.0.1:6379"
+        )]
+        redis_url: String,
     },
     /// Register, upgrade or terminate an application (one transaction each).
     #[command(subcommand)]
@@ -574,7 +588,17 @@ pub fn run(command: PipelineCommand) -> Outcome {
         PipelineCommand::Serve(args) => serve(args, false),
         PipelineCommand::ServeWrong(args) => serve(args, true),
         PipelineCommand::Consume { .. } => consume(command),
-        PipelineCommand::Status { db, json } => status(&db, json),
+        PipelineCommand::Status {
+            db,
+            json,
+            stream,
+            group,
+            redis_url,
+        } => {
+            let names =
+                stream.map(|stream| (redis_url, crate::pipeline::stream::Names { stream, group }));
+            status(&db, json, names.as_ref())
+        }
         PipelineCommand::Applications(command) => super::operator::applications(command),
         PipelineCommand::Conflicts(command) => super::operator::conflicts(command),
         PipelineCommand::Quarantine(command) => super::operator::quarantine(command),
@@ -961,8 +985,20 @@ fn trim_more(
 }
 
 /// `pipeline status`: facts, counters, READY per application.
-fn status(db: &InboxAt, json: bool) -> Outcome {
+fn status(
+    db: &InboxAt,
+    json: bool,
+    stream: Option<&(String, crate::pipeline::stream::Names)>,
+) -> Outcome {
     let conn = super::inbox::open_existing(db)?;
+    let backlog = match stream {
+        Some((url, names)) => Some(
+            crate::pipeline::stream::connect(url, std::time::Duration::from_secs(5))
+                .and_then(|mut redis| crate::pipeline::stream::backlog(&mut redis, names))
+                .map_err(|error| env_error(&format!("Redis {url}"), error))?,
+        ),
+        None => None,
+    };
     let snapshot = pstore::snapshot(&conn).map_err(|error| env_error(db, error))?;
     let apps = pstore::applications(&conn).map_err(|error| env_error(db, error))?;
     let facts: Vec<String> = snapshot
@@ -984,12 +1020,24 @@ fn status(db: &InboxAt, json: bool) -> Outcome {
                 })
             })
             .collect();
-        let document = serde_json::json!({
+        let contents: Vec<serde_json::Value> = snapshot
+            .facts
+            .iter()
+            .map(|(source, id, canonical)| {
+                serde_json::json!({"source": source, "event_id": id, "content": canonical})
+            })
+            .collect();
+        let mut document = serde_json::json!({
             "facts": facts,
+            "fact_contents": contents,
             "counters": snapshot.counters,
             "applications": ready,
             "verdicts": snapshot.verdicts.len(),
         });
+        if let Some((pending, dead)) = backlog {
+            document["pending"] = serde_json::json!(pending);
+            document["dead_letters"] = serde_json::json!(dead);
+        }
         print(&(serde_json::to_string_pretty(&document).expect("json") + "\n"));
     } else {
         let mut out = format!("facts:      {}\n", facts.join(", "));
@@ -1008,6 +1056,9 @@ fn status(db: &InboxAt, json: bool) -> Outcome {
                 None => "not ready".to_owned(),
             };
             out += &format!("{key} v{}: {state}\n", app.material_version);
+        }
+        if let Some((pending, dead)) = backlog {
+            out += &format!("stream:     {pending} not yet acknowledged, {dead} dead letter(s)\n");
         }
         print(&out);
     }

@@ -1,7 +1,7 @@
 //! The real side of `arrival conform`: the receivers under test as processes, spoken to
 //! over HTTP or JSON lines, started, killed (the whole process group) and restarted on the
 //! same data directory. Everything that judges what they do is pure and lives in
-//! [`crate::card::conform`] and [`crate::harness::conform`].
+//! [`crate::card::conform`], [`crate::facts::conform`] and [`crate::harness::conform`].
 //!
 //! | module | job |
 //! |---|---|
@@ -9,7 +9,9 @@
 //! | [`process`] | the process supervisor: placeholders, process group, `SIGKILL`, data directory, stderr tail |
 //! | [`http`] | the HTTP target and its minimal blocking client (chunked answers included) |
 //! | [`stdio`] | the JSON-lines target |
+//! | [`facts`] | the facts target: its target file, register and state commands, signed posts, kills |
 
+pub mod facts;
 pub mod http;
 pub mod process;
 pub mod stdio;

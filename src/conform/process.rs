@@ -56,13 +56,27 @@ impl Supervisor {
 
     /// The command line with its placeholders filled in.
     pub fn command_line(&self) -> Vec<String> {
-        self.template
-            .iter()
-            .map(|word| {
-                word.replace("{port}", &self.port.to_string())
-                    .replace("{data_dir}", &self.data_dir.display().to_string())
-            })
-            .collect()
+        self.template.iter().map(|word| self.fill(word)).collect()
+    }
+
+    /// Replaces the command (a facts target fills in a new `{stream}` at every reset).
+    pub fn set_template(&mut self, template: Vec<String>) {
+        self.template = template;
+    }
+
+    /// Fills in `{port}` and `{data_dir}` in any word.
+    pub fn fill(&self, word: &str) -> String {
+        word.replace("{port}", &self.port.to_string())
+            .replace("{data_dir}", &self.data_dir.display().to_string())
+    }
+
+    /// Empties the data directory.
+    pub fn empty_data(&self) -> Result<(), HarnessError> {
+        let what = format!("data directory {}", self.data_dir.display());
+        if self.data_dir.exists() {
+            std::fs::remove_dir_all(&self.data_dir).map_err(|e| harness(&what, e))?;
+        }
+        std::fs::create_dir_all(&self.data_dir).map_err(|e| harness(&what, e))
     }
 
     /// Empties the data directory and writes `initial.json` into it.

@@ -20,10 +20,14 @@
 //! | [`model`] | the pipeline as a [`crate::harness::Protocol`]: every order and fault within budgets; coverage; steps and states in words |
 //! | [`model_file`] | facts model files read into a [`model_file::LoadedModel`] |
 //! | [`check`] | runs of a model file: exhaustive, sharded or sampled, or served to Explorer |
+//! | [`conform`] | the oracle of `arrival conform`: actions, re-signed wire bytes, the receiver's state normalised, candidate worlds, property names |
+//! | [`campaign`] | a conformance campaign over a [`campaign::FactsTarget`]: schedules, settling, shrinking, confirmation, report |
 //! | [`trace`] | counterexamples as fixture steps, step tables, replayable fixtures and sequence diagrams |
 
 pub mod application;
+pub mod campaign;
 pub mod check;
+pub mod conform;
 pub mod envelope;
 pub mod fixture;
 pub mod inbox;

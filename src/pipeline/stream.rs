@@ -557,6 +557,24 @@ pub fn range_all(conn: &mut Connection, key: &str) -> RedisResult<Vec<RawEntry>>
     Ok(entries(&reply))
 }
 
+/// What the group still owes: entries pending (delivered, not acknowledged) plus entries
+/// not yet delivered, and the dead-letter stream's length.
+pub fn backlog(conn: &mut Connection, names: &Names) -> RedisResult<(usize, usize)> {
+    let dead = length(conn, &names.dead_letter())? as usize;
+    if length(conn, &names.stream)? == 0 {
+        return Ok((0, dead));
+    }
+    let pending = pending_count(conn, names)?;
+    let undelivered = match last_delivered(conn, names)? {
+        Some(last) => range_all(conn, &names.stream)?
+            .iter()
+            .filter(|entry| id_order(&entry.id, &last) == std::cmp::Ordering::Greater)
+            .count(),
+        None => length(conn, &names.stream)? as usize,
+    };
+    Ok((pending + undelivered, dead))
+}
+
 /// Deletes every key of this pipeline.
 pub fn delete_keys(conn: &mut Connection, names: &Names) -> RedisResult<()> {
     redis::cmd("DEL")

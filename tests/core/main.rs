@@ -4,6 +4,8 @@
 //!
 //! - `conform`: the conformance oracle on in-process targets (the `CardTarget` trait):
 //!   what it passes, what it names, what it cannot see.
+//! - `conform_facts`: the facts oracle: re-signed wire bytes, names, walks, and campaigns
+//!   against an in-process receiver under the contract and two mutants.
 //! - `rules`: one test per rule and precedence edge of the decision function,
 //!   reconciliation and retention, as tables of rows through one `check` helper.
 //! - `walkthrough`: the B62-15 walkthrough of `docs/protocol.md`, step by step.
@@ -19,6 +21,7 @@
 mod util;
 
 mod conform;
+mod conform_facts;
 mod facts_ingress;
 mod facts_properties;
 mod facts_replay;

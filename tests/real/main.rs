@@ -7,6 +7,8 @@
 //! - `pipeline`: the facts pipeline (axum + Redis + SQLite) and its kill drills.
 //! - `conform`: `arrival conform` against the Python example receivers, the store behind
 //!   `arrival store stdio`, and broken harnesses (exit 3).
+//! - `conform_facts`: `arrival conform` on a facts model against `pipeline serve` (sampled),
+//!   `pipeline serve-wrong` with two mutants (caught and named), and broken harnesses.
 //! - `explain`: `pipeline explain` and the chain from receipt to verdict, on a real `serve`.
 //! - `hardening`: `serve` against floods, slow and stalled clients, and keys files changed
 //!   under it: the rate limit, the header-read timeout, the connection cap, the graceful
@@ -23,6 +25,7 @@
 mod util;
 
 mod conform;
+mod conform_facts;
 mod explain;
 mod hardening;
 mod inbox;
