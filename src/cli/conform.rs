@@ -89,12 +89,29 @@ fn flag(name: &str, message: String) -> Error {
 /// `pass`, `diverged` or a card property's name; anything else is bad input.
 fn check_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
     use crate::card::property::Property;
-    if expect == "pass" || expect == "diverged" || expect.parse::<Property>().is_ok() {
+    let names = Property::ALL.map(Property::name);
+    check_expect_in(expect, &names, from_flag, target)
+}
+
+/// [`check_expect`] for the facts protocol's properties.
+fn check_facts_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
+    use crate::facts::property::Property;
+    let names = Property::ALL.map(Property::name);
+    check_expect_in(expect, &names, from_flag, target)
+}
+
+fn check_expect_in(
+    expect: &str,
+    names: &[&str],
+    from_flag: bool,
+    target: &str,
+) -> Result<(), Error> {
+    if expect == "pass" || expect == "diverged" || names.contains(&expect) {
         return Ok(());
     }
     let message = format!(
         "`{expect}` is not an expectation: write pass, diverged or a property's name ({})",
-        Property::ALL.map(Property::name).join(", ")
+        names.join(", ")
     );
     Err(if from_flag {
         flag("--expect", message)
@@ -291,7 +308,8 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
         .map_err(|error| EnvironmentError::new("this program's path", error))?;
     let file = FactsTargetFile::load(Path::new(&args.target), &exe)?;
     let expect = args.expect.clone().unwrap_or(file.expect.clone());
-    let every_step = channels(args)?.every_step;
+    check_facts_expect(&expect, args.expect.is_some(), &args.target)?;
+    let every_step = channels(args, None)?.every_step;
     let (scenario, raw, plans, skipped) = facts_plans(args, kind)?;
     let options = facts_campaign::Options {
         settings: facts_campaign::Settings {
@@ -300,7 +318,7 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
             seed: args.seed,
         },
         shrink_budget: args.shrink_budget,
-        confirm: args.confirm,
+        confirm: args.confirm as usize,
         target: args.target.clone(),
         source: args.source.display().to_string(),
     };
