@@ -44,14 +44,19 @@ fn next_run() -> u64 {
 
 /// `count` deliveries with fresh event ids for `receiver`'s own cards, each newer than the
 /// last for its card: every one is a new decision, `applied`.
+///
+/// The event ids start with a hash, as a sender's random ids would: sequential ids of four
+/// writers would all land in the last leaf page of the records index, where PostgreSQL's
+/// page-level predicate locks make every pair of concurrent transactions conflict.
 fn deliveries(run: u64, receiver: usize, count: u64) -> Vec<Incoming> {
     let base = (run % 1_000_000 + 1) * 1_000_000;
     (0..count)
-        .map(|i| Incoming {
+        .map(|i| (i, format!("b{run}-{receiver}-{i}")))
+        .map(|(i, id)| Incoming {
             delivery: i as u32,
             received_at: None,
             event: json!({
-                "event_id": format!("b{run}-{receiver}-{i}"),
+                "event_id": format!("{}-{id}", &content_hash(&id)[..12]),
                 "object_id": format!("card-{receiver}-{}", i % CARDS),
                 "object_version": base + i + 2,
                 "type": "card.snapshot",

@@ -523,7 +523,14 @@ impl Postgres {
             stats: DbStats::default(),
         };
         // The store's own notices (CREATE TABLE IF NOT EXISTS ...) are not worth a line.
-        this.batch("SET client_min_messages = warning")?;
+        // No sequential or bitmap scans: under SERIALIZABLE a sequential scan takes a
+        // predicate lock on the whole table, so on a small table (the cards) every
+        // transaction would conflict with every other writer; index scans lock only the
+        // index pages and rows they read. The answers are the same either way.
+        this.batch(
+            "SET client_min_messages = warning; SET enable_seqscan = off; \
+             SET enable_bitmapscan = off",
+        )?;
         Ok(this)
     }
 

@@ -111,8 +111,7 @@ fn read_then_lock(
     let loaded = load_for_batch(db, incoming)?;
     db.begin(Isolation::Weak)?;
     let decided = decide(loaded, incoming)?;
-    decided.write_cards(db)?;
-    decided.write_records(db)?;
+    decided.write_all(db)?;
     db.commit()?;
     Ok(decided.acks)
 }

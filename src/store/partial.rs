@@ -322,7 +322,8 @@ impl Partial {
             let sql = format!(
                 "SELECT c.version, c.state, c.paused, n.event_replacements, \
                  n.authority_replacements, c.card_id FROM cards c \
-                 LEFT JOIN counters n ON n.card_id = c.card_id WHERE c.card_id IN ({})",
+                 LEFT JOIN counters n ON n.card_id = c.card_id AND n.card_id IN ({0}) \
+                 WHERE c.card_id IN ({0})",
                 list(1, chunk.len())
             );
             let params: Vec<Param> = chunk.iter().map(|name| text(name.as_str())).collect();

@@ -40,8 +40,7 @@ pub(crate) fn deliver_batch_in(
     incoming: &[Incoming],
 ) -> Result<Vec<Acknowledgement>, DbError> {
     let decided = decide(load_for_batch(db, incoming)?, incoming)?;
-    decided.write_cards(db)?;
-    decided.write_records(db)?;
+    decided.write_all(db)?;
     Ok(decided.acks)
 }
 
@@ -53,6 +52,11 @@ pub(crate) struct Decided {
 }
 
 impl Decided {
+    /// Writes everything that changed (on PostgreSQL, the inserts in one statement).
+    pub(crate) fn write_all(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        self.changes.write_all(db)
+    }
+
     /// Writes the changed cards and their counters.
     pub(crate) fn write_cards(&self, db: &mut dyn Database) -> Result<(), DbError> {
         self.changes.write_cards(db)
@@ -153,9 +157,7 @@ fn write_back(
         audit,
         deltas,
     );
-    let changes = Changes::new(catalog, &partial.counters, before, after, steps)?;
-    changes.write_cards(db)?;
-    changes.write_records(db)
+    Changes::new(catalog, &partial.counters, before, after, steps)?.write_all(db)
 }
 
 pub(super) fn reconcile_in(

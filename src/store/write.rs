@@ -213,47 +213,64 @@ impl Changes {
         Ok(())
     }
 
-    /// Writes the changed cards and their counters.
-    pub(super) fn write_cards(&self, db: &mut dyn Database) -> Result<(), DbError> {
-        insert_rows(
-            db,
-            "INSERT INTO cards (card_id, version, state, paused) VALUES ",
-            " ON CONFLICT (card_id) DO UPDATE SET version = excluded.version, \
-             state = excluded.state, paused = excluded.paused",
-            &self.cards,
-        )?;
-        insert_rows(
-            db,
-            "INSERT INTO counters (card_id, event_replacements, authority_replacements) VALUES ",
-            " ON CONFLICT (card_id) DO UPDATE SET \
-             event_replacements = excluded.event_replacements, \
-             authority_replacements = excluded.authority_replacements",
-            &self.counters,
-        )
+    /// Writes everything: [`Changes::write_cards`] then [`Changes::write_records`]; on
+    /// PostgreSQL, the updates and deletes first and then every insert in one statement
+    /// (one data-modifying `WITH` part per table), one round trip instead of one per table.
+    pub(super) fn write_all(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        let inserts = self.inserts();
+        let fits = inserts
+            .iter()
+            .all(|(_, _, rows)| rows.len() <= ROWS_PER_STATEMENT);
+        if db.backend() != "postgres" || !fits {
+            self.write_cards(db)?;
+            return self.write_records(db);
+        }
+        self.write_updates(db)?;
+        let parts: Vec<_> = inserts
+            .into_iter()
+            .filter(|(_, _, rows)| !rows.is_empty())
+            .collect();
+        let Some((last, withs)) = parts.split_last() else {
+            return Ok(());
+        };
+        let mut params: Vec<Param> = Vec::new();
+        let mut statement = |(head, tail, rows): &(&str, &str, &Vec<Vec<Param>>)| {
+            let values = placeholders_from(params.len() + 1, rows.len(), rows[0].len(), |_, p| p);
+            params.extend(rows.iter().flatten().cloned());
+            format!("{head}{values}{tail}")
+        };
+        let mut sql = String::new();
+        for (at, part) in withs.iter().enumerate() {
+            sql += if at == 0 { "WITH " } else { ", " };
+            sql += &format!("w{at} AS ({})", statement(part));
+        }
+        sql += " ";
+        sql += &statement(last);
+        db.execute(&sql, &params)?;
+        Ok(())
     }
 
-    /// Writes the new and changed records, the holds removed and added, and the audit.
-    pub(super) fn write_records(&self, db: &mut dyn Database) -> Result<(), DbError> {
-        insert_rows(
-            db,
-            "INSERT INTO records (event_id, idx, content_hash, content, object_id, decision, \
-             standing, recorded_at) VALUES ",
-            "",
-            &self.records,
-        )?;
+    /// Every insert, in the order [`Changes::write_cards`] and [`Changes::write_records`]
+    /// run them: (head, tail, rows).
+    fn inserts(&self) -> [(&'static str, &'static str, &Vec<Vec<Param>>); 6] {
+        [
+            (CARDS, CARDS_TAIL, &self.cards),
+            (COUNTERS, COUNTERS_TAIL, &self.counters),
+            (RECORDS, "", &self.records),
+            (ANONYMOUS, "", &self.anonymous),
+            (HOLDS, "", &self.holds),
+            (AUDIT, "", &self.audit),
+        ]
+    }
+
+    /// The changed records' and anonymous records' decisions, and the holds gone.
+    fn write_updates(&self, db: &mut dyn Database) -> Result<(), DbError> {
         update_rows(
             db,
             "UPDATE records SET decision = v.column3, standing = v.column4 FROM (VALUES ",
             ") AS v WHERE records.event_id = v.column1 AND records.idx = v.column2",
             &["TEXT", "BIGINT", "TEXT", "TEXT"],
             &self.record_updates,
-        )?;
-        insert_rows(
-            db,
-            "INSERT INTO anonymous (delivery, content, object_id, decision, standing, \
-             recorded_at) VALUES ",
-            "",
-            &self.anonymous,
         )?;
         update_rows(
             db,
@@ -262,22 +279,40 @@ impl Changes {
             &["BIGINT", "TEXT", "TEXT"],
             &self.anonymous_updates,
         )?;
-        delete_holds(db, &self.hold_deletes)?;
-        insert_rows(
-            db,
-            "INSERT INTO holds (card_id, event_id, idx, delivery) VALUES ",
-            "",
-            &self.holds,
-        )?;
-        insert_rows(
-            db,
-            "INSERT INTO audit (entry, subject, delivery, event_id, content_hash, card_id, \
-             decision, previous, version, state) VALUES ",
-            "",
-            &self.audit,
-        )
+        delete_holds(db, &self.hold_deletes)
+    }
+
+    /// Writes the changed cards and their counters.
+    pub(super) fn write_cards(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        insert_rows(db, CARDS, CARDS_TAIL, &self.cards)?;
+        insert_rows(db, COUNTERS, COUNTERS_TAIL, &self.counters)
+    }
+
+    /// Writes the new and changed records, the holds removed and added, and the audit.
+    pub(super) fn write_records(&self, db: &mut dyn Database) -> Result<(), DbError> {
+        insert_rows(db, RECORDS, "", &self.records)?;
+        insert_rows(db, ANONYMOUS, "", &self.anonymous)?;
+        self.write_updates(db)?;
+        insert_rows(db, HOLDS, "", &self.holds)?;
+        insert_rows(db, AUDIT, "", &self.audit)
     }
 }
+
+const CARDS: &str = "INSERT INTO cards (card_id, version, state, paused) VALUES ";
+const CARDS_TAIL: &str = " ON CONFLICT (card_id) DO UPDATE SET version = excluded.version, \
+     state = excluded.state, paused = excluded.paused";
+const COUNTERS: &str =
+    "INSERT INTO counters (card_id, event_replacements, authority_replacements) VALUES ";
+const COUNTERS_TAIL: &str = " ON CONFLICT (card_id) DO UPDATE SET \
+     event_replacements = excluded.event_replacements, \
+     authority_replacements = excluded.authority_replacements";
+const RECORDS: &str = "INSERT INTO records (event_id, idx, content_hash, content, object_id, \
+     decision, standing, recorded_at) VALUES ";
+const ANONYMOUS: &str = "INSERT INTO anonymous (delivery, content, object_id, decision, \
+     standing, recorded_at) VALUES ";
+const HOLDS: &str = "INSERT INTO holds (card_id, event_id, idx, delivery) VALUES ";
+const AUDIT: &str = "INSERT INTO audit (entry, subject, delivery, event_id, content_hash, \
+     card_id, decision, previous, version, state) VALUES ";
 
 /// Whether a record that was there before changed its decision or standing (its content
 /// must not have changed).
@@ -320,7 +355,13 @@ fn audit_params(row: AuditRow) -> Vec<Param> {
 }
 
 /// `($1, $2), ($3, $4)` for two rows of two columns, each cell wrapped by `cell`.
-pub(super) fn placeholders(
+fn placeholders(rows: usize, columns: usize, cell: impl Fn(usize, String) -> String) -> String {
+    placeholders_from(1, rows, columns, cell)
+}
+
+/// [`placeholders`] numbered from `$first`.
+fn placeholders_from(
+    first: usize,
     rows: usize,
     columns: usize,
     cell: impl Fn(usize, String) -> String,
@@ -335,7 +376,7 @@ pub(super) fn placeholders(
             if column > 0 {
                 out += ", ";
             }
-            out += &cell(column, format!("${}", row * columns + column + 1));
+            out += &cell(column, format!("${}", first + row * columns + column));
         }
         out += ")";
     }
