@@ -995,9 +995,9 @@ backend_test! {
         let (one, all) = (&runs[0], &runs[1]);
         assert_eq!(one.0.lines().count(), 10);
         assert_eq!(one.0, all.0, "the acknowledgements");
-        assert_eq!(one.1.len(), 13, "10 decisions and 3 card changes");
+        assert_eq!(one.1.len(), 14, "10 decisions and 4 card changes");
         assert_eq!(one.1, all.1, "the audit rows before reconciliation");
-        assert_eq!(one.2.len(), 4, "the holds before reconciliation");
+        assert_eq!(one.2.len(), 5, "the holds before reconciliation");
         assert_eq!(one.2, all.2, "the holds, in order");
         assert_eq!(one.3, all.3, "the final state");
     }
