@@ -1,36 +1,64 @@
-//! Durable decisions per second on SQLite and PostgreSQL, beside a bare INSERT of the same
-//! rows in the same run: one delivery per transaction and 16 per transaction (the
-//! acknowledgements still wait for the commit), on one connection and on four.
+//! Durable decisions per second on SQLite and PostgreSQL, beside a bare baseline that writes
+//! the same rows by hand in the same run: one delivery per transaction and 16 per
+//! transaction (the acknowledgements still wait for the commit), on one connection, on
+//! four connections (threads of this process) and on four receiver processes.
 //!
-//! Four connections are four threads of this one process, each with its own connection
-//! and its own cards: they show what the database does with four writers at once, not
-//! what four receiver processes cost (process start, one client each, scheduling between
-//! processes). The concurrency drill is what runs receiver processes.
+//! The bare baseline writes, for each transaction, exactly the rows the store writes for
+//! these deliveries (every one a new event id, applied to a known card): each card's new
+//! row, each card's replacement counter, one record per delivery and two audit rows per
+//! delivery (the decision and the card's change), with one statement per table: four
+//! multi-row statements between `BEGIN` and `COMMIT`, nothing read. `docs/store.md`
+//! ("Store speed") says it in prose.
+//!
+//! The process rows spawn four copies of this bench binary in a hidden child mode (the
+//! environment variable [`CHILD`]): each opens its own connection, builds its deliveries
+//! for its own cards, says `ready`, and waits for `go` on standard input; the time runs
+//! from the `go` to the last child's `done`, so process start and connection are left out.
+//!
+//! Before the rows, the bench prints the store's round-trip profile per delivery
+//! (statements, queries, prepares, `BEGIN`/`COMMIT`, retries) for each configuration.
 //!
 //! PostgreSQL is the server at `ARRIVAL_DATABASE_URL` (default the local one); the bench
 //! makes its own database and drops it at the end.
 
-use arrival::store::{DbUrl, Incoming, Isolation, Param, Store};
-use criterion::{criterion_group, criterion_main, Criterion};
+use arrival::store::{content_hash, Database, DbStats, DbUrl, Incoming, Isolation, Param, Store};
+use criterion::Criterion;
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const CARDS: u64 = 8;
+/// The environment variable that makes this binary one receiver process of a process row:
+/// `KIND URL RECEIVER COUNT BATCH RUN` (KIND `decide` or `bare`).
+const CHILD: &str = "ARRIVAL_STORE_BENCH_CHILD";
 static RUN: AtomicU64 = AtomicU64::new(0);
 
+fn next_run() -> u64 {
+    // Distinct across the bench's own rows and the children it starts (their runs are
+    // handed down), and across processes of one database (the pid).
+    u64::from(std::process::id()) * 1_000_000 + RUN.fetch_add(1, Ordering::SeqCst)
+}
+
 /// `count` deliveries with fresh event ids for `receiver`'s own cards, each newer than the
-/// last for its card: every one is a new decision (mostly `applied`).
-fn deliveries(receiver: usize, count: u64) -> Vec<Incoming> {
-    let run = RUN.fetch_add(1, Ordering::SeqCst);
+/// last for its card: every one is a new decision, `applied`.
+///
+/// The event ids start with a hash, as a sender's random ids would: sequential ids of four
+/// writers would all land in the last leaf page of the records index, where PostgreSQL's
+/// page-level predicate locks make every pair of concurrent transactions conflict.
+fn deliveries(run: u64, receiver: usize, count: u64) -> Vec<Incoming> {
+    let base = (run % 1_000_000 + 1) * 1_000_000;
     (0..count)
-        .map(|i| Incoming {
+        .map(|i| (i, format!("b{run}-{receiver}-{i}")))
+        .map(|(i, id)| Incoming {
             delivery: i as u32,
             received_at: None,
             event: json!({
-                "event_id": format!("b{run}-{i}"),
+                "event_id": format!("{}-{id}", &content_hash(&id)[..12]),
                 "object_id": format!("card-{receiver}-{}", i % CARDS),
-                "object_version": 1_000_000 * run + i + 2,
+                "object_version": base + i + 2,
                 "type": "card.snapshot",
                 "state": {"stage": format!("s{i}"), "label": "bench"}
             }),
@@ -54,84 +82,316 @@ fn fresh(url: &DbUrl, connections: usize) -> Store {
         .collect();
     store.seed(&cards).expect("seed");
     store
-        .database()
-        .batch(
-            "CREATE TABLE IF NOT EXISTS bare_rows (event_id TEXT PRIMARY KEY, content TEXT NOT NULL, \
-             decision TEXT NOT NULL)",
-        )
-        .expect("bare table");
-    store
 }
 
-/// Durable decisions over `connections` connections (one thread each, this process),
-/// `batch` per transaction.
-fn decide(url: &DbUrl, connections: usize, batch: usize, iters: u64) -> Duration {
+/// One receiver's work: durable decisions through the store, or the bare rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Decide,
+    Bare,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Decide => "decide",
+            Kind::Bare => "bare",
+        }
+    }
+}
+
+/// Runs `incoming` in transactions of `batch` on `store`.
+fn run_one(kind: Kind, store: &mut Store, incoming: &[Incoming], batch: usize) {
+    match kind {
+        Kind::Decide => {
+            let mut acked = 0usize;
+            for chunk in incoming.chunks(batch) {
+                store
+                    .deliver_batch(chunk, &mut |_| acked += 1)
+                    .expect("a durable decision");
+            }
+            assert_eq!(acked, incoming.len());
+        }
+        Kind::Bare => {
+            let db = store.database();
+            for chunk in incoming.chunks(batch) {
+                bare_transaction(db, chunk);
+            }
+        }
+    }
+}
+
+/// `placeholders(rows, columns)`: `($1, $2), ($3, $4)`.
+fn placeholders(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let cells: Vec<String> = (1..=columns)
+                .map(|column| format!("${}", row * columns + column))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn text(value: impl Into<String>) -> Param {
+    Param::Text(Some(value.into()))
+}
+
+fn int(value: i64) -> Param {
+    Param::Int(Some(value))
+}
+
+/// The bare baseline's transaction: the rows the store writes for these deliveries, by
+/// hand, one multi-row statement per table, nothing read.
+fn bare_transaction(db: &mut dyn Database, chunk: &[Incoming]) {
+    // The last state of each card, and how many deliveries replaced it.
+    let mut cards: BTreeMap<String, (i64, String, i64)> = BTreeMap::new();
+    let mut records = Vec::new();
+    let mut audit = Vec::new();
+    for one in chunk {
+        let event_id = one.event["event_id"].as_str().expect("an id").to_owned();
+        let card = one.event["object_id"].as_str().expect("a card").to_owned();
+        let version = one.event["object_version"].as_i64().expect("a version");
+        let state = one.event["state"].to_string();
+        let content = one.event.to_string();
+        let hash = content_hash(&content);
+        let entry = cards.entry(card.clone()).or_insert((0, String::new(), 0));
+        *entry = (version, state.clone(), entry.2 + 1);
+        records.extend([
+            text(&event_id),
+            int(0),
+            text(&hash),
+            text(content),
+            text(&card),
+            text("applied"),
+            text("settled"),
+            Param::Int(None),
+        ]);
+        audit.extend([
+            text("decided"),
+            text(&event_id),
+            int(i64::from(one.delivery)),
+            text(&event_id),
+            text(hash),
+            text(&card),
+            text("applied"),
+            Param::Text(None),
+            Param::Int(None),
+            Param::Text(None),
+        ]);
+        audit.extend([
+            text("card"),
+            text(&card),
+            Param::Int(None),
+            Param::Text(None),
+            Param::Text(None),
+            text(&card),
+            text("active"),
+            Param::Text(None),
+            int(version),
+            text(state),
+        ]);
+    }
+    let mut card_rows = Vec::new();
+    let mut counter_rows = Vec::new();
+    for (card, (version, state, applied)) in &cards {
+        card_rows.extend([text(card), int(*version), text(state), int(0)]);
+        counter_rows.extend([text(card), int(*applied), int(0)]);
+    }
+    db.begin(Isolation::Serial).expect("begin");
+    let sql = [
+        format!(
+            "INSERT INTO cards (card_id, version, state, paused) VALUES {} \
+             ON CONFLICT (card_id) DO UPDATE SET version = excluded.version, \
+             state = excluded.state, paused = excluded.paused",
+            placeholders(cards.len(), 4)
+        ),
+        format!(
+            "INSERT INTO counters (card_id, event_replacements, authority_replacements) \
+             VALUES {} ON CONFLICT (card_id) DO UPDATE SET \
+             event_replacements = counters.event_replacements + excluded.event_replacements",
+            placeholders(cards.len(), 3)
+        ),
+        format!(
+            "INSERT INTO records (event_id, idx, content_hash, content, object_id, decision, \
+             standing, recorded_at) VALUES {}",
+            placeholders(chunk.len(), 8)
+        ),
+        format!(
+            "INSERT INTO audit (entry, subject, delivery, event_id, content_hash, card_id, \
+             decision, previous, version, state) VALUES {}",
+            placeholders(chunk.len() * 2, 10)
+        ),
+    ];
+    for (sql, params) in sql.iter().zip([card_rows, counter_rows, records, audit]) {
+        db.execute(sql, &params).expect("a bare statement");
+    }
+    db.commit().expect("commit");
+}
+
+/// `connections` threads of this process, each with its own connection and cards, each
+/// running `per` deliveries in transactions of `batch`.
+fn threads(kind: Kind, url: &DbUrl, connections: usize, batch: usize, iters: u64) -> Duration {
     let per = iters.div_ceil(connections as u64);
     let work: Vec<(Store, Vec<Incoming>)> = (0..connections)
-        .map(|receiver| (Store::open(url).expect("open"), deliveries(receiver, per)))
+        .map(|receiver| {
+            let store = Store::open(url).expect("open");
+            (store, deliveries(next_run(), receiver, per))
+        })
         .collect();
     let start = Instant::now();
     std::thread::scope(|scope| {
         for (mut store, incoming) in work {
-            scope.spawn(move || {
-                let mut acked = 0usize;
-                for chunk in incoming.chunks(batch) {
-                    store
-                        .deliver_batch(chunk, &mut |_| acked += 1)
-                        .expect("a durable decision");
-                }
-                assert_eq!(acked, incoming.len());
-            });
+            scope.spawn(move || run_one(kind, &mut store, &incoming, batch));
         }
     });
     start.elapsed()
 }
 
-/// The same rows as a bare INSERT each, `batch` per transaction, same durability settings.
-fn bare(url: &DbUrl, connections: usize, batch: usize, iters: u64) -> Duration {
-    let per = iters.div_ceil(connections as u64);
-    let work: Vec<(Store, Vec<Incoming>)> = (0..connections)
-        .map(|receiver| (Store::open(url).expect("open"), deliveries(receiver, per)))
+/// `receivers` processes (this binary in its child mode), started together.
+fn processes(kind: Kind, url: &DbUrl, receivers: usize, batch: usize, iters: u64) -> Duration {
+    let per = iters.div_ceil(receivers as u64);
+    let exe = std::env::current_exe().expect("the bench binary");
+    let mut children: Vec<_> = (0..receivers)
+        .map(|receiver| {
+            let spec = format!(
+                "{} {} {receiver} {per} {batch} {}",
+                kind.name(),
+                url.connection_text(),
+                next_run()
+            );
+            let mut child = Command::new(&exe)
+                .env(CHILD, spec)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a bench child");
+            let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+            let ready = lines.next().expect("a line").expect("ready");
+            assert_eq!(ready, "ready");
+            (child, lines)
+        })
         .collect();
     let start = Instant::now();
-    std::thread::scope(|scope| {
-        for (mut store, incoming) in work {
-            scope.spawn(move || {
-                let db = store.database();
-                for chunk in incoming.chunks(batch) {
-                    db.begin(Isolation::Serial).expect("begin");
-                    for one in chunk {
-                        db.execute(
-                            "INSERT INTO bare_rows (event_id, content, decision) VALUES ($1, $2, $3)",
-                            &[
-                                Param::Text(one.event["event_id"].as_str().map(str::to_owned)),
-                                Param::Text(Some(one.event.to_string())),
-                                Param::Text(Some("applied".into())),
-                            ],
-                        )
-                        .expect("insert");
-                    }
-                    db.commit().expect("commit");
-                }
+    for (child, _) in &mut children {
+        let stdin = child.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(b"go\n")
+            .and_then(|()| stdin.flush())
+            .expect("go");
+    }
+    for (_, lines) in &mut children {
+        let done = lines.next().expect("a line").expect("done");
+        assert_eq!(done, "done");
+    }
+    let elapsed = start.elapsed();
+    for (mut child, _) in children {
+        assert!(child.wait().expect("a child").success());
+    }
+    elapsed
+}
+
+/// The child mode: one receiver process of a process row.
+fn child(spec: &str) {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [kind, url, receiver, count, batch, run] = parts[..] else {
+        panic!("{CHILD}: KIND URL RECEIVER COUNT BATCH RUN, not {spec}");
+    };
+    let kind = if kind == "bare" {
+        Kind::Bare
+    } else {
+        Kind::Decide
+    };
+    let url = DbUrl::parse(url).expect("a database url");
+    let receiver: usize = receiver.parse().expect("a receiver");
+    let incoming = deliveries(
+        run.parse().expect("a run"),
+        receiver,
+        count.parse().expect("a count"),
+    );
+    let mut store = Store::open(&url).expect("open");
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("go");
+    run_one(kind, &mut store, &incoming, batch.parse().expect("a batch"));
+    println!("done");
+}
+
+/// The store's round trips per delivery, for each configuration: 64 deliveries per
+/// connection (threads), each store's own counts summed.
+fn profile(name: &str, url: &DbUrl) {
+    for connections in [1usize, 4] {
+        for batch in [1usize, 16] {
+            let work: Vec<(Store, Vec<Incoming>)> = (0..connections)
+                .map(|receiver| {
+                    let store = Store::open(url).expect("open");
+                    (store, deliveries(next_run(), receiver, 64))
+                })
+                .collect();
+            let totals = std::thread::scope(|scope| {
+                let handles: Vec<_> = work
+                    .into_iter()
+                    .map(|(mut store, incoming)| {
+                        scope.spawn(move || {
+                            let before = store.stats();
+                            run_one(Kind::Decide, &mut store, &incoming, batch);
+                            (store.stats().since(&before), store.retries)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| handle.join().expect("a profile thread"))
+                    .collect::<Vec<_>>()
             });
+            let mut sum = DbStats::default();
+            let mut retries = 0;
+            for (stats, retried) in totals {
+                sum.executes += stats.executes;
+                sum.queries += stats.queries;
+                sum.prepares += stats.prepares;
+                sum.batches += stats.batches;
+                retries += retried;
+            }
+            let deliveries = (64 * connections) as f64;
+            eprintln!(
+                "profile {name} {connections}conn batch{batch}: per delivery {:.2} writes, \
+                 {:.2} queries, {:.2} prepares, {:.2} begin/commit, {:.2} round trips; \
+                 {retries} retries in {} deliveries",
+                sum.executes as f64 / deliveries,
+                sum.queries as f64 / deliveries,
+                sum.prepares as f64 / deliveries,
+                sum.batches as f64 / deliveries,
+                sum.round_trips() as f64 / deliveries,
+                deliveries,
+            );
         }
-    });
-    start.elapsed()
+    }
 }
 
 fn bench_backend(c: &mut Criterion, name: &str, url: &DbUrl) {
     fresh(url, 4);
+    profile(name, url);
     let mut group = c.benchmark_group(format!("store-{name}"));
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
     group.warm_up_time(Duration::from_secs(1));
     for connections in [1usize, 4] {
         for batch in [1usize, 16] {
-            group.bench_function(format!("decide/{connections}conn/batch{batch}"), |b| {
-                b.iter_custom(|iters| decide(url, connections, batch, iters))
-            });
-            group.bench_function(format!("bare-insert/{connections}conn/batch{batch}"), |b| {
-                b.iter_custom(|iters| bare(url, connections, batch, iters))
+            for kind in [Kind::Decide, Kind::Bare] {
+                let label = format!("{}/{connections}conn/batch{batch}", kind.name());
+                group.bench_function(label, |b| {
+                    b.iter_custom(|iters| threads(kind, url, connections, batch, iters))
+                });
+            }
+        }
+    }
+    for batch in [1usize, 16] {
+        for kind in [Kind::Decide, Kind::Bare] {
+            let label = format!("{}/4proc/batch{batch}", kind.name());
+            group.bench_function(label, |b| {
+                b.iter_custom(|iters| processes(kind, url, 4, batch, iters))
             });
         }
     }
@@ -162,5 +422,12 @@ fn stores(c: &mut Criterion) {
     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
 }
 
-criterion_group!(benches, stores);
-criterion_main!(benches);
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+        return;
+    }
+    let mut criterion = Criterion::default().configure_from_args();
+    stores(&mut criterion);
+    criterion.final_summary();
+}

@@ -67,6 +67,38 @@ impl fmt::Display for DbError {
 
 impl std::error::Error for DbError {}
 
+/// What a connection sent so far: the figures behind the store's round-trip profile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DbStats {
+    /// Statements that change rows ([`Database::execute`]).
+    pub executes: u64,
+    /// Queries ([`Database::query`]).
+    pub queries: u64,
+    /// Statement texts prepared (a cache miss: PostgreSQL's parse round trip, SQLite's
+    /// compile).
+    pub prepares: u64,
+    /// Transaction boundaries and other parameterless batches (`BEGIN`, `COMMIT`,
+    /// `ROLLBACK`, DDL).
+    pub batches: u64,
+}
+
+impl DbStats {
+    /// Everything that went to the database: on PostgreSQL each is a round trip.
+    pub fn round_trips(&self) -> u64 {
+        self.executes + self.queries + self.prepares + self.batches
+    }
+
+    /// The figures since `before`.
+    pub fn since(&self, before: &DbStats) -> DbStats {
+        DbStats {
+            executes: self.executes - before.executes,
+            queries: self.queries - before.queries,
+            prepares: self.prepares - before.prepares,
+            batches: self.batches - before.batches,
+        }
+    }
+}
+
 /// One versioned schema migration.
 #[derive(Clone, Copy, Debug)]
 pub struct Migration {
@@ -227,6 +259,8 @@ pub trait Database: Send {
     fn integrity(&mut self) -> Result<String, DbError>;
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
+    /// What this connection sent so far.
+    fn stats(&self) -> DbStats;
 }
 
 /// Opens a connection.
@@ -240,6 +274,8 @@ pub fn connect(url: &DbUrl) -> Result<Box<dyn Database>, DbError> {
 /// The SQLite backend: WAL, `synchronous=FULL`, a busy timeout, `BEGIN IMMEDIATE`.
 pub struct Sqlite {
     connection: rusqlite::Connection,
+    stats: DbStats,
+    prepared: std::collections::HashSet<String>,
 }
 
 fn sqlite_error(error: rusqlite::Error) -> DbError {
@@ -290,7 +326,13 @@ impl Sqlite {
         connection
             .execute_batch("PRAGMA synchronous=FULL;")
             .map_err(sqlite_error)?;
-        Ok(Sqlite { connection })
+        // A batch's statements differ by their row count: keep them all compiled.
+        connection.set_prepared_statement_cache_capacity(256);
+        Ok(Sqlite {
+            connection,
+            stats: DbStats::default(),
+            prepared: std::collections::HashSet::new(),
+        })
     }
 }
 
@@ -304,8 +346,20 @@ fn sqlite_params(params: &[Param]) -> Vec<&dyn rusqlite::ToSql> {
         .collect()
 }
 
+impl Sqlite {
+    /// Counts a statement text compiled for the first time on this connection.
+    fn count_prepare(&mut self, sql: &str) {
+        if !self.prepared.contains(sql) {
+            self.prepared.insert(sql.to_owned());
+            self.stats.prepares += 1;
+        }
+    }
+}
+
 impl Database for Sqlite {
     fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        self.stats.executes += 1;
+        self.count_prepare(sql);
         let mut statement = self.connection.prepare_cached(sql).map_err(sqlite_error)?;
         let changed = statement
             .execute(sqlite_params(params).as_slice())
@@ -314,6 +368,8 @@ impl Database for Sqlite {
     }
 
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Val>>, DbError> {
+        self.stats.queries += 1;
+        self.count_prepare(sql);
         let mut statement = self.connection.prepare_cached(sql).map_err(sqlite_error)?;
         let columns = statement.column_count();
         let mut rows = statement
@@ -339,15 +395,14 @@ impl Database for Sqlite {
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        self.stats.batches += 1;
         self.connection.execute_batch(sql).map_err(sqlite_error)
     }
 
     fn begin(&mut self, _isolation: Isolation) -> Result<(), DbError> {
         // IMMEDIATE: the write lock is taken now, so the busy timeout applies; a deferred
         // transaction that reads and then writes fails with SQLITE_BUSY at once in WAL mode.
-        self.connection
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(sqlite_error)
+        self.batch("BEGIN IMMEDIATE")
     }
 
     fn begin_schema(&mut self) -> Result<(), DbError> {
@@ -356,13 +411,11 @@ impl Database for Sqlite {
     }
 
     fn commit(&mut self) -> Result<(), DbError> {
-        self.connection
-            .execute_batch("COMMIT")
-            .map_err(sqlite_error)
+        self.batch("COMMIT")
     }
 
     fn rollback(&mut self) {
-        let _ = self.connection.execute_batch("ROLLBACK");
+        let _ = self.batch("ROLLBACK");
     }
 
     fn migrations(&self) -> &'static [Migration] {
@@ -381,6 +434,10 @@ impl Database for Sqlite {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
+
+    fn stats(&self) -> DbStats {
+        self.stats
+    }
 }
 
 /// The key of the PostgreSQL advisory lock held by schema changes (migrations, resets): an
@@ -392,6 +449,7 @@ pub const SCHEMA_LOCK: i64 = 0x61_7272_6976_616c;
 pub struct Postgres {
     client: postgres::Client,
     statements: HashMap<String, postgres::Statement>,
+    stats: DbStats,
 }
 
 fn postgres_error(error: postgres::Error) -> DbError {
@@ -462,9 +520,17 @@ impl Postgres {
         let mut this = Postgres {
             client,
             statements: HashMap::new(),
+            stats: DbStats::default(),
         };
         // The store's own notices (CREATE TABLE IF NOT EXISTS ...) are not worth a line.
-        this.batch("SET client_min_messages = warning")?;
+        // No sequential or bitmap scans: under SERIALIZABLE a sequential scan takes a
+        // predicate lock on the whole table, so on a small table (the cards) every
+        // transaction would conflict with every other writer; index scans lock only the
+        // index pages and rows they read. The answers are the same either way.
+        this.batch(
+            "SET client_min_messages = warning; SET enable_seqscan = off; \
+             SET enable_bitmapscan = off",
+        )?;
         Ok(this)
     }
 
@@ -472,6 +538,7 @@ impl Postgres {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
+        self.stats.prepares += 1;
         let statement = self.client.prepare(sql).map_err(postgres_error)?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
@@ -490,6 +557,7 @@ fn postgres_params(params: &[Param]) -> Vec<&(dyn postgres::types::ToSql + Sync)
 
 impl Database for Postgres {
     fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        self.stats.executes += 1;
         let statement = self.statement(sql)?;
         self.client
             .execute(&statement, &postgres_params(params))
@@ -498,6 +566,7 @@ impl Database for Postgres {
 
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Val>>, DbError> {
         use postgres::types::Type;
+        self.stats.queries += 1;
         let statement = self.statement(sql)?;
         let rows = self
             .client
@@ -529,6 +598,7 @@ impl Database for Postgres {
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        self.stats.batches += 1;
         self.client.batch_execute(sql).map_err(postgres_error)
     }
 
@@ -555,7 +625,7 @@ impl Database for Postgres {
     }
 
     fn rollback(&mut self) {
-        let _ = self.client.batch_execute("ROLLBACK");
+        let _ = self.batch("ROLLBACK");
     }
 
     fn migrations(&self) -> &'static [Migration] {
@@ -568,5 +638,9 @@ impl Database for Postgres {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn stats(&self) -> DbStats {
+        self.stats
     }
 }

@@ -2,11 +2,13 @@
 //! wrapped in database transactions, on SQLite (embedded) or PostgreSQL (several receiver
 //! processes).
 //!
-//! One delivery is one transaction: the store loads exactly what the decision reads (the
-//! event id's records or the delivery's anonymous record, the cards they name, the holds of
-//! the waiting records among them), builds a [`Receiver`] from those parts, runs the real
-//! [`Receiver::deliver`] on it, writes back what changed (cards, counters, records, holds,
-//! audit) and commits. The acknowledgement is handed out only after the commit returns.
+//! One batch of deliveries (one delivery by default) is one transaction: the store loads,
+//! in one query per table for the whole batch, what the decisions read (the event ids'
+//! records or the deliveries' anonymous records, the cards they name, the holds of the
+//! waiting records among them), builds one [`Receiver`] from those parts, runs the real
+//! [`Receiver::deliver`] on it for each delivery in order, writes back what changed
+//! (cards, counters, records, holds, audit) in one multi-row statement per table and
+//! commits. The acknowledgements are handed out only after the commit returns.
 //! A reconciliation is one transaction the same way. The database keeps canonical texts
 //! (names, state JSON, envelope JSON); interned ids live only inside one transaction.
 //! `docs/store.md` is the contract in prose.
@@ -15,8 +17,9 @@
 //! |---|---|
 //! | `mod.rs` | the types a caller sees ([`Incoming`], [`Acknowledgement`], [`StoreReport`], ...) and [`Store`]: migrations, retries, one transaction per call |
 //! | `rows` | the row codec: values to and from database parameters and columns, and the audit row |
-//! | `partial` | the partial-receiver loading: the parts one decision reads (and the whole state for [`Store::load_all`]) |
-//! | `transaction` | one decision's transaction: decide, write the cards, write the records (the steps [`mutants`] wraps); one reconciliation |
+//! | `partial` | the partial-receiver loading: the parts a batch of decisions reads, one query per table (and the whole state for [`Store::load_all`]) |
+//! | `transaction` | one batch's transaction: decide each delivery in memory, write the cards, write the records (the steps [`mutants`] wraps); one reconciliation |
+//! | `write` | the set-based write-back: a transaction's changes as one multi-row statement per table |
 //! | [`db`] | the two backends behind one [`Database`] trait |
 //! | [`input`] | what the store reads: fixtures, `ingest` lines and snapshot lines, as store inputs |
 //! | [`mutants`] | deliberately broken stores, which the drills must catch |
@@ -31,20 +34,21 @@ mod partial;
 mod rows;
 pub mod stdio;
 mod transaction;
+mod write;
 
 pub use mutants::StoreMutant;
 use partial::load_all_in;
-pub(crate) use partial::load_for_delivery;
+pub(crate) use partial::load_for_batch;
 pub use rows::{content_hash, decision_of, standing_name};
 use rows::{int, text, version_param};
 use transaction::reconcile_in;
-pub(crate) use transaction::{decide, deliver_in};
+pub(crate) use transaction::{decide, deliver_batch_in};
 
 use crate::card::fixture::Replacements;
 use crate::card::receiver::{HoldKey, Receiver};
 use crate::card::replay::{CardReport, UnresolvedReport};
 use crate::card::wire::Catalog;
-pub use db::{Database, DbError, DbUrl, Isolation, Param, Val};
+pub use db::{Database, DbError, DbStats, DbUrl, Isolation, Param, Val};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -239,6 +243,12 @@ impl Store {
         })
     }
 
+    /// What this store's connection sent so far (statements, queries, prepares, `BEGIN`
+    /// and `COMMIT`): the round-trip profile of `benches/store.rs`.
+    pub fn stats(&self) -> DbStats {
+        self.db.stats()
+    }
+
     /// The connection, for checks that read tables directly.
     pub fn database(&mut self) -> &mut dyn Database {
         &mut *self.db
@@ -376,9 +386,7 @@ impl Store {
         incoming: &[Incoming],
         on_ack: &mut dyn FnMut(&Acknowledgement),
     ) -> Result<Vec<Acknowledgement>, StoreError> {
-        let acks: Vec<Acknowledgement> = self.transaction(Isolation::Serial, |db| {
-            incoming.iter().map(|one| deliver_in(db, one)).collect()
-        })?;
+        let acks = self.transaction(Isolation::Serial, |db| deliver_batch_in(db, incoming))?;
         acks.iter().for_each(on_ack);
         Ok(acks)
     }

@@ -4,8 +4,8 @@
 //! mutant in it.
 
 use crate::store::{
-    decide, deliver_in, load_for_delivery, unkeepable, Acknowledgement, Database, DbError,
-    Incoming, Isolation, Store, StoreError,
+    decide, deliver_batch_in, load_for_batch, Acknowledgement, Database, DbError, Incoming,
+    Isolation, Store, StoreError,
 };
 use std::time::Duration;
 
@@ -73,10 +73,7 @@ pub fn deliver_batch(
     match mutant {
         StoreMutant::AckBeforeCommit => store.retrying(|db| {
             db.begin(Isolation::Serial)?;
-            let acks = incoming
-                .iter()
-                .map(|one| deliver_in(db, one))
-                .collect::<Result<Vec<_>, DbError>>()?;
+            let acks = deliver_batch_in(db, incoming)?;
             acks.iter().for_each(&mut *on_ack);
             std::thread::sleep(ACK_TO_COMMIT);
             db.commit()?;
@@ -85,34 +82,20 @@ pub fn deliver_batch(
         StoreMutant::TwoTransactions => {
             let acks = store.retrying(|db| {
                 db.begin(Isolation::Serial)?;
-                let mut acks = Vec::with_capacity(incoming.len());
-                for one in incoming {
-                    if let Some(reason) = unkeepable(&one.event) {
-                        acks.push(Acknowledgement::rejected(one, reason));
-                        continue;
-                    }
-                    let decided = decide(load_for_delivery(db, one)?, one);
-                    decided.write_cards(db)?;
-                    // The card is committed; the record that explains it is not yet.
-                    db.commit()?;
-                    db.begin(Isolation::Serial)?;
-                    decided.write_records(db)?;
-                    acks.push(decided.ack);
-                }
+                let decided = decide(load_for_batch(db, incoming)?, incoming)?;
+                decided.write_cards(db)?;
+                // The cards are committed; the records that explain them are not yet.
                 db.commit()?;
-                Ok(acks)
+                db.begin(Isolation::Serial)?;
+                decided.write_records(db)?;
+                db.commit()?;
+                Ok(decided.acks)
             })?;
             acks.iter().for_each(&mut *on_ack);
             Ok(acks)
         }
         StoreMutant::NoLock => {
-            let acks = store.retrying(|db| {
-                let mut acks = Vec::with_capacity(incoming.len());
-                for one in incoming {
-                    acks.push(read_then_lock(db, one)?);
-                }
-                Ok(acks)
-            })?;
+            let acks = store.retrying(|db| read_then_lock(db, incoming))?;
             acks.iter().for_each(&mut *on_ack);
             Ok(acks)
         }
@@ -121,15 +104,14 @@ pub fn deliver_batch(
 
 /// `no-lock`'s step: read first (outside any transaction), then decide and write in a
 /// transaction that protects nothing it read.
-fn read_then_lock(db: &mut dyn Database, one: &Incoming) -> Result<Acknowledgement, DbError> {
-    if let Some(reason) = unkeepable(&one.event) {
-        return Ok(Acknowledgement::rejected(one, reason));
-    }
-    let partial = load_for_delivery(db, one)?;
+fn read_then_lock(
+    db: &mut dyn Database,
+    incoming: &[Incoming],
+) -> Result<Vec<Acknowledgement>, DbError> {
+    let loaded = load_for_batch(db, incoming)?;
     db.begin(Isolation::Weak)?;
-    let decided = decide(partial, one);
-    decided.write_cards(db)?;
-    decided.write_records(db)?;
+    let decided = decide(loaded, incoming)?;
+    decided.write_all(db)?;
     db.commit()?;
-    Ok(decided.ack)
+    Ok(decided.acks)
 }

@@ -1,11 +1,11 @@
 //! The partial-receiver loading: what one decision reads (and, for `show`, everything).
 
 use crate::card::receiver::{Card, HoldKey, Identity, Receiver, Record, Standing};
-use crate::card::wire::{Catalog, Sym};
+use crate::card::wire::{Catalog, Event, Sym};
 use crate::store::rows::{
     corrupt, decision_of, int, parse_json, standing_of, text, text_of, version_of,
 };
-use crate::store::{Database, DbError, Incoming, Loaded, Val};
+use crate::store::{unkeepable, Database, DbError, Incoming, Loaded, Param, Val};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What one transaction loaded: the parts of the receiver state its decision reads.
@@ -53,6 +53,11 @@ impl Partial {
             self.missing_cards.insert(card);
             return Ok(());
         };
+        self.insert_card_row(card, row)
+    }
+
+    /// A card row (version, state, paused, event and authority replacements) as loaded.
+    fn insert_card_row(&mut self, card: Sym, row: &[Val]) -> Result<(), DbError> {
         let state = self.catalog.state(&parse_json(text_of(&row[1])?)?);
         let mut known = Card::new(version_of(&row[0])?, state);
         known.paused = row[2].int() == Some(1);
@@ -190,28 +195,204 @@ impl Partial {
     }
 }
 
-/// Loads what deciding this delivery reads.
-pub(crate) fn load_for_delivery(
+/// The most names one `IN (...)` list carries.
+const NAMES_PER_QUERY: usize = 500;
+
+/// `$first, $first+1, ...` for `count` parameters.
+fn list(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|at| format!("${at}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Loads what deciding this batch reads, one query per table for the whole batch: the
+/// records of every event id, the anonymous records of every delivery without one, the
+/// cards (with their counters) named by the deliveries and by the first records just
+/// loaded, and the holds of the waiting records among them. The events come back parsed,
+/// in order (why not, for a delivery the store cannot keep, which reads nothing).
+pub(crate) fn load_for_batch(
     db: &mut dyn Database,
-    incoming: &Incoming,
-) -> Result<Partial, DbError> {
+    incoming: &[Incoming],
+) -> Result<(Partial, Vec<Result<Event, String>>), DbError> {
     let mut partial = Partial::default();
-    let event = partial.catalog.event(&incoming.event);
-    match event.event_id {
-        Some(id) => partial.ensure_identity(db, id)?,
-        None => partial.ensure_anonymous(db, incoming.delivery)?,
+    let events: Vec<Result<Event, String>> = incoming
+        .iter()
+        .map(|one| match unkeepable(&one.event) {
+            Some(reason) => Err(reason),
+            None => Ok(partial.catalog.event(&one.event)),
+        })
+        .collect();
+    let mut ids = BTreeSet::new();
+    let mut deliveries = BTreeSet::new();
+    let mut cards = BTreeSet::new();
+    for (one, event) in incoming.iter().zip(&events) {
+        let Ok(event) = event else { continue };
+        match event.event_id {
+            Some(id) => ids.insert(partial.catalog.name(id).to_owned()),
+            None => deliveries.insert(one.delivery),
+        };
+        if let Some(card) = event.object_id {
+            cards.insert(partial.catalog.name(card).to_owned());
+        }
     }
-    if let Some(card) = event.object_id {
-        partial.ensure_card(db, card)?;
+    partial.load_identities(db, &ids)?;
+    partial.load_anonymous(db, &deliveries)?;
+    for identity in partial.identities.values() {
+        if let Some(card) = identity.first.event.object_id {
+            cards.insert(partial.catalog.name(card).to_owned());
+        }
     }
-    let first_card = event
-        .event_id
-        .and_then(|id| partial.identities.get(&id))
-        .and_then(|identity| identity.first.event.object_id);
-    if let Some(card) = first_card {
-        partial.ensure_card(db, card)?;
+    partial.load_cards(db, &cards)?;
+    partial.load_waiting_holds(db)?;
+    Ok((partial, events))
+}
+
+impl Partial {
+    /// The records of these event ids (one query per [`NAMES_PER_QUERY`]).
+    fn load_identities(
+        &mut self,
+        db: &mut dyn Database,
+        ids: &BTreeSet<String>,
+    ) -> Result<(), DbError> {
+        let ids: Vec<&String> = ids.iter().collect();
+        let mut by_id: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+        for chunk in ids.chunks(NAMES_PER_QUERY) {
+            let sql = format!(
+                "SELECT content, decision, standing, recorded_at, idx, event_id FROM records \
+                 WHERE event_id IN ({}) ORDER BY event_id, idx",
+                list(1, chunk.len())
+            );
+            let params: Vec<Param> = chunk.iter().map(|id| text(id.as_str())).collect();
+            for row in db.query(&sql, &params)? {
+                let record = self.record_of(&row)?;
+                let name = text_of(&row[5])?;
+                let records = by_id.entry(name.to_owned()).or_default();
+                if row[4].int() != Some(records.len() as i64) {
+                    return Err(corrupt(format!("records of {name} are not numbered 0..")));
+                }
+                records.push(record);
+            }
+        }
+        for (name, mut records) in by_id {
+            let id = self.catalog.sym(&name);
+            let first = records.remove(0);
+            self.identities.insert(
+                id,
+                Identity {
+                    first,
+                    variants: records,
+                },
+            );
+        }
+        Ok(())
     }
-    Ok(partial)
+
+    /// The records of these inputs without an event id.
+    fn load_anonymous(
+        &mut self,
+        db: &mut dyn Database,
+        deliveries: &BTreeSet<u32>,
+    ) -> Result<(), DbError> {
+        let deliveries: Vec<u32> = deliveries.iter().copied().collect();
+        for chunk in deliveries.chunks(NAMES_PER_QUERY) {
+            let sql = format!(
+                "SELECT content, decision, standing, recorded_at, delivery FROM anonymous \
+                 WHERE delivery IN ({})",
+                list(1, chunk.len())
+            );
+            let params: Vec<Param> = chunk.iter().map(|&number| int(number.into())).collect();
+            for row in db.query(&sql, &params)? {
+                let record = self.record_of(&row)?;
+                let number = row[4].int().ok_or_else(|| corrupt("anonymous delivery"))? as u32;
+                self.anonymous.insert(number, record);
+            }
+        }
+        Ok(())
+    }
+
+    /// These cards with their counters; the ones not found are remembered as missing.
+    fn load_cards(
+        &mut self,
+        db: &mut dyn Database,
+        cards: &BTreeSet<String>,
+    ) -> Result<(), DbError> {
+        let names: Vec<&String> = cards.iter().collect();
+        for chunk in names.chunks(NAMES_PER_QUERY) {
+            let sql = format!(
+                "SELECT c.version, c.state, c.paused, n.event_replacements, \
+                 n.authority_replacements, c.card_id FROM cards c \
+                 LEFT JOIN counters n ON n.card_id = c.card_id AND n.card_id IN ({0}) \
+                 WHERE c.card_id IN ({0})",
+                list(1, chunk.len())
+            );
+            let params: Vec<Param> = chunk.iter().map(|name| text(name.as_str())).collect();
+            for row in db.query(&sql, &params)? {
+                let card = self.catalog.sym(text_of(&row[5])?);
+                self.insert_card_row(card, &row)?;
+            }
+        }
+        for name in cards {
+            let card = self.catalog.sym(name);
+            if !self.cards.contains_key(&card) {
+                self.missing_cards.insert(card);
+            }
+        }
+        Ok(())
+    }
+
+    /// The holds of the loaded records that wait.
+    fn load_waiting_holds(&mut self, db: &mut dyn Database) -> Result<(), DbError> {
+        let held = |record: &Record| record.standing == Standing::Held;
+        let ids: Vec<Param> = self
+            .identities
+            .iter()
+            .filter(|(_, identity)| {
+                std::iter::once(&identity.first)
+                    .chain(&identity.variants)
+                    .any(held)
+            })
+            .map(|(&id, _)| text(self.catalog.name(id)))
+            .collect();
+        let deliveries: Vec<Param> = self
+            .anonymous
+            .iter()
+            .filter(|(_, record)| held(record))
+            .map(|(&number, _)| int(number.into()))
+            .collect();
+        if ids.is_empty() && deliveries.is_empty() {
+            return Ok(());
+        }
+        let mut terms = Vec::new();
+        if !ids.is_empty() {
+            terms.push(format!("event_id IN ({})", list(1, ids.len())));
+        }
+        if !deliveries.is_empty() {
+            terms.push(format!(
+                "delivery IN ({})",
+                list(ids.len() + 1, deliveries.len())
+            ));
+        }
+        let sql = format!(
+            "SELECT seq, card_id, event_id, idx, delivery FROM holds WHERE {}",
+            terms.join(" OR ")
+        );
+        let params: Vec<Param> = ids.into_iter().chain(deliveries).collect();
+        for row in db.query(&sql, &params)? {
+            let seq = row[0].int().ok_or_else(|| corrupt("hold seq"))?;
+            let key = match (row[2].text(), row[3].int(), row[4].int()) {
+                (Some(event), Some(index), _) => HoldKey::Record {
+                    event: self.catalog.sym(event),
+                    index: index as u32,
+                },
+                (None, _, Some(number)) => HoldKey::Delivery(number as u32),
+                _ => return Err(corrupt("a hold refers to nothing")),
+            };
+            let bucket = row[1].text().map(str::to_owned);
+            self.file_hold(bucket.as_deref(), seq, key);
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn load_all_in(db: &mut dyn Database) -> Result<Loaded, DbError> {

@@ -953,3 +953,52 @@ backend_test! {
         }
     }
 }
+
+/// Every audit row and every hold of a store, in sequence order.
+fn audit_and_holds(url: &str) -> (Vec<Vec<arrival::store::Val>>, Vec<Vec<arrival::store::Val>>) {
+    let url = arrival::store::DbUrl::parse(url).expect("a database url");
+    let mut store = arrival::store::Store::open(&url).expect("open");
+    let db = store.database();
+    let audit = db
+        .query(
+            "SELECT entry, subject, delivery, event_id, content_hash, card_id, decision, \
+             previous, version, state FROM audit ORDER BY seq",
+            &[],
+        )
+        .expect("the audit");
+    let holds = db
+        .query(
+            "SELECT card_id, event_id, idx, delivery FROM holds ORDER BY seq",
+            &[],
+        )
+        .expect("the holds");
+    (audit, holds)
+}
+
+backend_test! {
+    /// B62-15 in one transaction of all its deliveries (a redelivery, a changed payload and
+    /// holds inside the batch) gives the acknowledgements, the audit rows, the holds in
+    /// their order and the final state that one transaction per delivery gives.
+    fn one_batch_of_b62_15_writes_what_one_transaction_per_delivery_writes(backend) {
+        let fixture = b62();
+        let fixture = fixture.to_str().expect("a UTF-8 path");
+        let mut runs = Vec::new();
+        for (name, batch) in [("one.db", "1"), ("all.db", "16")] {
+            let db = backend.fresh(name);
+            ok(&["store", "init", "--db", &db.url, "--fixture", fixture]);
+            let acks = ok(&["store", "ingest", "--db", &db.url, "--fixture", fixture, "--batch", batch]);
+            let (audit, holds) = audit_and_holds(&db.url);
+            ok(&["store", "reconcile", "--db", &db.url, "--fixture", fixture]);
+            let show = ok(&["store", "show", "--db", &db.url, "--json"]);
+            runs.push((acks, audit, holds, show, db));
+        }
+        let (one, all) = (&runs[0], &runs[1]);
+        assert_eq!(one.0.lines().count(), 10);
+        assert_eq!(one.0, all.0, "the acknowledgements");
+        assert_eq!(one.1.len(), 14, "10 decisions and 4 card changes");
+        assert_eq!(one.1, all.1, "the audit rows before reconciliation");
+        assert_eq!(one.2.len(), 5, "the holds before reconciliation");
+        assert_eq!(one.2, all.2, "the holds, in order");
+        assert_eq!(one.3, all.3, "the final state");
+    }
+}
