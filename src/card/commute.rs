@@ -149,9 +149,10 @@ pub const RAISING: Kind = 2;
 
 impl Commuting {
     /// The footprints of `scenario`'s steps under SPEC with total `budgets` (no expiry) and
-    /// the given reconciliation; `None` when nothing could commute. The first 64 steps (in
-    /// fixture order, each delivery's classes then each card's reconciliation) get keys;
-    /// the rest never sleep, which only costs transitions.
+    /// the given reconciliation; `None` when nothing could commute. The first 64 steps get
+    /// keys: every delivery's plain step, then its lost acknowledgement, duplicate and
+    /// re-encoded copy (class by class, in fixture order), each card's reconciliation, and
+    /// crashes last; the rest never sleep, which only costs transitions.
     pub fn of(
         scenario: &Scenario,
         budgets: Budgets,
@@ -185,37 +186,44 @@ impl Commuting {
             footprints.push(footprint);
             Some(key)
         };
-        let mut delivery_keys = Vec::with_capacity(deliveries.len());
-        for (index, delivery) in deliveries.iter().enumerate() {
-            let mut keys = [None; CLASSES];
-            let faults = [
-                (None, true),
-                (Some(Fault::AckLost), budgets.lost_acks > 0),
-                (Some(Fault::Crash), budgets.crashes > 0),
-                (Some(Fault::Duplicate), budgets.duplicates > 0),
-                // The same footprint as a duplicate (its records, cards and standing),
-                // with a budget of its own.
-                (Some(Fault::Reencoded), budgets.reencodings > 0),
-            ];
-            for (fault, possible) in faults {
-                if !possible {
-                    continue;
-                }
-                let mut footprint = identity(index);
-                footprint.insert(Part::Owed(index));
-                if let Some(fault) = fault {
-                    footprint.insert(Part::Budget(fault));
-                }
-                keys[class(fault)] = keyed(footprint);
-            }
-            delivery_keys.push((delivery.number, keys));
-        }
-        // The keys so far are the deliveries' (numbered from 0 in order); reconciliations
-        // never commute given kinds.
-        let delivery_count = delivery_keys
+        // Keys go first to the steps whose successors the model keeps and whose sleep saves
+        // the most: plain deliveries, then lost acknowledgements and network copies, then
+        // reconciliations, and crashes last (under SPEC a crash is dropped: without a key it
+        // costs one transition, never a state). A step without a key never sleeps, and its
+        // successor is expanded with nothing asleep.
+        let mut delivery_keys: Vec<(u32, [Option<u8>; CLASSES])> = deliveries
             .iter()
-            .flat_map(|(_, keys)| keys.iter().flatten())
-            .count();
+            .map(|delivery| (delivery.number, [None; CLASSES]))
+            .collect();
+        // Reconciliations never commute given kinds: only these keys do.
+        let mut delivery_mask: SleepSet = 0;
+        let mut key_class =
+            |fault: Option<Fault>, keyed: &mut dyn FnMut(BTreeSet<Part>) -> Option<u8>| {
+                for (index, (_, keys)) in delivery_keys.iter_mut().enumerate() {
+                    let mut footprint = identity(index);
+                    footprint.insert(Part::Owed(index));
+                    if let Some(fault) = fault {
+                        footprint.insert(Part::Budget(fault));
+                    }
+                    let key = keyed(footprint);
+                    if let Some(key) = key {
+                        delivery_mask |= 1 << key;
+                    }
+                    keys[class(fault)] = key;
+                }
+            };
+        for (fault, possible) in [
+            (None, true),
+            (Some(Fault::AckLost), budgets.lost_acks > 0),
+            (Some(Fault::Duplicate), budgets.duplicates > 0),
+            // The same footprint as a duplicate (its records, cards and standing), with a
+            // budget of its own.
+            (Some(Fault::Reencoded), budgets.reencodings > 0),
+        ] {
+            if possible {
+                key_class(fault, &mut keyed);
+            }
+        }
         let mut reconciles = Vec::new();
         for snapshot in &scenario.authority {
             let card = snapshot.object_id;
@@ -234,6 +242,9 @@ impl Commuting {
             }
             reconciles[at] = keyed(footprint);
         }
+        if budgets.crashes > 0 {
+            key_class(Some(Fault::Crash), &mut keyed);
+        }
         let mut independent = [0; 64];
         let mut card_only = [0; 64];
         for (a, mine) in footprints.iter().enumerate() {
@@ -241,8 +252,8 @@ impl Commuting {
                 if mine.is_disjoint(theirs) {
                     independent[a] |= 1 << b;
                 } else if a != b
-                    && a < delivery_count
-                    && b < delivery_count
+                    && delivery_mask & (1 << a) != 0
+                    && delivery_mask & (1 << b) != 0
                     && mine
                         .intersection(theirs)
                         .all(|part| matches!(part, Part::Card(_)))
