@@ -33,12 +33,21 @@
 //! model uses no sleep sets then ([`Commuting::of`] says `None`). `tests/model.rs` checks
 //! the footprints directly: on generated fixtures it takes every reachable state and every
 //! pair of enabled steps declared to commute, and compares both orders.
+//!
+//! Some steps commute at a world though their footprints share a card
+//! ([`Commuting::commutes_given`], the checker's state-dependent independence): two
+//! deliveries whose footprints meet in cards only, at a world where both are [`INERT`]
+//! (neither changes a card or a hold) or one is inert and the other [`RAISING`] (it raises
+//! its card, unpaused). The inert step reads of the card only its version and pause, which
+//! the other leaves alone or raises unpaused, so it decides the same in either order; the
+//! other reads nothing the inert step writes. docs/checker.md has the argument for sleep
+//! sets, and `tests/model/indep.rs` checks the claims in every reachable world.
 
 use crate::card::fixture::Scenario;
 use crate::card::step::Reconciliation;
 use crate::card::step::{Budgets, Fault, Step};
 use crate::card::wire::Sym;
-use crate::harness::checker::SleepSet;
+use crate::harness::checker::{Kind, SleepSet};
 use std::collections::BTreeSet;
 
 /// A part of the world a step may read or write.
@@ -120,13 +129,30 @@ pub struct Commuting {
     reconciles: Vec<Option<u8>>,
     /// For each key, the keys of the steps that commute with it.
     independent: [SleepSet; 64],
+    /// For each delivery's key, the keys of the deliveries whose footprints meet its own in
+    /// cards only: they commute at a world where neither changes those cards there, or one
+    /// of them raises one and the other is [`INERT`] ([`Commuting::commutes_given`]).
+    card_only: [SleepSet; 64],
 }
+
+/// The kind of a delivery step that changes no card and no hold at a world and stays the
+/// same step at every world that differs only in cards raised meanwhile: a redelivery the
+/// receiver recognises, a crash (under SPEC neither touches the receiver), or a delivery
+/// decided `stale` (its version is below its card's, and a raised card is higher still).
+pub const INERT: Kind = 1;
+
+/// The kind of a delivery step that raises its card and changes nothing else about cards
+/// and holds: a delivery decided `applied`. It reads its card and writes it; an [`INERT`]
+/// step on the same card neither reads nor writes anything it touches, nor is it changed
+/// by the raise.
+pub const RAISING: Kind = 2;
 
 impl Commuting {
     /// The footprints of `scenario`'s steps under SPEC with total `budgets` (no expiry) and
-    /// the given reconciliation; `None` when nothing could commute. The first 64 steps (in
-    /// fixture order, each delivery's classes then each card's reconciliation) get keys;
-    /// the rest never sleep, which only costs transitions.
+    /// the given reconciliation; `None` when nothing could commute. The first 64 steps get
+    /// keys: every delivery's plain step, then its lost acknowledgement, duplicate and
+    /// re-encoded copy (class by class, in fixture order), each card's reconciliation, and
+    /// crashes last; the rest never sleep, which only costs transitions.
     pub fn of(
         scenario: &Scenario,
         budgets: Budgets,
@@ -160,30 +186,43 @@ impl Commuting {
             footprints.push(footprint);
             Some(key)
         };
-        let mut delivery_keys = Vec::with_capacity(deliveries.len());
-        for (index, delivery) in deliveries.iter().enumerate() {
-            let mut keys = [None; CLASSES];
-            let faults = [
-                (None, true),
-                (Some(Fault::AckLost), budgets.lost_acks > 0),
-                (Some(Fault::Crash), budgets.crashes > 0),
-                (Some(Fault::Duplicate), budgets.duplicates > 0),
-                // The same footprint as a duplicate (its records, cards and standing),
-                // with a budget of its own.
-                (Some(Fault::Reencoded), budgets.reencodings > 0),
-            ];
-            for (fault, possible) in faults {
-                if !possible {
-                    continue;
+        // Keys go first to the steps whose successors the model keeps and whose sleep saves
+        // the most: plain deliveries, then lost acknowledgements and network copies, then
+        // reconciliations, and crashes last (under SPEC a crash is dropped: without a key it
+        // costs one transition, never a state). A step without a key never sleeps, and its
+        // successor is expanded with nothing asleep.
+        let mut delivery_keys: Vec<(u32, [Option<u8>; CLASSES])> = deliveries
+            .iter()
+            .map(|delivery| (delivery.number, [None; CLASSES]))
+            .collect();
+        // Reconciliations never commute given kinds: only these keys do.
+        let mut delivery_mask: SleepSet = 0;
+        let mut key_class =
+            |fault: Option<Fault>, keyed: &mut dyn FnMut(BTreeSet<Part>) -> Option<u8>| {
+                for (index, (_, keys)) in delivery_keys.iter_mut().enumerate() {
+                    let mut footprint = identity(index);
+                    footprint.insert(Part::Owed(index));
+                    if let Some(fault) = fault {
+                        footprint.insert(Part::Budget(fault));
+                    }
+                    let key = keyed(footprint);
+                    if let Some(key) = key {
+                        delivery_mask |= 1 << key;
+                    }
+                    keys[class(fault)] = key;
                 }
-                let mut footprint = identity(index);
-                footprint.insert(Part::Owed(index));
-                if let Some(fault) = fault {
-                    footprint.insert(Part::Budget(fault));
-                }
-                keys[class(fault)] = keyed(footprint);
+            };
+        for (fault, possible) in [
+            (None, true),
+            (Some(Fault::AckLost), budgets.lost_acks > 0),
+            (Some(Fault::Duplicate), budgets.duplicates > 0),
+            // The same footprint as a duplicate (its records, cards and standing), with a
+            // budget of its own.
+            (Some(Fault::Reencoded), budgets.reencodings > 0),
+        ] {
+            if possible {
+                key_class(fault, &mut keyed);
             }
-            delivery_keys.push((delivery.number, keys));
         }
         let mut reconciles = Vec::new();
         for snapshot in &scenario.authority {
@@ -203,19 +242,33 @@ impl Commuting {
             }
             reconciles[at] = keyed(footprint);
         }
+        if budgets.crashes > 0 {
+            key_class(Some(Fault::Crash), &mut keyed);
+        }
         let mut independent = [0; 64];
+        let mut card_only = [0; 64];
         for (a, mine) in footprints.iter().enumerate() {
             for (b, theirs) in footprints.iter().enumerate() {
                 if mine.is_disjoint(theirs) {
                     independent[a] |= 1 << b;
+                } else if a != b
+                    && delivery_mask & (1 << a) != 0
+                    && delivery_mask & (1 << b) != 0
+                    && mine
+                        .intersection(theirs)
+                        .all(|part| matches!(part, Part::Card(_)))
+                {
+                    card_only[a] |= 1 << b;
                 }
             }
         }
         let any = independent.iter().any(|&keys| keys != 0);
-        any.then_some(Commuting {
+        let any_given = card_only.iter().any(|&keys| keys != 0);
+        (any || any_given).then_some(Commuting {
             deliveries: DeliveryKeys::new(delivery_keys),
             reconciles,
             independent,
+            card_only,
         })
     }
 
@@ -233,6 +286,28 @@ impl Commuting {
     #[inline]
     pub fn commutes_with(&self, key: u8) -> SleepSet {
         self.independent[usize::from(key)]
+    }
+
+    /// The keys of the deliveries that commute with the delivery whose key is `key` at a
+    /// world where it has kind `kind` and they have kind `other`: those whose footprints
+    /// meet its own in cards only, when both are [`INERT`] or one is and the other is
+    /// [`RAISING`].
+    #[inline]
+    pub fn commutes_given(&self, key: u8, kind: Kind, other: Kind) -> SleepSet {
+        match (kind, other) {
+            (INERT, INERT) | (INERT, RAISING) | (RAISING, INERT) => {
+                self.card_only[usize::from(key)]
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether the steps `a` and `b` share only cards (and may commute given their kinds).
+    pub fn card_only(&self, a: &Step, b: &Step) -> bool {
+        match (self.key(a), self.key(b)) {
+            (Some(a), Some(b)) => self.card_only[usize::from(a)] & (1 << b) != 0,
+            _ => false,
+        }
     }
 
     /// Whether the steps `a` and `b` are declared to commute.

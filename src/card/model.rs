@@ -10,7 +10,7 @@
 //! (`None`): it would only lead back to a state already covered with more budget, so
 //! budgets cost transitions rather than states.
 
-use crate::card::commute::Commuting;
+use crate::card::commute::{Commuting, INERT, RAISING};
 use crate::card::fingerprint::{covered_cards, View};
 use crate::card::fixture::Scenario;
 use crate::card::policy::{Mutant, Spec};
@@ -19,6 +19,7 @@ use crate::card::property::{Properties, Property};
 use crate::card::receiver::{Decision, Outcome, Verdict};
 use crate::card::step::{Budgets, DeliveryBudgets, Fault, Reconciliation, Step};
 use crate::card::world::{Effect, World};
+use crate::harness::checker::{Kind, SleepSet};
 use crate::harness::Protocol;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -508,5 +509,66 @@ impl Protocol for ReceiverModel {
         self.commuting
             .as_deref()
             .map_or(0, |commuting| commuting.commutes_with(key))
+    }
+
+    fn step_kind(&self, _key: u8, before: &World, step: &Step, after: Option<&World>) -> Kind {
+        if self.commuting.is_none() {
+            return 0;
+        }
+        step_kind(&self.scenario, before, step, after)
+    }
+
+    fn commutes_given(&self, key: u8, kind: Kind, other: Kind) -> SleepSet {
+        self.commuting
+            .as_deref()
+            .map_or(0, |commuting| commuting.commutes_given(key, kind, other))
+    }
+}
+
+/// What a delivery did at `before` under SPEC (the only policy that sleeps), for
+/// state-dependent independence: [`INERT`] if it left every card and hold as it was and
+/// would do the same with its card raised (the model dropped it, so the receiver was not
+/// touched: a recognised redelivery or a crash; or it recognised recorded content; or it
+/// was decided `stale`), [`RAISING`] if it only raised cards that stay unpaused (decided
+/// `applied`), 0 otherwise (an `equal` decision too: a raised card would make it `stale`).
+pub fn step_kind(scenario: &Scenario, before: &World, step: &Step, after: Option<&World>) -> Kind {
+    let Step::Deliver { delivery, .. } = *step else {
+        return 0;
+    };
+    let Some(after) = after else {
+        // `next` drops a step only when the receiver is the same allocation and the sender
+        // owes the same: nothing was decided.
+        return INERT;
+    };
+    if after.violation.is_some() {
+        return 0;
+    }
+    let (was, now) = (&*before.receiver, &*after.receiver);
+    if Arc::ptr_eq(&before.receiver, &after.receiver) {
+        // Recognised (a retry acknowledged from its record): only records were read.
+        return INERT;
+    }
+    if was.holds() != now.holds() {
+        return 0;
+    }
+    let (old, new) = (was.cards(), now.cards());
+    if old == new {
+        let Some(index) = scenario.delivery_index(delivery) else {
+            return 0;
+        };
+        let event = &scenario.deliveries[index].event;
+        return match now.recorded(event, delivery) {
+            Some(Decision::Stale) => INERT,
+            _ => 0,
+        };
+    }
+    let raised = old.len() == new.len()
+        && old.iter().zip(new.iter()).all(|((a, was), (b, now))| {
+            a == b && (was == now || (now.version > was.version && !was.paused && !now.paused))
+        });
+    if raised {
+        RAISING
+    } else {
+        0
     }
 }

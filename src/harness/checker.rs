@@ -26,13 +26,13 @@
 //!   reachable state that breaks no property is still visited, so a passing run counts the
 //!   unique states of a run without them (which `tests/model.rs` checks); a failing run
 //!   may skip violating dead ends behind a sleeping action (see [`Commute`]), never a
-//!   violated property. A state reached again with actions awake that were
-//!   asleep when it was expanded is expanded again with the smaller sleep set; each slot
-//!   keeps the union of the awake sets it has been expanded with, so a revisit that wakes
-//!   nothing new costs nothing. Why this is complete for any order of work among threads:
-//!   exploring a state with a smaller sleep set reaches everything a larger one would, so
-//!   a visit may be skipped when some expansion of the state had no action asleep that
-//!   this visit has awake, which is what the slot's awake set records. Breadth-first
+//!   violated property. A state reached again with actions awake that were asleep in
+//!   every earlier visit takes just those actions (Godefroid's rule for sleep sets with
+//!   state matching), with the intersection of the visits' sleep sets asleep; each slot
+//!   keeps the union of the awake sets it has been visited with, so one atomic OR decides
+//!   which visit wakes, and takes, which action. Model steps may also commute at a state
+//!   only, given what each does there ([`Commute::kind`]). Why this is complete for any
+//!   order of work among threads is argued in docs/checker.md. Breadth-first
 //!   search never sleeps (it must keep shortest paths, and a re-expansion at a later level
 //!   could give a longer one).
 //!
@@ -70,11 +70,76 @@ pub type SleepSet = u64;
 /// is found where the action is taken, and an action asleep at a state was taken at an
 /// ancestor, where it is judged alike; the dead ends pruned behind it are only other
 /// violating states, whose violations show on the step into them the same way.
-pub trait Commute<A> {
+///
+/// State-dependent independence ([`Commute::kind`], [`Commute::commutes_given`]): a model
+/// may also sort each step it takes at a state into a [`Kind`] (what the step does there,
+/// such as "leaves its card unchanged") and declare steps independent *at that state*
+/// given their kinds there. Such a claim keeps the contract above at that state only: if
+/// at state `s` the action `u` has kind `k` and an action `t` with a key in
+/// `commutes_given(key(u), k, l)` has kind `l`, then at `s` neither enables nor disables
+/// the other, both orders end in the same state, and each is judged alike before and
+/// after the other. Every independence the checker uses, static or given kinds, must also
+/// keep a sleeping action's kind: an action independent of `u` at `s` has the same kind at
+/// `s·u` as at `s` (the checker carries sleeping actions' kinds down instead of taking
+/// them again). Kind 0 claims nothing. docs/checker.md argues why sleep sets stay complete
+/// with this.
+pub trait Commute<S, A> {
     /// The action's bit in a sleep set (below 64); `None`: it never sleeps.
     fn sleep_key(&self, action: &A) -> Option<u8>;
-    /// The keys of the actions independent of the action with key `key`.
+    /// The keys of the actions independent of the action with key `key`, in every state.
     fn commutes_with(&self, key: u8) -> SleepSet;
+    /// The kind of the action with key `key` taken at `before`, leading to `after`
+    /// (`None`: the model dropped the step); below [`KINDS`], 0 claiming nothing.
+    fn kind(&self, _key: u8, _before: &S, _action: &A, _after: Option<&S>) -> Kind {
+        0
+    }
+    /// The keys of the actions independent of the action with key `key` at a state where
+    /// it has kind `kind` and they have kind `other` (both 1 or more).
+    fn commutes_given(&self, _key: u8, _kind: Kind, _other: Kind) -> SleepSet {
+        0
+    }
+}
+
+/// What a step does at a state, for state-dependent independence ([`Commute::kind`]); 0
+/// claims nothing.
+pub type Kind = u8;
+
+/// How many kinds a model may use, 0 included.
+pub const KINDS: usize = 3;
+
+/// A sleep set: the sleeping actions' keys and, for each kind from 1, those of them that
+/// had that kind where they were taken (and so, by the contract, still have it here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asleep {
+    /// Every sleeping key.
+    pub keys: SleepSet,
+    /// `kinds[k - 1]`: the sleeping keys of kind `k`, a subset of `keys`.
+    pub kinds: [SleepSet; KINDS - 1],
+    /// The only actions to take: all (`!0`) at a state's first expansion; at a later one,
+    /// those this visit woke (asleep in every earlier visit), since the others were taken
+    /// already.
+    pub only: SleepSet,
+}
+
+impl Default for Asleep {
+    fn default() -> Asleep {
+        Asleep {
+            keys: 0,
+            kinds: [0; KINDS - 1],
+            only: !0,
+        }
+    }
+}
+
+impl Asleep {
+    /// Only the keys in `keep`.
+    fn restrict(self, keep: SleepSet) -> Asleep {
+        Asleep {
+            keys: self.keys & keep,
+            kinds: self.kinds.map(|kind| kind & keep),
+            only: !0,
+        }
+    }
 }
 
 fn fingerprint<T: Hash>(value: &T) -> Fingerprint {
@@ -131,15 +196,16 @@ struct Slot {
 }
 
 impl Slot {
-    /// A visit of this state with `sleep` asleep: the sleep set to expand it with, or `None`
-    /// when the latest expansion had nothing asleep that this visit has awake. The slot's
-    /// awake set only grows, and each expansion uses exactly the complement of the awake
-    /// set its visit left (the intersection of every sleep set the state was reached with
-    /// so far), so the sets expanded with only shrink, and a visit skipped here is covered
-    /// by an expansion (done or under way) with no more asleep than the visit has.
-    fn wake(&self, sleep: SleepSet) -> Option<SleepSet> {
+    /// A visit of this state with `sleep` asleep: `None` when every action this visit has
+    /// awake was awake in some visit before; otherwise the sleep set to expand it with (the
+    /// intersection of every sleep set the state was reached with so far, the complement of
+    /// the slot's awake set) and the actions this visit wakes (asleep in every earlier
+    /// visit). The awake set only grows, and one atomic OR decides which visit wakes which
+    /// action, so each action is woken, and taken, by exactly one visit.
+    fn wake(&self, sleep: SleepSet) -> Option<(SleepSet, SleepSet, bool)> {
         let awake = self.awake.fetch_or(!sleep, Ordering::AcqRel);
-        (!sleep & !awake != 0).then_some(sleep & !awake)
+        let woken = !sleep & !awake;
+        (woken != 0).then_some((sleep & !awake, woken, awake == 0))
     }
 }
 
@@ -345,15 +411,22 @@ where
         state: &M::State,
         key: Fingerprint,
         parent: Fingerprint,
-        sleep: SleepSet,
-    ) -> Option<SleepSet> {
+        sleep: Asleep,
+    ) -> Option<Asleep> {
         tally.states += 1;
         let (new, slot) = table.insert(key, parent);
         if new && !self.judge(tally, state, key) {
             return None;
         }
         // A revisit of a violating state wakes it in vain: the model offers no actions there.
-        slot.wake(sleep)
+        // The kinds of the keys left asleep are this visit's: a sleeping action's kind is
+        // the state's, whichever visit carried it here.
+        let (keys, woken, first) = slot.wake(sleep.keys)?;
+        let mut z = sleep.restrict(keys);
+        if !first {
+            z.only = woken;
+        }
+        Some(z)
     }
 
     /// Counts a new state and judges it by every property; true if it holds them all (and
@@ -419,7 +492,8 @@ where
     /// its own sleep set. An action asleep is skipped; each action taken (whether or not
     /// its successor is new, or a step the model drops) puts to sleep, in the successors
     /// of the actions after it, those of the earlier actions and of `sleep` it commutes
-    /// with.
+    /// with: always ([`Commute::commutes_with`]), or here, given both actions' kinds here
+    /// ([`Commute::commutes_given`]).
     #[allow(clippy::too_many_arguments)]
     fn expand_sleeping(
         &self,
@@ -427,30 +501,62 @@ where
         tally: &mut Tally,
         state: &M::State,
         key: Fingerprint,
-        sleep: SleepSet,
-        commute: &dyn Commute<M::Action>,
+        sleep: Asleep,
+        commute: &dyn Commute<M::State, M::Action>,
         actions: &mut Vec<M::Action>,
-        mut push: impl FnMut(M::State, Fingerprint, SleepSet),
+        mut push: impl FnMut(M::State, Fingerprint, Asleep),
     ) {
         self.model.actions(state, actions);
-        let mut taken: SleepSet = 0;
+        // The actions asleep or taken so far, with their kinds here.
+        let mut done = sleep;
         for action in actions.drain(..) {
             let key_of = commute.sleep_key(&action);
             debug_assert!(key_of.is_none_or(|k| k < 64), "a sleep key is below 64");
             let bit = key_of.map_or(0, |k| 1u64 << k);
-            if sleep & bit != 0 {
+            if sleep.keys & bit != 0 {
                 continue;
             }
-            // An action that never sleeps commutes with nothing, as far as the checker knows.
-            let next_sleep = key_of.map_or(0, |k| (sleep | taken) & commute.commutes_with(k));
-            if let Some(next) = self.model.next_state(state, action) {
+            if sleep.only != !0 && sleep.only & bit == 0 {
+                // Taken at an earlier expansion (an action without a key at the first).
+                continue;
+            }
+            let next = self.model.next_state(state, action.clone());
+            if let Some(k) = key_of {
+                let kind = commute.kind(k, state, &action, next.as_ref());
+                debug_assert!(usize::from(kind) < KINDS, "a kind is below KINDS");
+                if let Some(next) = next {
+                    let mut independent = commute.commutes_with(k);
+                    if kind != 0 {
+                        for (other, keys) in (1..).zip(done.kinds) {
+                            independent |= keys & commute.commutes_given(k, kind, other);
+                        }
+                    }
+                    let next_key = fingerprint(&next);
+                    if let Some(z) = self.admit_sleeping(
+                        table,
+                        tally,
+                        &next,
+                        next_key,
+                        key,
+                        done.restrict(independent),
+                    ) {
+                        push(next, next_key, z);
+                    }
+                }
+                done.keys |= bit;
+                if kind != 0 {
+                    done.kinds[usize::from(kind) - 1] |= bit;
+                }
+            } else if let Some(next) = next {
+                // An action that never sleeps commutes with nothing, as far as the checker
+                // knows.
                 let next_key = fingerprint(&next);
-                if let Some(z) = self.admit_sleeping(table, tally, &next, next_key, key, next_sleep)
+                if let Some(z) =
+                    self.admit_sleeping(table, tally, &next, next_key, key, Asleep::default())
                 {
                     push(next, next_key, z);
                 }
             }
-            taken |= bit;
         }
     }
 
@@ -536,9 +642,13 @@ where
         }
     }
 
-    fn depth_first(&self, threads: usize, commute: Option<&(dyn Commute<M::Action> + Sync)>) {
+    fn depth_first(
+        &self,
+        threads: usize,
+        commute: Option<&(dyn Commute<M::State, M::Action> + Sync)>,
+    ) {
         struct Pool<S> {
-            jobs: Vec<(S, Fingerprint, usize, SleepSet)>,
+            jobs: Vec<(S, Fingerprint, usize, Asleep)>,
             idle: usize,
             done: bool,
         }
@@ -546,7 +656,7 @@ where
             jobs: self
                 .initial()
                 .into_iter()
-                .map(|(state, key)| (state, key, 1, 0))
+                .map(|(state, key)| (state, key, 1, Asleep::default()))
                 .collect(),
             idle: 0,
             done: false,
@@ -556,7 +666,7 @@ where
         std::thread::scope(|scope| {
             for _ in 0..threads {
                 scope.spawn(|| {
-                    let mut stack: Vec<(M::State, Fingerprint, usize, SleepSet)> = Vec::new();
+                    let mut stack: Vec<(M::State, Fingerprint, usize, Asleep)> = Vec::new();
                     let mut actions = Vec::new();
                     let mut tally = Tally::default();
                     loop {
@@ -617,7 +727,7 @@ where
                                         &state,
                                         key,
                                         &mut actions,
-                                        |s, k| stack.push((s, k, depth + 1, 0)),
+                                        |s, k| stack.push((s, k, depth + 1, Asleep::default())),
                                     ),
                                 }
                             }
@@ -684,7 +794,7 @@ pub fn check<M>(
     threads: usize,
     limit: Option<usize>,
     counters: &Counters,
-    commute: Option<&(dyn Commute<M::Action> + Sync)>,
+    commute: Option<&(dyn Commute<M::State, M::Action> + Sync)>,
 ) -> Outcome<M::Action>
 where
     M: Model + Sync,

@@ -92,15 +92,59 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     fn commutes_with(&self, _key: u8) -> checker::SleepSet {
         0
     }
+    /// What the step with key `key` does at `before`, leading to `after` (`None`: `next`
+    /// dropped it), as a kind for state-dependent independence ([`checker::Commute::kind`],
+    /// whose contract this and [`Protocol::commutes_given`] must keep). The default, 0,
+    /// claims nothing.
+    fn step_kind(
+        &self,
+        _key: u8,
+        _before: &Self::World,
+        _step: &Self::Step,
+        _after: Option<&Self::World>,
+    ) -> checker::Kind {
+        0
+    }
+    /// The keys of the steps that commute with the step whose key is `key` at a world where
+    /// it has kind `kind` and they have kind `other`.
+    fn commutes_given(
+        &self,
+        _key: u8,
+        _kind: checker::Kind,
+        _other: checker::Kind,
+    ) -> checker::SleepSet {
+        0
+    }
 }
 
-impl<P: Protocol> checker::Commute<P::Step> for Checked<P> {
+impl<P: Protocol> checker::Commute<P::World, P::Step> for Checked<P> {
     fn sleep_key(&self, step: &P::Step) -> Option<u8> {
         self.0.sleep_key(step)
     }
 
     fn commutes_with(&self, key: u8) -> checker::SleepSet {
         self.0.commutes_with(key)
+    }
+
+    fn kind(
+        &self,
+        key: u8,
+        before: &P::World,
+        step: &P::Step,
+        after: Option<&P::World>,
+    ) -> checker::Kind {
+        // A step that panicked is marked as a violation, which no kind covers: the
+        // protocol sees the marked world and must say 0 for it.
+        self.0.step_kind(key, before, step, after)
+    }
+
+    fn commutes_given(
+        &self,
+        key: u8,
+        kind: checker::Kind,
+        other: checker::Kind,
+    ) -> checker::SleepSet {
+        self.0.commutes_given(key, kind, other)
     }
 }
 

@@ -394,6 +394,33 @@ impl<P: Protocol> Protocol for Shard<P> {
     fn commutes_with(&self, key: u8) -> super::checker::SleepSet {
         self.inner.commutes_with(key)
     }
+
+    fn step_kind(
+        &self,
+        key: u8,
+        before: &Self::World,
+        step: &Self::Step,
+        after: Option<&Self::World>,
+    ) -> super::checker::Kind {
+        match after {
+            Some(after) => self
+                .inner
+                .step_kind(key, &before.world, step, Some(&after.world)),
+            // Dropped: by the inner model (then it says what that means), or as another
+            // shard's first step, which claims nothing.
+            None if before.node == FREE => self.inner.step_kind(key, &before.world, step, None),
+            None => 0,
+        }
+    }
+
+    fn commutes_given(
+        &self,
+        key: u8,
+        kind: super::checker::Kind,
+        other: super::checker::Kind,
+    ) -> super::checker::SleepSet {
+        self.inner.commutes_given(key, kind, other)
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! - `facts_model`: the facts acceptance model passes (its state count pinned) and every
 //!   facts mutant is caught.
 //! - `checker`: arrival's checker and stateright's agree on every small model file.
+//! - `indep`: state-dependent independence in sleep sets: its claims step by step, and
+//!   the same states, verdicts and shortest traces as the search without it.
 //! - `shard`: `check --shard`, `report merge` and `check --simulate` as a user runs them.
 
 #[allow(dead_code, unused_imports)]
@@ -15,5 +17,6 @@ mod util;
 
 mod checker;
 mod facts_model;
+mod indep;
 mod model;
 mod shard;
