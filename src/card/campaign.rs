@@ -15,6 +15,7 @@ use crate::card::world::transition;
 use crate::harness::conform::{
     confirm, shrink, walk, walk_generator, Counts, Reproduced, Status, Verdict,
 };
+use crate::harness::conform::{junit_suite, SuiteFailure};
 use crate::harness::junit::ExtraSuite;
 use crate::harness::Protocol;
 use serde::Serialize;
@@ -195,6 +196,25 @@ pub fn mutant_plans(
     (plans, missed)
 }
 
+/// The contract's receiver in the model file's world: its budgets (no expiry: arrival has
+/// no hold on a receiver's clock) and its reconciliation mode.
+fn spec_model(loaded: &LoadedModel) -> ReceiverModel {
+    let file = &loaded.file;
+    let budgets = Budgets {
+        duplicates: file.duplicates,
+        lost_acks: file.lost_acks,
+        crashes: file.crashes,
+        expiries: 0,
+        reencodings: file.reencodings,
+    };
+    ReceiverModel::new(
+        Arc::clone(&loaded.scenario),
+        None,
+        budgets,
+        file.reconciliation,
+    )
+}
+
 /// What a step did, in the words of the transition cover: `decision/NAME` for a delivery's
 /// verdict (`duplicate` for a recognised copy), `reconcile/OUTCOME` for a snapshot, and
 /// `settle/...` for each hold it settled (`settle/re-evaluated/FROM/TO`, `settle/resolved`,
@@ -244,20 +264,7 @@ pub fn cover_plans(
 ) -> (Vec<Plan>, Vec<String>) {
     use std::collections::{BTreeMap, HashSet, VecDeque};
     use std::hash::{BuildHasher, RandomState};
-    let file = &loaded.file;
-    let budgets = Budgets {
-        duplicates: file.duplicates,
-        lost_acks: file.lost_acks,
-        crashes: file.crashes,
-        expiries: 0,
-        reencodings: file.reencodings,
-    };
-    let model = ReceiverModel::new(
-        Arc::clone(&loaded.scenario),
-        None,
-        budgets,
-        file.reconciliation,
-    );
+    let model = spec_model(loaded);
     let start = model.init();
     // Worlds by their 64-bit hash: a collision can only leave a kind uncovered.
     let hasher = RandomState::new();
@@ -330,19 +337,7 @@ pub fn covered_kinds(plans: &[Plan]) -> Vec<String> {
 /// steps are added.
 pub fn walk_plans(loaded: &LoadedModel, walks: usize, seed: u64, can_kill: bool) -> Vec<Plan> {
     let file = &loaded.file;
-    let budgets = Budgets {
-        duplicates: file.duplicates,
-        lost_acks: file.lost_acks,
-        crashes: file.crashes,
-        expiries: 0,
-        reencodings: file.reencodings,
-    };
-    let model = ReceiverModel::new(
-        Arc::clone(&loaded.scenario),
-        None,
-        budgets,
-        file.reconciliation,
-    );
+    let model = spec_model(loaded);
     (0..walks)
         .map(|index| {
             let steps = walk(
@@ -929,49 +924,26 @@ impl ConformReport {
     /// not flaky, and an `expect` case fails when the run is not what `expect` says: the
     /// suite fails exactly when the exit status does.
     pub fn junit(&self, expect: &str) -> ExtraSuite {
-        let as_expected = self.as_expected(expect);
-        let mut cases: Vec<(String, Option<String>)> = self
-            .properties
-            .iter()
-            .map(|(name, status)| {
-                let failure = match (status, &self.failure) {
-                    (Status::Violated, Some(_)) if as_expected && name == expect => {
-                        return (format!("{name} (violated, as expected)"), None);
-                    }
-                    (Status::Violated, Some(found)) => Some(format!(
-                        "{} (reproduced {}): {}\n{}",
-                        found.steps.join(", "),
-                        found.reproduced,
-                        found.found_by,
-                        found.detail
-                    )),
-                    _ => None,
-                };
-                (format!("{name} ({})", status.word()), failure)
-            })
-            .collect();
-        if let Some(found) = &self.failure {
-            if found.property == "diverged" {
-                cases.push(("diverged".into(), Some(found.detail.clone())));
-            }
-        }
-        if expect != "pass" {
-            let why = (!as_expected).then(|| match &self.failure {
-                Some(found) => format!(
-                    "expected to be caught by {expect}; caught by {}{}",
-                    found.property,
-                    if found.flaky { " (flaky)" } else { "" }
-                ),
-                None => format!("expected to be caught by {expect}; nothing was caught"),
-            });
-            cases.push((format!("expect {expect}"), why));
-        }
-        cases.push(("harness".into(), None));
-        ExtraSuite {
-            name: format!("conform {} against {}", self.source, self.target),
-            cases,
-            seconds: self.seconds,
-        }
+        let failure = self.failure.as_ref().map(|found| SuiteFailure {
+            property: found.property.clone(),
+            flaky: found.flaky,
+            text: format!(
+                "{} (reproduced {}): {}\n{}",
+                found.steps.join(", "),
+                found.reproduced,
+                found.found_by,
+                found.detail
+            ),
+            detail: found.detail.clone(),
+        });
+        junit_suite(
+            format!("conform {} against {}", self.source, self.target),
+            &self.properties,
+            failure.as_ref(),
+            expect,
+            self.as_expected(expect),
+            self.seconds,
+        )
     }
 }
 

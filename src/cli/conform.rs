@@ -369,7 +369,7 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
         }
     }
     if let Some(file) = &args.junit {
-        crate::harness::junit::write_suite(file, &report.junit())?;
+        crate::harness::junit::write_suite(file, &report.junit(&expect))?;
     }
     if args.json {
         let mut value = serde_json::to_value(&report).expect("reports serialise");

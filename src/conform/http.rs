@@ -263,16 +263,21 @@ impl HttpTarget {
             Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
             Err(error) => {
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) {
+                if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
                 Ok(Answer::Indefinite(error.to_string()))
             }
         }
     }
+}
+
+/// Whether a request failed for want of an answer in time (it may still be running).
+fn timed_out(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 /// The acknowledgement's meaning: the `Arrival-Ack` header, else the body's `ack` or
@@ -351,10 +356,7 @@ impl CardTarget for HttpTarget {
             Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
             Err(error) => {
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) {
+                if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
                 Ok(Answer::Indefinite(error.to_string()))

@@ -9,6 +9,7 @@ use super::conform::{
 };
 use super::fixture::{RawFixture, Scenario};
 use crate::harness::conform::{confirm, shrink, Counts, Reproduced, Status, Verdict};
+use crate::harness::conform::{junit_suite, SuiteFailure};
 use crate::harness::junit::ExtraSuite;
 use crate::harness::rng::SplitMix;
 use serde::{Deserialize, Serialize};
@@ -167,6 +168,8 @@ pub fn run_schedule(
         ));
     }
     let mut last: BTreeMap<u32, Wire> = BTreeMap::new();
+    // Requests every answer to which so far was indefinite: a sender still owes them.
+    let mut owed: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
     let fail = |run: &mut Run, step: usize, mismatch: Mismatch| {
         if mismatch.property == "no-loss" {
             run.counts.lost += 1;
@@ -204,8 +207,16 @@ pub fn run_schedule(
                 let answer = target.post(&sent, sending)?;
                 run.counts.attempted += 1;
                 match &answer {
-                    Answer::Indefinite(_) => run.counts.indefinite += 1,
-                    _ => run.counts.acknowledged += 1,
+                    Answer::Indefinite(_) => {
+                        run.counts.indefinite += 1;
+                        owed.insert(request);
+                    }
+                    _ => {
+                        run.counts.acknowledged += 1;
+                        if fault != Some(Fault::LostAnswer) {
+                            owed.remove(&request);
+                        }
+                    }
                 }
                 if fault == Some(Fault::LostAnswer) {
                     run.counts.dropped_by_arrival += 1;
@@ -241,9 +252,61 @@ pub fn run_schedule(
         if let Err(mismatch) = settle(&mut oracle, target, scenario, &mut run)? {
             fail(&mut run, 0, mismatch);
         }
+        return Ok(run);
+    }
+    // Liveness: faults stop and the sender retries what it still owes, re-signed, until it
+    // gets an answer; a request never answered after every retry is lost to the sender.
+    let step = actions.len() + 1;
+    let retried = !owed.is_empty();
+    for request in owed {
+        let posted = &scenario.setup.requests[&request];
+        let mut answered = false;
+        for _ in 0..LIVENESS_RETRIES {
+            let sent = wire(
+                scenario,
+                posted,
+                target.now_ms(),
+                super::conform::Bytes::Resigned,
+            );
+            let answer = target.post(&sent, Sending::Wait)?;
+            run.counts.attempted += 1;
+            if let Err(mismatch) = oracle.post(request, &answer) {
+                fail(&mut run, step, mismatch);
+                return Ok(run);
+            }
+            if matches!(answer, Answer::Indefinite(_)) {
+                run.counts.indefinite += 1;
+                continue;
+            }
+            run.counts.acknowledged += 1;
+            answered = true;
+            break;
+        }
+        if !answered {
+            fail(
+                &mut run,
+                step,
+                Mismatch {
+                    property: "no-loss".into(),
+                    detail: format!(
+                        "request {request} was never answered: {LIVENESS_RETRIES} retries after \
+                         the schedule, with no fault, all indefinite (a 5xx, a reset or no answer)"
+                    ),
+                },
+            );
+            return Ok(run);
+        }
+    }
+    if retried {
+        if let Err(mismatch) = settle(&mut oracle, target, scenario, &mut run)? {
+            fail(&mut run, step, mismatch);
+        }
     }
     Ok(run)
 }
+
+/// Retries of an owed request in the liveness phase.
+const LIVENESS_RETRIES: usize = 5;
 
 fn settle(
     oracle: &mut Oracle<'_>,
@@ -452,6 +515,11 @@ pub fn statuses(found: &Option<Found>, compared: bool) -> Vec<(String, Status)> 
                      driven"
                         .into(),
                 ),
+                "fact-once" => Status::Unobserved(
+                    "the state document keys facts by identity: two facts under one \
+                     identity would show as one"
+                        .into(),
+                ),
                 "correlated" | "tenant-isolated" => Status::Sampled,
                 _ if compared => Status::Sampled,
                 _ => Status::NotExercised("no settled state was compared".into()),
@@ -631,36 +699,29 @@ impl FactsConformReport {
         out
     }
 
-    /// The run as a JUnit suite: a case per property, and a `harness` case.
-    pub fn junit(&self) -> ExtraSuite {
-        let mut cases: Vec<(String, Option<String>)> = self
-            .properties
-            .iter()
-            .map(|(name, status)| {
-                let failure = match (status, &self.failure) {
-                    (Status::Violated, Some(found)) => Some(format!(
-                        "{} (reproduced {}): {}\n{}",
-                        found.steps.join(", "),
-                        found.reproduced,
-                        found.found_by,
-                        found.detail
-                    )),
-                    _ => None,
-                };
-                (format!("{name} ({})", status.word()), failure)
-            })
-            .collect();
-        if let Some(found) = &self.failure {
-            if found.property == "diverged" {
-                cases.push(("diverged".into(), Some(found.detail.clone())));
-            }
-        }
-        cases.push(("harness".into(), None));
-        ExtraSuite {
-            name: format!("conform {} against {}", self.source, self.target),
-            cases,
-            seconds: self.seconds,
-        }
+    /// The run as a JUnit suite ([`junit_suite`]): it fails exactly when the run is not
+    /// what `expect` says.
+    pub fn junit(&self, expect: &str) -> ExtraSuite {
+        let failure = self.failure.as_ref().map(|found| SuiteFailure {
+            property: found.property.clone(),
+            flaky: found.flaky,
+            text: format!(
+                "{} (reproduced {}): {}\n{}",
+                found.steps.join(", "),
+                found.reproduced,
+                found.found_by,
+                found.detail
+            ),
+            detail: found.detail.clone(),
+        });
+        junit_suite(
+            format!("conform {} against {}", self.source, self.target),
+            &self.properties,
+            failure.as_ref(),
+            expect,
+            self.as_expected(expect),
+            self.seconds,
+        )
     }
 }
 

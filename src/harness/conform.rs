@@ -308,3 +308,70 @@ mod tests {
         assert!(reproduced.flaky());
     }
 }
+
+/// The failure a conformance report's JUnit suite shows: the property (or `diverged`), and
+/// the text of its failure (the shrunk steps, how it reproduced, what was seen).
+#[derive(Clone, Debug)]
+pub struct SuiteFailure {
+    /// The property broken, or `diverged`.
+    pub property: String,
+    /// Whether reruns did not all fail the same way.
+    pub flaky: bool,
+    /// The failure's text.
+    pub text: String,
+    /// What was expected and seen, for the `diverged` case.
+    pub detail: String,
+}
+
+/// A conformance run as a JUnit suite: a case per property, a `diverged` case when nothing
+/// named fits, an `expect PROPERTY` case when a wrong receiver is kept as a test (that
+/// property's own case then passes when caught as expected), and the `harness` case. The
+/// suite fails exactly when the run is not as expected.
+pub fn junit_suite(
+    name: String,
+    properties: &[(String, Status)],
+    failure: Option<&SuiteFailure>,
+    expect: &str,
+    as_expected: bool,
+    seconds: f64,
+) -> super::junit::ExtraSuite {
+    let mut cases: Vec<(String, Option<String>)> = properties
+        .iter()
+        .map(|(name, status)| match (status, failure) {
+            (Status::Violated, Some(_)) if as_expected && name == expect => {
+                (format!("{name} (violated, as expected)"), None)
+            }
+            (Status::Violated, Some(found)) => (
+                format!("{name} ({})", status.word()),
+                Some(found.text.clone()),
+            ),
+            _ => (format!("{name} ({})", status.word()), None),
+        })
+        .collect();
+    if let Some(found) = failure.filter(|found| found.property == "diverged") {
+        let passes = as_expected && expect == "diverged";
+        cases.push(("diverged".into(), (!passes).then(|| found.detail.clone())));
+    }
+    if expect != "pass" {
+        let why = (!as_expected).then(|| match failure {
+            Some(found) => format!(
+                "expected to be caught by {expect}; caught by {}{}",
+                found.property,
+                if found.flaky { " (flaky)" } else { "" }
+            ),
+            None => format!("expected to be caught by {expect}; nothing was caught"),
+        });
+        cases.push((format!("expect {expect}"), why));
+    } else if !as_expected && failure.is_none() {
+        cases.push((
+            "expect pass".into(),
+            Some("no schedule ran to the end: the run is incomplete".into()),
+        ));
+    }
+    cases.push(("harness".into(), None));
+    super::junit::ExtraSuite {
+        name,
+        cases,
+        seconds,
+    }
+}

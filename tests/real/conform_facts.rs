@@ -56,7 +56,6 @@ fn pipeline_serve_is_sampled_on_re_signed_retries_lost_answers_and_kills() {
     assert!(report["counts"]["kills"].as_u64().unwrap() > 0, "{report}");
     assert!(report["counts"]["dropped_by_arrival"].as_u64().unwrap() > 0);
     for name in [
-        "fact-once",
         "no-loss",
         "retry-invisible",
         "ready-sound",
@@ -65,6 +64,7 @@ fn pipeline_serve_is_sampled_on_re_signed_retries_lost_answers_and_kills() {
         assert_eq!(status_of(&report, name), "sampled", "{name}");
     }
     assert_eq!(status_of(&report, "ack-after-commit"), "unobserved");
+    assert_eq!(status_of(&report, "fact-once"), "unobserved");
     assert_eq!(status_of(&report, "lifecycle-forward"), "not exercised");
 }
 
@@ -186,4 +186,31 @@ fn a_broken_harness_exits_3_and_fails_only_the_junit_harness_case() {
     let output = conform("models/acmeflow-retries.toml", &target, &[]);
     assert_status(&output, 2, "a facts target file without `state`");
     assert!(crate::util::stderr(&output).contains("state"));
+}
+
+#[test]
+fn a_pipeline_that_never_accepts_is_caught_as_no_loss_and_its_junit_fails_with_the_exit() {
+    // Found by review: `pipeline serve` on a Redis that is not there answers 503 to every
+    // valid post; without the liveness phase (owed requests retried, no faults) that ran
+    // to `sampled`.
+    let dir = temp_dir("conform-facts-dead-redis");
+    let target = target_file(dir.path(), "dead-redis.toml", |text| {
+        // The receiver's command only (the state command reads the real stream).
+        text.replacen(
+            "\"--stream\", \"{stream}\",",
+            "\"--stream\", \"{stream}\", \"--redis-url\", \"redis://127.0.0.1:1\",",
+            1,
+        )
+    });
+    let junit = dir.path().join("junit.xml");
+    let output = conform(
+        "models/acmeflow-retries.toml",
+        &target,
+        &["--walks", "0", "--junit", junit.to_str().unwrap()],
+    );
+    assert_status(&output, 1, "conform serve on a dead Redis");
+    let report = json(&output);
+    assert_eq!(report["failure"]["property"], "no-loss", "{report}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
 }
