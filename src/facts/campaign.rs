@@ -463,7 +463,9 @@ pub fn campaign(
     };
     let verdict = match (&found, schedules) {
         (Some(_), _) => Verdict::Violated,
+        // Schedules that posted nothing (every request skipped) tested nothing.
         (None, 0) => Verdict::Incomplete,
+        (None, _) if counts.attempted == 0 => Verdict::Incomplete,
         (None, _) => Verdict::Sampled,
     };
     let mut warnings = Vec::new();

@@ -7,7 +7,9 @@
 
 use super::envelope::{parse_json_object, Envelope, Source};
 use super::fixture::{response_from_parts, Scenario};
-use super::ingress::{admit, sign, sign_standard, Admission, Key, Reason, Response, Scheme};
+use super::ingress::{
+    admit, sign, sign_standard, Admission, Key, Reason, Request, Response, Scheme, WebhookHeaders,
+};
 use super::step::{Consumer, PostFault, Step};
 use super::world::{transition, PostedRequest, StepOutcome, World};
 use crate::harness::conform::{walk_generator, Candidates};
@@ -107,6 +109,31 @@ pub struct Wire {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+}
+
+impl Wire {
+    /// A header's value (names compared without case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The request as ingress reads it.
+    pub fn request(&self) -> Request<'_> {
+        let webhook = WebhookHeaders {
+            id: self.header("webhook-id"),
+            timestamp: self.header("webhook-timestamp"),
+            signature: self.header("webhook-signature"),
+        };
+        Request {
+            source: self.header("x-acme-source"),
+            signature: self.header("x-acme-signature"),
+            webhook: (webhook != WebhookHeaders::default()).then_some(webhook),
+            body: &self.body,
+        }
+    }
 }
 
 /// What the receiver answered to a post.
@@ -305,8 +332,11 @@ pub fn target_fixture(raw: &super::fixture::RawFixture) -> super::fixture::RawFi
 }
 
 /// The requests arrival can play on the real clock, in number order, and why the others
-/// cannot be: a request whose answer in the fixture depends on a key window, or whose age
-/// sits within `margin` seconds of the freshness window's edge.
+/// cannot be: a request whose answer in the fixture depends on a key window, whose age
+/// sits within `margin` seconds of the freshness window's edge, or whose re-signed (or
+/// re-encoded) bytes the contract answers otherwise than the fixture's own (arrival's
+/// rewriting would change what the request tests: a `sent_at` it cannot find, headers it
+/// does not carry over).
 pub fn playable(scenario: &Scenario, margin: i64) -> (Vec<u32>, Vec<String>) {
     let mut windowless = scenario.setup.config.clone();
     for keys in windowless.keys.values_mut() {
@@ -338,6 +368,29 @@ pub fn playable(scenario: &Scenario, margin: i64) -> (Vec<u32>, Vec<String>) {
             skipped.push(format!(
                 "request {number}: its age is within {margin} s of the {freshness} s freshness \
                  window, too close to judge on a real clock"
+            ));
+            continue;
+        }
+        // Judged a long way from the fixture's time, as the real clock will be.
+        let later = at + 1_000_000;
+        let changed = [Bytes::Resigned, Bytes::Reencoded]
+            .into_iter()
+            .find(|&bytes| {
+                let sent = wire(scenario, posted, later * 1000, bytes);
+                let got = match admit(&sent.request(), later, &windowless, apps) {
+                    Admission::Accept(admitted) => admitted.response(),
+                    Admission::Reject(rejection) => rejection.response(),
+                };
+                got != answer(&windowless)
+            });
+        if let Some(bytes) = changed {
+            skipped.push(format!(
+                "request {number}: its {} bytes get another answer than the fixture's, so \
+                 arrival cannot play it on a real clock without changing what it tests",
+                match bytes {
+                    Bytes::Reencoded => "re-encoded",
+                    _ => "re-signed",
+                }
             ));
             continue;
         }

@@ -202,10 +202,16 @@ impl Slot {
     /// the slot's awake set) and the actions this visit wakes (asleep in every earlier
     /// visit). The awake set only grows, and one atomic OR decides which visit wakes which
     /// action, so each action is woken, and taken, by exactly one visit.
+    ///
+    /// A state met for the first time is always expanded, even with every key asleep: its
+    /// actions without a key (past the 64 keys a sleep set holds) are taken only there.
+    /// Such a state leaves the awake set empty, so its next visit counts as a first one
+    /// too and is expanded again: more work, never less.
     fn wake(&self, sleep: SleepSet) -> Option<(SleepSet, SleepSet, bool)> {
         let awake = self.awake.fetch_or(!sleep, Ordering::AcqRel);
         let woken = !sleep & !awake;
-        (woken != 0).then_some((sleep & !awake, woken, awake == 0))
+        let first = awake == 0;
+        (woken != 0 || first).then_some((sleep & !awake, woken, first))
     }
 }
 
@@ -817,4 +823,23 @@ where
         })
         .collect();
     Outcome { discoveries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    #[test]
+    fn a_state_met_first_with_every_key_asleep_is_still_expanded() {
+        // Its keyless actions are taken nowhere else (found by review: `woken` was empty,
+        // so such a state was judged and never expanded).
+        let slot = Slot::default();
+        assert_eq!(slot.wake(u64::MAX), Some((u64::MAX, 0, true)));
+        // A visit that wakes nothing after a first that woke something is not expanded.
+        let slot = Slot::default();
+        assert_eq!(slot.wake(0b01), Some((0b01, !0b01, true)));
+        assert_eq!(slot.wake(0b01), None);
+        // One that wakes key 0 is, with only that key to take.
+        assert_eq!(slot.wake(0b10), Some((0, 0b01, false)));
+    }
 }

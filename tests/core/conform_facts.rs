@@ -530,3 +530,25 @@ fn an_answer_is_definite_only_when_the_contract_has_it() {
         assert_eq!(classify(status, body.as_bytes()), answer, "{status} {body}");
     }
 }
+
+#[test]
+fn requests_whose_rewritten_bytes_the_contract_answers_otherwise_are_left_out() {
+    // Found by review: a `sent_at` inside `data` before the top-level one (the rewrite
+    // missed the real one, so the correct pipeline answered not_fresh), and a valid
+    // signature without `X-Acme-Source` (the rewrite added the header, so a 202 where the
+    // contract answers bad_signature). Both are skipped, with the reason.
+    for name in [
+        "facts-conform-nested-sent-at.json",
+        "facts-conform-no-source-header.json",
+    ] {
+        let scenario =
+            Scenario::load(&crate::util::root().join("tests/inputs").join(name)).unwrap();
+        let (ok, skipped) = arrival::facts::conform::playable(&scenario, 2);
+        assert!(ok.is_empty(), "{name}: {ok:?}");
+        assert_eq!(skipped.len(), 1, "{name}: {skipped:?}");
+        assert!(skipped[0].contains("re-signed"), "{name}: {skipped:?}");
+    }
+    // The bundled fixtures keep every request they played before.
+    let (ok, skipped) = arrival::facts::conform::playable(&scenario("facts-retries.json"), 2);
+    assert_eq!((ok.len(), skipped.len()), (5, 0), "{skipped:?}");
+}
