@@ -9,7 +9,7 @@ use super::conform::{
 };
 use super::fixture::{RawFixture, Scenario};
 use crate::harness::conform::{confirm, shrink, Counts, Reproduced, Status, Verdict};
-use crate::harness::conform::{junit_suite, SuiteFailure};
+use crate::harness::conform::{junit_suite, properties_text, report_tail, FoundView};
 use crate::harness::junit::ExtraSuite;
 use crate::harness::rng::SplitMix;
 use serde::{Deserialize, Serialize};
@@ -378,6 +378,21 @@ pub struct Found {
     pub log_tail: Vec<String>,
 }
 
+impl Found {
+    /// The failure as the shared report parts read it.
+    pub fn view(&self) -> FoundView<'_> {
+        FoundView {
+            property: &self.property,
+            found_by: &self.found_by,
+            original_steps: self.original_steps,
+            steps: &self.steps,
+            reproduced: &self.reproduced,
+            flaky: self.flaky,
+            detail: &self.detail,
+        }
+    }
+}
+
 /// What a facts campaign found.
 #[derive(Clone, Debug, Serialize)]
 pub struct FactsConformReport {
@@ -669,53 +684,23 @@ impl FactsConformReport {
             c.recovered,
             c.kills
         );
-        for (name, status) in &self.properties {
-            let why = match status {
-                Status::Unobserved(why) | Status::NotExercised(why) => format!(" ({why})"),
-                _ => String::new(),
-            };
-            out += &format!("  {:<24} {}{why}\n", name, status.word());
-        }
-        for skipped in &self.skipped {
-            out += &format!("skipped: {skipped}\n");
-        }
-        for warning in &self.warnings {
-            out += &format!("warning: {warning}\n");
-        }
-        if let Some(found) = &self.failure {
-            out += &format!(
-                "VIOLATED {} (found by {}, {} step(s), shrunk to {}; reproduced {}{}):\n",
-                found.property,
-                found.found_by,
-                found.original_steps,
-                found.steps.len(),
-                found.reproduced,
-                if found.flaky { ", flaky" } else { "" }
-            );
-            for (index, step) in found.steps.iter().enumerate() {
-                out += &format!("  {}. {step}\n", index + 1);
-            }
-            out += &format!("{}\n", found.detail);
-        }
-        out += &format!("verdict: {}", self.verdict.word());
+        out += &properties_text(&self.properties);
+        out += &report_tail(
+            &self.skipped,
+            &self.warnings,
+            self.failure.as_ref().map(Found::view),
+            self.verdict,
+        );
         out
     }
 
     /// The run as a JUnit suite ([`junit_suite`]): it fails exactly when the run is not
     /// what `expect` says.
     pub fn junit(&self, expect: &str) -> ExtraSuite {
-        let failure = self.failure.as_ref().map(|found| SuiteFailure {
-            property: found.property.clone(),
-            flaky: found.flaky,
-            text: format!(
-                "{} (reproduced {}): {}\n{}",
-                found.steps.join(", "),
-                found.reproduced,
-                found.found_by,
-                found.detail
-            ),
-            detail: found.detail.clone(),
-        });
+        let failure = self
+            .failure
+            .as_ref()
+            .map(|found| found.view().suite_failure());
         junit_suite(
             format!("conform {} against {}", self.source, self.target),
             &self.properties,

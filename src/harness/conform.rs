@@ -375,3 +375,87 @@ pub fn junit_suite(
         seconds,
     }
 }
+
+/// A shrunk, confirmed failure as both protocols' reports show it.
+#[derive(Clone, Copy, Debug)]
+pub struct FoundView<'a> {
+    /// The property broken, or `diverged`.
+    pub property: &'a str,
+    /// The schedule it was found by.
+    pub found_by: &'a str,
+    /// Its length before shrinking.
+    pub original_steps: usize,
+    /// The shrunk schedule, in words.
+    pub steps: &'a [String],
+    /// `3/3`, or fewer.
+    pub reproduced: &'a str,
+    /// Whether some reruns did not fail the same way.
+    pub flaky: bool,
+    /// What was expected and what was seen.
+    pub detail: &'a str,
+}
+
+impl FoundView<'_> {
+    /// The failure for the JUnit suite ([`junit_suite`]).
+    pub fn suite_failure(&self) -> SuiteFailure {
+        SuiteFailure {
+            property: self.property.to_owned(),
+            flaky: self.flaky,
+            text: format!(
+                "{} (reproduced {}): {}\n{}",
+                self.steps.join(", "),
+                self.reproduced,
+                self.found_by,
+                self.detail
+            ),
+            detail: self.detail.to_owned(),
+        }
+    }
+}
+
+/// Each property's status, a line each, with why when it is not seen or not exercised.
+pub fn properties_text(properties: &[(String, Status)]) -> String {
+    let mut out = String::new();
+    for (name, status) in properties {
+        let why = match status {
+            Status::Unobserved(why) | Status::NotExercised(why) => format!(" ({why})"),
+            _ => String::new(),
+        };
+        out += &format!("  {:<24} {}{why}\n", name, status.word());
+    }
+    out
+}
+
+/// The end of a conformance report for people: what was skipped, the warnings, the failure
+/// with its shrunk steps, and the verdict.
+pub fn report_tail(
+    skipped: &[String],
+    warnings: &[String],
+    found: Option<FoundView<'_>>,
+    verdict: Verdict,
+) -> String {
+    let mut out = String::new();
+    for skipped in skipped {
+        out += &format!("skipped: {skipped}\n");
+    }
+    for warning in warnings {
+        out += &format!("warning: {warning}\n");
+    }
+    if let Some(found) = found {
+        out += &format!(
+            "VIOLATED {} (found by {}, {} step(s), shrunk to {}; reproduced {}{}):\n",
+            found.property,
+            found.found_by,
+            found.original_steps,
+            found.steps.len(),
+            found.reproduced,
+            if found.flaky { ", flaky" } else { "" }
+        );
+        for (index, step) in found.steps.iter().enumerate() {
+            out += &format!("  {}. {step}\n", index + 1);
+        }
+        out += &format!("{}\n", found.detail);
+    }
+    out += &format!("verdict: {}", verdict.word());
+    out
+}
