@@ -222,7 +222,6 @@ struct Runner<'a> {
     candidates: Candidates<World>,
     last: Option<Observed>,
     run: Run,
-    draws: crate::harness::rng::SplitMix,
 }
 
 impl<'a> Runner<'a> {
@@ -253,7 +252,6 @@ impl<'a> Runner<'a> {
             candidates: Candidates::new(start),
             last: Some(seen),
             run: Run::default(),
-            draws: crate::harness::rng::SplitMix::new(settings.seed),
         })
     }
 
@@ -300,8 +298,7 @@ impl<'a> Runner<'a> {
         let send = match fault {
             Some(External::Disconnect) => Sending::Disconnect,
             Some(External::Kill) if self.target.can_kill() => {
-                let window = self.settings.kill_window_ms.max(1);
-                Sending::KillAfter(Duration::from_millis(self.draws.below(window)))
+                Sending::KillAfter(kill_delay(self.settings, delivery))
             }
             Some(External::Kill) => Sending::Disconnect,
             _ => Sending::Wait,
@@ -601,6 +598,17 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// How long after sending delivery `delivery` a kill in flight lands: drawn from the seed
+/// and the delivery's number alone, so a shrunk schedule and its confirming reruns kill
+/// that delivery at the same moment as the run that found the failure.
+fn kill_delay(settings: &Settings, delivery: u32) -> Duration {
+    let window = settings.kill_window_ms.max(1);
+    let mut draws = crate::harness::rng::SplitMix::new(
+        settings.seed ^ u64::from(delivery).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    Duration::from_millis(draws.below(window))
+}
+
 /// The model steps an action with this answer may have been (`None`: nothing happened).
 fn delivery_branches(delivery: u32, fault: Option<External>, answer: &Answer) -> Vec<Option<Step>> {
     let step = |fault| Some(Step::Deliver { delivery, fault });
@@ -780,6 +788,9 @@ impl Naming<'_> {
             counts.changed_payloads_swallowed += 1;
             return Some("evidence-retained");
         }
+        if self.redecided() {
+            return Some("ack-implies-recorded");
+        }
         self.changed_cards()
     }
 
@@ -910,6 +921,22 @@ impl Naming<'_> {
             && !self.branches.is_empty()
             && self.branches.iter().all(|branch| {
                 branch.verdict == Some(Verdict::Decided(Decision::ConflictChangedPayload))
+            })
+    }
+
+    /// A delivery every candidate world has recorded (so it is a duplicate, answered with
+    /// the meaning its record holds now) acknowledged with another meaning: the
+    /// acknowledgement matches no decision recorded for that content. A receiver whose
+    /// decision's effect was stored without its record decides the content again.
+    fn redecided(&self) -> bool {
+        let Answer::Ack(Some(word)) = self.answer else {
+            return false;
+        };
+        self.channels.ack
+            && !self.branches.is_empty()
+            && self.branches.iter().all(|branch| {
+                matches!(branch.verdict, Some(Verdict::Duplicate(_)))
+                    && branch.word != Some(word.as_str())
             })
     }
 

@@ -232,6 +232,45 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
     );
 }
 
+/// The mutant pauses 50 ms between its two commits (`store::mutants::COMMIT_TO_COMMIT`);
+/// with a 45 ms kill window, seed 5 kills delivery #10 36 ms after sending it, after the
+/// first commit and before the second, in the walk and in every rerun.
+#[test]
+fn the_store_s_two_transactions_mutant_is_caught_by_a_kill_between_its_commits_and_replays() {
+    let dir = temp_dir("conform-two-transactions");
+    let out = dir.path().to_str().unwrap();
+    let mutant = store(Some("two-transactions"));
+    let walks = ["--no-traces", "--no-mutants", "--no-cover", "--walks", "40"];
+    let mut args = walks.to_vec();
+    args.extend(["--seed", "5", "--kill-window-ms", "45", "--trace-out", out]);
+    let output = conform("models/b62-15.toml", &mutant, &args);
+    assert_status(&output, 1, "conform store two-transactions");
+    assert_eq!(
+        found(&json(&output)),
+        (
+            "ack-implies-recorded".into(),
+            strings(&["deliver #10 (kill in flight)", "deliver #10"]),
+            "3/3".into()
+        )
+    );
+    let fixture = dir.path().join("b62-15.conform.ack-implies-recorded.json");
+    let file = fixture.to_str().unwrap();
+    assert_status(
+        &arrival(&["replay", file]),
+        0,
+        "replay of the conform fixture",
+    );
+    let window = ["--seed", "5", "--kill-window-ms", "45"];
+    let rerun = conform(file, &mutant, &window);
+    assert_status(&rerun, 1, "rerun on two-transactions");
+    assert_eq!(json(&rerun)["failure"]["property"], "ack-implies-recorded");
+    assert_status(
+        &conform(file, &store(None), &window),
+        0,
+        "rerun on the store",
+    );
+}
+
 fn target_file(dir: &Path, kind: &str, command: &[&str]) -> String {
     let file = dir.join(format!("{kind}.toml"));
     let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
