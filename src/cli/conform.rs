@@ -278,6 +278,12 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
                 }),
                 Err(why) => skipped.push(format!("the fixture's schedule: {why}")),
             }
+            plans.extend(facts_campaign::walk_plans(
+                &requests,
+                facts_campaign::FIXTURE_WALKS,
+                args.walks,
+                args.seed,
+            ));
             (scenario, raw, plans, skipped)
         }
         FactsSource::Rerun => {

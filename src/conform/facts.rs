@@ -127,6 +127,8 @@ pub struct HttpFactsTarget {
     file: FactsTargetFile,
     supervisor: Supervisor,
     stream: Option<String>,
+    /// Cleanup failures not reported yet.
+    warnings: Vec<String>,
 }
 
 fn error(what: impl Into<String>, message: impl std::fmt::Display) -> TargetError {
@@ -151,6 +153,7 @@ impl HttpFactsTarget {
             file,
             supervisor,
             stream: None,
+            warnings: Vec::new(),
         })
     }
 
@@ -183,10 +186,18 @@ impl HttpFactsTarget {
         Ok(output.stdout)
     }
 
-    fn cleanup(&mut self) {
-        if self.stream.is_some() && !self.file.cleanup.is_empty() {
-            let _ = self.run("cleanup", &self.file.cleanup.clone());
+    /// Runs `cleanup` for the stream in use; a failure is kept as a warning (the run's
+    /// verdict does not depend on it, but the user's Redis may keep the stream).
+    fn cleanup(&mut self) -> Option<String> {
+        if self.stream.is_none() || self.file.cleanup.is_empty() {
+            return None;
         }
+        let failed = self.run("cleanup", &self.file.cleanup.clone()).err()?;
+        let warning = format!("{}: {}", failed.what, failed.message);
+        if !self.warnings.contains(&warning) {
+            self.warnings.push(warning.clone());
+        }
+        Some(warning)
     }
 
     fn addr(&self) -> SocketAddr {
@@ -357,11 +368,18 @@ impl FactsTarget for HttpFactsTarget {
     fn log_tail(&self) -> Vec<String> {
         self.supervisor.tail()
     }
+
+    fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
 }
 
 impl Drop for HttpFactsTarget {
+    /// The last stream's cleanup comes after the report; its failure goes to stderr.
     fn drop(&mut self) {
         self.supervisor.kill();
-        self.cleanup();
+        if let Some(warning) = self.cleanup() {
+            eprintln!("arrival conform: {warning}");
+        }
     }
 }

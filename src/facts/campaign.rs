@@ -62,6 +62,11 @@ pub trait FactsTarget {
     fn settle_timeout(&self) -> Duration;
     /// Its last log lines.
     fn log_tail(&self) -> Vec<String>;
+    /// What went wrong around the receiver without being a verdict or a harness failure
+    /// (a `cleanup` command that failed), taken once; nothing by default.
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// How each schedule runs.
@@ -483,7 +488,7 @@ pub fn campaign(
         (None, _) if counts.attempted == 0 => Verdict::Incomplete,
         (None, _) => Verdict::Sampled,
     };
-    let mut warnings = Vec::new();
+    let mut warnings = target.take_warnings();
     if !options.settings.every_step {
         warnings.push(
             "the state is read only at the end of each schedule: what a step did on the way \
@@ -761,15 +766,34 @@ pub fn model_plans(
             .saturating_add(file.takeovers),
         copies: file.lost_responses.max(1),
     };
-    if !requests.is_empty() {
-        for walk in 0..walks {
-            plans.push(Plan {
-                id: format!("walks/s{seed}/w{walk}"),
-                actions: super::conform::walk_actions(&requests, budgets, seed, walk),
-            });
-        }
-    }
+    plans.extend(walk_plans(&requests, budgets, walks, seed));
     (plans, skipped)
+}
+
+/// The budgets of the walks after a facts fixture given without a model file: one lost
+/// answer, one kill and one extra copy each.
+pub const FIXTURE_WALKS: super::conform::WalkBudgets = super::conform::WalkBudgets {
+    lost: 1,
+    kills: 1,
+    copies: 1,
+};
+
+/// `walks` seeded walks over the playable `requests` (none when there is nothing to post).
+pub fn walk_plans(
+    requests: &[u32],
+    budgets: super::conform::WalkBudgets,
+    walks: usize,
+    seed: u64,
+) -> Vec<Plan> {
+    if requests.is_empty() {
+        return Vec::new();
+    }
+    (0..walks)
+        .map(|walk| Plan {
+            id: format!("walks/s{seed}/w{walk}"),
+            actions: super::conform::walk_actions(requests, budgets, seed, walk),
+        })
+        .collect()
 }
 
 /// Reads a file written by `--trace-out` (`*.actions.json`): its fixture (relative to

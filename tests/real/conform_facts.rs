@@ -214,3 +214,30 @@ fn a_pipeline_that_never_accepts_is_caught_as_no_loss_and_its_junit_fails_with_t
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
 }
+
+/// A facts fixture given as the source runs its own schedule and then `--walks` walks (one
+/// lost answer, one kill and one copy each); a `cleanup` command that fails is a warning in
+/// the report, never silence and never a verdict.
+#[test]
+fn a_facts_fixture_runs_its_walks_too_and_a_failing_cleanup_is_a_warning() {
+    let dir = temp_dir("conform-facts-cleanup");
+    // It still deletes the stream (tests clean up after themselves), then fails.
+    let target = target_file(dir.path(), "failing-cleanup.toml", |text| {
+        text.replace(
+            ">/dev/null\"]",
+            ">/dev/null; echo no such stream >&2; exit 4\"]",
+        )
+    });
+    let output = conform("fixtures/facts-retries.json", &target, &["--walks", "2"]);
+    assert_status(&output, 0, "conform facts fixture");
+    let report = json(&output);
+    assert_eq!(
+        (report["schedules"].as_u64(), report["verdict"].as_str()),
+        (Some(3), Some("sampled"))
+    );
+    let warnings = report["warnings"].to_string();
+    assert!(
+        warnings.contains("cleanup") && warnings.contains("no such stream"),
+        "{warnings}"
+    );
+}
