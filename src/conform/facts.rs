@@ -15,7 +15,7 @@ use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn default_timeout() -> u64 {
     2_000
@@ -208,26 +208,6 @@ impl HttpFactsTarget {
         Duration::from_millis(self.file.timeout_ms)
     }
 
-    fn wait_ready(&mut self) -> Result<(), TargetError> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.supervisor.exited() {
-                return Err(from_harness(self.supervisor.ended(&status)));
-            }
-            let probe = super::http::request(self.addr(), "GET", "/healthz", b"", self.timeout());
-            if probe.is_ok_and(|reply| (200..300).contains(&reply.status)) {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_millis(self.file.ready_timeout_ms) {
-                return Err(error(
-                    format!("target http://{}/healthz", self.addr()),
-                    format!("not ready (no 2xx) after {} ms", self.file.ready_timeout_ms),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
     fn send(&self, wire: &Wire) -> std::io::Result<TcpStream> {
         let addr = self.addr();
         let mut head = format!(
@@ -334,25 +314,11 @@ impl FactsTarget for HttpFactsTarget {
     }
 
     fn start(&mut self) -> Result<(), TargetError> {
-        self.supervisor.spawn(false).map_err(from_harness)?;
-        let Err(first) = self.wait_ready() else {
-            return Ok(());
-        };
-        // Another process may have taken the port while the receiver was down: once more
-        // on a new port before giving up.
-        self.supervisor.kill();
-        self.supervisor.port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .map_err(|e| error("a free port on 127.0.0.1", e))?
-            .port();
-        self.supervisor.spawn(false).map_err(from_harness)?;
-        self.wait_ready().map_err(|second| TargetError {
-            what: second.what,
-            message: format!(
-                "{} (and before that, on another port: {})",
-                second.message, first.message
-            ),
-        })
+        let (timeout, ready) = (
+            self.timeout(),
+            Duration::from_millis(self.file.ready_timeout_ms),
+        );
+        super::http::start_http(&mut self.supervisor, timeout, ready).map_err(from_harness)
     }
 
     fn now_ms(&self) -> i64 {

@@ -203,29 +203,6 @@ impl HttpTarget {
         format!("target http://{}{path}", self.addr())
     }
 
-    fn wait_ready(&mut self) -> Result<(), HarnessError> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.supervisor.exited() {
-                return Err(self.supervisor.ended(&status));
-            }
-            let probe = request(self.addr(), "GET", "/healthz", b"", self.timeout);
-            if probe.is_ok_and(|reply| (200..300).contains(&reply.status)) {
-                return Ok(());
-            }
-            if started.elapsed() > self.ready_timeout {
-                return Err(HarnessError {
-                    what: self.what("/healthz"),
-                    message: format!(
-                        "not ready (no 2xx) after {} ms",
-                        self.ready_timeout.as_millis()
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
     /// Kills the receiver and starts it again on the same data, so that no request of the
     /// last step can still be running inside it when the next step starts (the model's steps
     /// are atomic: a request left running would land between later ones).
@@ -269,6 +246,62 @@ impl HttpTarget {
                 Ok(Answer::Indefinite(error.to_string()))
             }
         }
+    }
+}
+
+/// Starts an HTTP receiver and waits until `GET /healthz` answers 2xx. When it does not
+/// (another process may have taken the port while the receiver was down, after a kill),
+/// once more on a new port before giving up.
+pub fn start_http(
+    supervisor: &mut Supervisor,
+    timeout: Duration,
+    ready_timeout: Duration,
+) -> Result<(), HarnessError> {
+    supervisor.spawn(false)?;
+    let Err(first) = wait_ready(supervisor, timeout, ready_timeout) else {
+        return Ok(());
+    };
+    supervisor.kill();
+    supervisor.port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(|error| HarnessError {
+            what: "a free port on 127.0.0.1".into(),
+            message: error.to_string(),
+        })?
+        .port();
+    supervisor.spawn(false)?;
+    wait_ready(supervisor, timeout, ready_timeout).map_err(|second| HarnessError {
+        what: second.what,
+        message: format!(
+            "{} (and before that, on another port: {})",
+            second.message, first.message
+        ),
+    })
+}
+
+/// Polls `GET /healthz` every 10 ms until a 2xx, the process's end, or `ready_timeout`.
+fn wait_ready(
+    supervisor: &mut Supervisor,
+    timeout: Duration,
+    ready_timeout: Duration,
+) -> Result<(), HarnessError> {
+    let started = Instant::now();
+    let addr = SocketAddr::from(([127, 0, 0, 1], supervisor.port));
+    loop {
+        if let Some(status) = supervisor.exited() {
+            return Err(supervisor.ended(&status));
+        }
+        let probe = request(addr, "GET", "/healthz", b"", timeout);
+        if probe.is_ok_and(|reply| (200..300).contains(&reply.status)) {
+            return Ok(());
+        }
+        if started.elapsed() > ready_timeout {
+            return Err(HarnessError {
+                what: format!("target http://{addr}/healthz"),
+                message: format!("not ready (no 2xx) after {} ms", ready_timeout.as_millis()),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -323,8 +356,7 @@ impl CardTarget for HttpTarget {
             self.initial = initial.clone();
             self.supervisor.fresh_data(initial)?;
         }
-        self.supervisor.spawn(false)?;
-        self.wait_ready()
+        start_http(&mut self.supervisor, self.timeout, self.ready_timeout)
     }
 
     fn deliver(
