@@ -172,7 +172,8 @@ pub fn run_schedule(
             ),
         ));
     }
-    let mut last: BTreeMap<u32, Wire> = BTreeMap::new();
+    // Each request's last attempt: its bytes and when they were sent (arrival's clock).
+    let mut last: BTreeMap<u32, (Wire, i64)> = BTreeMap::new();
     // Requests every answer to which so far was indefinite: a sender still owes them.
     let mut owed: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
     let fail = |run: &mut Run, step: usize, mismatch: Mismatch| {
@@ -194,11 +195,25 @@ pub fn run_schedule(
                 fault,
             } => {
                 let posted = &scenario.setup.requests[&request];
+                let now = target.now_ms();
                 let sent = match (bytes, last.get(&request)) {
-                    (super::conform::Bytes::Exact, Some(previous)) => previous.clone(),
-                    _ => wire(scenario, posted, target.now_ms(), bytes),
+                    (super::conform::Bytes::Exact, Some((previous, at)))
+                        if super::conform::exact_copy_keeps_its_age(
+                            scenario,
+                            posted,
+                            now - at,
+                            2,
+                        ) =>
+                    {
+                        previous.clone()
+                    }
+                    // A copy that would turn stale on the way goes re-signed.
+                    (super::conform::Bytes::Exact, Some(_)) => {
+                        wire(scenario, posted, now, super::conform::Bytes::Resigned)
+                    }
+                    _ => wire(scenario, posted, now, bytes),
                 };
-                last.insert(request, sent.clone());
+                last.insert(request, (sent.clone(), now));
                 let sending = match fault {
                     Some(Fault::Disconnect) => Sending::Disconnect,
                     Some(Fault::KillInFlight) => {

@@ -208,6 +208,28 @@ pub fn age(posted: &PostedRequest, scheme: Scheme) -> Option<i64> {
     Some(posted.received_at - sent)
 }
 
+/// Whether an exact copy of `posted`, sent `elapsed_ms` after the attempt whose bytes it
+/// repeats, is judged on the real clock as the fixture judges the request: its age is
+/// then the fixture's plus the time elapsed, and a copy that comes within `margin`
+/// seconds of the freshness window's edge, or crosses it, is not (it would turn stale on
+/// the way, which the model, at the fixture's time, does not see).
+pub fn exact_copy_keeps_its_age(
+    scenario: &Scenario,
+    posted: &PostedRequest,
+    elapsed_ms: i64,
+    margin: i64,
+) -> bool {
+    let Some(age) =
+        signing_key(scenario, posted).and_then(|(_, key)| age(posted, key.secret.scheme()))
+    else {
+        return true;
+    };
+    let freshness = scenario.setup.config.freshness_seconds;
+    let later = age + (elapsed_ms.max(0) + 999) / 1000;
+    let fresh = |age: i64| age.abs() <= freshness;
+    fresh(age) == fresh(later) && (later.abs() - freshness).abs() > margin
+}
+
 /// The body with its top-level `sent_at` string replaced, every other byte kept.
 pub fn with_sent_at(body: &[u8], sent_at: &str) -> Option<Vec<u8>> {
     let old = parse_json_object(body)

@@ -552,3 +552,26 @@ fn requests_whose_rewritten_bytes_the_contract_answers_otherwise_are_left_out() 
     let (ok, skipped) = arrival::facts::conform::playable(&scenario("facts-retries.json"), 2);
     assert_eq!((ok.len(), skipped.len()), (5, 0), "{skipped:?}");
 }
+
+/// An exact copy keeps the bytes, and so the `sent_at`, of the attempt it repeats: sent
+/// later it is older on the real clock than in the fixture. Until it comes within 2 s of
+/// the freshness window's edge it goes as it is; from there on arrival re-signs it.
+#[test]
+fn an_exact_copy_that_would_turn_stale_on_the_way_is_not_sent_as_it_is() {
+    use arrival::facts::conform::{age, exact_copy_keeps_its_age, signing_key};
+    let scenario = scenario("facts-retries.json");
+    let freshness = scenario.setup.config.freshness_seconds;
+    let posted = &scenario.setup.requests[&1];
+    let (_, key) = signing_key(&scenario, posted).expect("request 1 is signed");
+    let age = age(posted, key.secret.scheme()).expect("it has an age");
+    let to_edge_ms = (freshness - age) * 1000;
+    assert!(
+        to_edge_ms > 5_000,
+        "request 1 is {age} s old of {freshness} s"
+    );
+    let keeps = |elapsed_ms| exact_copy_keeps_its_age(&scenario, posted, elapsed_ms, 2);
+    assert!(keeps(0));
+    assert!(keeps(to_edge_ms - 3_000));
+    assert!(!keeps(to_edge_ms - 2_000));
+    assert!(!keeps(to_edge_ms + 60_000));
+}
