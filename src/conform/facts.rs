@@ -1,10 +1,11 @@
 //! The facts receiver under test as processes: its target file (the receiver's command,
-//! the command that registers a fixture's applications and keys at every reset, the
-//! command that prints its state, an optional clean-up), signed posts over HTTP with the
-//! request's own headers, kills of its process group and restarts on the same data.
+//! the command that registers a fixture's applications and keys at every reset, where its
+//! state is read, an optional clean-up), signed posts over HTTP with the request's own
+//! headers, kills of its process group and restarts on the same data.
 
 use super::http::read_reply;
 use super::process::Supervisor;
+use super::state::{Context, Protocol, StateSetting};
 use crate::facts::campaign::{FactsTarget, Sending, TargetError};
 use crate::facts::conform::{classify, Answer, Wire};
 use crate::facts::fixture::RawFixture;
@@ -38,7 +39,7 @@ fn default_path() -> String {
 }
 
 /// A facts target file (docs/conform.md).
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FactsTargetFile {
     /// Always `facts`.
@@ -48,8 +49,12 @@ pub struct FactsTargetFile {
     /// Run at every reset before the receiver starts: `{fixture}` (the fixture's
     /// applications and keys), `{data_dir}`, `{stream}`, `{arrival}`; must exit 0.
     pub register: Vec<String>,
-    /// Prints the state document; must exit 0.
-    pub state: Vec<String>,
+    /// Where the state document is read, as written: a command printing it (a list of
+    /// words), or a table or list of tables (docs/conform.md).
+    state: toml::Value,
+    /// The `state` setting, read.
+    #[serde(skip)]
+    pub reader: StateSetting,
     /// Run after each receiver's last use (e.g. to delete its stream); optional.
     #[serde(default)]
     pub cleanup: Vec<String>,
@@ -84,11 +89,7 @@ impl FactsTargetFile {
                 ),
             ));
         }
-        for (name, words) in [
-            ("command", &file.command),
-            ("register", &file.register),
-            ("state", &file.state),
-        ] {
+        for (name, words) in [("command", &file.command), ("register", &file.register)] {
             if words.is_empty() {
                 return Err(InputError::invalid(
                     path,
@@ -97,13 +98,10 @@ impl FactsTargetFile {
                 ));
             }
         }
+        file.reader = StateSetting::from_toml(&file.state, path, Protocol::Facts)?;
         let exe = exe.display().to_string();
-        for words in [
-            &mut file.command,
-            &mut file.register,
-            &mut file.state,
-            &mut file.cleanup,
-        ] {
+        file.reader.replace("{arrival}", &exe);
+        for words in [&mut file.command, &mut file.register, &mut file.cleanup] {
             for word in words.iter_mut() {
                 *word = word.replace("{arrival}", &exe);
             }
@@ -293,19 +291,17 @@ impl FactsTarget for HttpFactsTarget {
     }
 
     fn read(&mut self) -> Result<Value, TargetError> {
-        let out = self.run("state", &self.file.state.clone())?;
-        serde_json::from_slice(&out).map_err(|e| {
-            error(
-                format!("state command `{}`", self.file.state.join(" ")),
-                format!(
-                    "printed no JSON document ({e}): {}",
-                    String::from_utf8_lossy(&out)
-                        .chars()
-                        .take(200)
-                        .collect::<String>()
-                ),
-            )
-        })
+        let fill = |word: &str| self.fill(word);
+        let get = |url: &str| super::http::get(self.addr(), url, self.timeout());
+        let context = Context {
+            fill: &fill,
+            get: &get,
+            timeout: self.timeout(),
+        };
+        self.file
+            .reader
+            .read(&context, Protocol::Facts)
+            .map_err(|e| error(e.what, e.message))
     }
 
     fn kill(&mut self) -> Result<(), TargetError> {

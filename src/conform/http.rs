@@ -3,6 +3,7 @@
 //! receiver behind it, started and killed by a [`Supervisor`].
 
 use super::process::Supervisor;
+use super::state::{Context, Protocol, Source, StateSetting};
 use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
 use crate::card::replay::CardReport;
 use serde_json::Value;
@@ -146,6 +147,40 @@ pub fn read_reply(stream: TcpStream) -> std::io::Result<Reply> {
     })
 }
 
+/// `GET url` (a path on `addr`, or `http://HOST:PORT/PATH`): the body of a 200 answer.
+/// The state reader's URL source ([`super::state`]).
+pub fn get(addr: SocketAddr, url: &str, timeout: Duration) -> Result<Vec<u8>, String> {
+    let (addr, path) = if url.starts_with('/') {
+        (addr, url.to_owned())
+    } else {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or("only http:// URLs are read")?;
+        let (host, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], rest[at..].to_owned()),
+            None => (rest, "/".to_owned()),
+        };
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(host)
+            .map_err(|error| format!("cannot resolve {host}: {error}"))?
+            .next()
+            .ok_or_else(|| format!("{host} resolves to no address"))?;
+        (addr, path)
+    };
+    let shown = format!("GET http://{addr}{path}");
+    let reply = request(addr, "GET", &path, b"", timeout).map_err(|e| format!("{shown}: {e}"))?;
+    if reply.status != 200 {
+        let body: String = String::from_utf8_lossy(&reply.body)
+            .chars()
+            .take(200)
+            .collect();
+        return Err(format!(
+            "{shown} answered {}, not 200: {body}",
+            reply.status
+        ));
+    }
+    Ok(reply.body)
+}
+
 /// A chunked body, decoded (extensions and trailers skipped).
 pub fn dechunk(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
     let mut body = Vec::new();
@@ -178,20 +213,26 @@ pub struct HttpTarget {
     timeout: Duration,
     ready_timeout: Duration,
     initial: BTreeMap<String, CardReport>,
+    state: StateSetting,
 }
 
 impl HttpTarget {
-    /// A target running `command` (with `{port}` and `{data_dir}`).
+    /// A target running `command` (with `{port}` and `{data_dir}`), its state read from
+    /// `state` (default: `GET /_arrival/state`).
     pub fn new(
         command: Vec<String>,
         timeout: Duration,
         ready_timeout: Duration,
+        state: Option<StateSetting>,
     ) -> Result<HttpTarget, HarnessError> {
         Ok(HttpTarget {
             supervisor: Supervisor::new(command)?,
             timeout,
             ready_timeout,
             initial: BTreeMap::new(),
+            state: state.unwrap_or_else(|| StateSetting {
+                sources: vec![Source::Url("/_arrival/state".into())],
+            }),
         })
     }
 
@@ -326,7 +367,7 @@ fn meaning(reply: &Reply) -> Option<String> {
 }
 
 /// Reads `{"cards": {...}, "paused"?: [...], "unresolved"?: [...]}`.
-pub fn parse_state(body: &[u8]) -> Result<Observed, String> {
+pub fn parse_state(document: Value) -> Result<Observed, String> {
     #[derive(serde::Deserialize)]
     struct State {
         cards: BTreeMap<String, CardReport>,
@@ -335,13 +376,39 @@ pub fn parse_state(body: &[u8]) -> Result<Observed, String> {
         #[serde(default)]
         unresolved: Option<std::collections::BTreeSet<String>>,
     }
-    let state: State = serde_json::from_slice(body).map_err(|error| {
+    let state: State = serde_json::from_value(document).map_err(|error| {
         format!("not a state object {{\"cards\": {{...}}, \"paused\"?, \"unresolved\"?}}: {error}")
     })?;
     Ok(Observed {
         cards: state.cards,
         paused: state.paused,
         unresolved: state.unresolved,
+    })
+}
+
+/// A card target's state from its `state` setting, read as the card oracle's observation.
+pub fn read_cards(
+    setting: &StateSetting,
+    supervisor: &Supervisor,
+    timeout: Duration,
+) -> Result<Observed, HarnessError> {
+    let fill = |word: &str| supervisor.fill(word);
+    let addr = SocketAddr::from(([127, 0, 0, 1], supervisor.port));
+    let get = |url: &str| get(addr, url, timeout);
+    let context = Context {
+        fill: &fill,
+        get: &get,
+        timeout,
+    };
+    let document = setting
+        .read(&context, Protocol::Card)
+        .map_err(|error| HarnessError {
+            what: error.what,
+            message: error.message,
+        })?;
+    parse_state(document).map_err(|message| HarnessError {
+        what: setting.describe(),
+        message,
     })
 }
 
@@ -397,31 +464,19 @@ impl CardTarget for HttpTarget {
     }
 
     fn read(&mut self) -> Result<Observed, HarnessError> {
-        let what = self.what("/_arrival/state");
-        let reply = match request(self.addr(), "GET", "/_arrival/state", b"", self.timeout) {
-            Ok(reply) => reply,
-            Err(error) => {
-                // A receiver that died on the last request may still be closing down.
-                let started = Instant::now();
-                while started.elapsed() < Duration::from_millis(500) {
-                    if let Some(status) = self.supervisor.exited() {
-                        return Err(self.supervisor.died(&status));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                return Err(HarnessError {
-                    what,
-                    message: error.to_string(),
-                });
-            }
+        let error = match read_cards(&self.state, &self.supervisor, self.timeout) {
+            Ok(observed) => return Ok(observed),
+            Err(error) => error,
         };
-        if reply.status != 200 {
-            return Err(HarnessError {
-                what,
-                message: format!("answered {}, not 200", reply.status),
-            });
+        // A receiver that died on the last request may still be closing down.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(500) {
+            if let Some(status) = self.supervisor.exited() {
+                return Err(self.supervisor.died(&status));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        parse_state(&reply.body).map_err(|message| HarnessError { what, message })
+        Err(error)
     }
 
     fn kill(&mut self) -> Result<(), HarnessError> {

@@ -9,10 +9,12 @@
 //! | [`process`] | the process supervisor: placeholders, process group, `SIGKILL`, data directory, stderr tail |
 //! | [`http`] | the HTTP target and its minimal blocking client (chunked answers included) |
 //! | [`stdio`] | the JSON-lines target |
-//! | [`facts`] | the facts target: its target file, register and state commands, signed posts, kills |
+//! | [`facts`] | the facts target: its target file, register command, signed posts, kills |
+//! | [`state`] | where either protocol's state document is read: a URL, a command, SQL on SQLite or PostgreSQL, or several merged |
 
 pub mod facts;
 pub mod http;
 pub mod process;
+pub mod state;
 pub mod stdio;
 pub mod target;

@@ -3,6 +3,7 @@
 //! Maelstrom's error codes, the receiver started and killed by a [`Supervisor`].
 
 use super::process::Supervisor;
+use super::state::StateSetting;
 use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
 use crate::card::replay::CardReport;
 use serde_json::{json, Value};
@@ -24,6 +25,7 @@ pub struct StdioTarget {
     stdin: Option<ChildStdin>,
     lines: Option<Receiver<String>>,
     next_id: u64,
+    state: Option<StateSetting>,
 }
 
 enum Reply {
@@ -33,11 +35,13 @@ enum Reply {
 }
 
 impl StdioTarget {
-    /// A target running `command` (with `{data_dir}`).
+    /// A target running `command` (with `{data_dir}`), its state read from `state`
+    /// (default: the `read` message).
     pub fn new(
         command: Vec<String>,
         timeout: Duration,
         ready_timeout: Duration,
+        state: Option<StateSetting>,
     ) -> Result<StdioTarget, HarnessError> {
         Ok(StdioTarget {
             supervisor: Supervisor::new(command)?,
@@ -47,6 +51,7 @@ impl StdioTarget {
             stdin: None,
             lines: None,
             next_id: 0,
+            state,
         })
     }
 
@@ -225,13 +230,15 @@ impl CardTarget for StdioTarget {
     }
 
     fn read(&mut self) -> Result<Observed, HarnessError> {
+        if let Some(state) = &self.state {
+            return super::http::read_cards(state, &self.supervisor, self.timeout);
+        }
         let Some(id) = self.send(json!({"type": "read"})) else {
             return Err(self.error("its input closed before `read`"));
         };
         match self.reply(id, self.timeout)? {
             Reply::Line(value) if value["type"] == "read_ok" => {
-                let body = serde_json::to_vec(&value).expect("values serialise");
-                super::http::parse_state(&body).map_err(|message| self.error(message))
+                super::http::parse_state(value).map_err(|message| self.error(message))
             }
             Reply::Line(value) => Err(self.error(format!("answered `read` with {value}"))),
             Reply::Timeout => Err(self.error(format!(

@@ -1,8 +1,10 @@
 //! How a target is named: a target file (`--target FILE.toml`: `kind`, `command` with
-//! `{port}` and `{data_dir}`, timeouts, the expected result) or a shorthand
+//! `{port}` and `{data_dir}`, timeouts, the expected result, where the state is read) or a
+//! shorthand
 //! (`--target http:COMMAND...`, `--target stdio:COMMAND...`, words split on spaces).
 
 use super::http::HttpTarget;
+use super::state::{Protocol, StateSetting};
 use super::stdio::StdioTarget;
 use crate::card::conform::{CardTarget, HarnessError};
 use crate::harness::InputError;
@@ -33,7 +35,7 @@ fn default_expect() -> String {
 }
 
 /// A target file.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TargetFile {
     /// `http` or `stdio`.
@@ -49,6 +51,13 @@ pub struct TargetFile {
     /// `pass`, or the property a known-broken receiver must be caught by.
     #[serde(default = "default_expect")]
     pub expect: String,
+    /// The `state` setting as written (read into [`TargetFile::reader`]).
+    #[serde(default)]
+    state: Option<toml::Value>,
+    /// Where the state is read: a URL, a command or SQL (docs/conform.md); when `None`,
+    /// `GET /_arrival/state` (http) or the `read` message (stdio).
+    #[serde(skip)]
+    pub reader: Option<StateSetting>,
 }
 
 impl TargetFile {
@@ -60,6 +69,8 @@ impl TargetFile {
             timeout_ms: default_timeout(),
             ready_timeout_ms: default_ready(),
             expect: default_expect(),
+            state: None,
+            reader: None,
         };
         let file = if let Some(rest) = text.strip_prefix("http:") {
             shorthand(Kind::Http, rest)
@@ -77,7 +88,11 @@ impl TargetFile {
                     ),
                 ));
             }
-            crate::harness::model_file::parse(path)?
+            let mut file: TargetFile = crate::harness::model_file::parse(path)?;
+            if let Some(value) = &file.state {
+                file.reader = Some(StateSetting::from_toml(value, path, Protocol::Card)?);
+            }
+            file
         };
         if file.command.is_empty() {
             return Err(InputError::invalid(
@@ -105,9 +120,11 @@ impl TargetFile {
     pub fn open(&self) -> Result<Box<dyn CardTarget>, HarnessError> {
         let timeout = Duration::from_millis(self.timeout_ms);
         let ready = Duration::from_millis(self.ready_timeout_ms);
+        let command = self.command.clone();
+        let reader = self.reader.clone();
         Ok(match self.kind {
-            Kind::Http => Box::new(HttpTarget::new(self.command.clone(), timeout, ready)?),
-            Kind::Stdio => Box::new(StdioTarget::new(self.command.clone(), timeout, ready)?),
+            Kind::Http => Box::new(HttpTarget::new(command, timeout, ready, reader)?),
+            Kind::Stdio => Box::new(StdioTarget::new(command, timeout, ready, reader)?),
         })
     }
 }

@@ -505,7 +505,8 @@ fn connect_error(url: &str, error: &postgres::Error) -> DbError {
     }
 }
 
-fn password_of(url: &str) -> Option<String> {
+/// The password in a connection URL, if it has one (to take it out of messages).
+pub fn password_of(url: &str) -> Option<String> {
     let rest = &url[url.find("://")? + 3..];
     let user_part = &rest[..rest.find('@')?];
     let password = &user_part[user_part.find(':')? + 1..];

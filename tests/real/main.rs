@@ -9,6 +9,9 @@
 //!   `arrival store stdio`, and broken harnesses (exit 3).
 //! - `conform_facts`: `arrival conform` on a facts model against `pipeline serve` (sampled),
 //!   `pipeline serve-wrong` with two mutants (caught and named), and broken harnesses.
+//! - `conform_state`: the state read by SQL (SQLite and PostgreSQL) and by a command, for
+//!   python-sqlite and `pipeline serve`; failing state sources (exit 3) and wrong `state`
+//!   settings (exit 2).
 //! - `explain`: `pipeline explain` and the chain from receipt to verdict, on a real `serve`.
 //! - `hardening`: `serve` against floods, slow and stalled clients, and keys files changed
 //!   under it: the rate limit, the header-read timeout, the connection cap, the graceful
@@ -26,6 +29,7 @@ mod util;
 
 mod conform;
 mod conform_facts;
+mod conform_state;
 mod explain;
 mod hardening;
 mod inbox;
