@@ -50,6 +50,7 @@
 //! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
 //! | [`card::conform`] | the model as the oracle for a receiver arrival did not write: the [`card::conform::CardTarget`] trait, external faults as the model steps they may be, the candidate worlds filtered by each answer and state read, the property named when none is left |
 //! | [`card::campaign`] | a conformance campaign: plans from a model file (kept traces, seeded walks), the first failure shrunk, confirmed and written as a fixture with a `conform` block, the report and JUnit |
+//! | [`card::plan`] | plan files: every schedule a campaign would run written as reviewable JSON (`--plan-out`) and read back to run exactly those (`--plan`), refused on another fixture |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |

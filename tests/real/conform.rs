@@ -304,3 +304,60 @@ fn a_bad_target_or_flag_is_exit_2() {
     let output = conform("fixtures/B62-15-events.json", "http:true", &[]);
     assert_status(&output, 2, "a fixture without a conform block");
 }
+
+/// The schedules' origins in a plan file.
+fn origins(plan: &Value) -> Vec<&str> {
+    plan["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .map(|schedule| schedule["origin"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_plan_written_without_a_target_runs_the_same_schedules_and_verdict_and_one_removed_runs_one_fewer(
+) {
+    let dir = temp_dir("conform-plan");
+    let file = dir.path().join("plan.json");
+    let drawn = ["--no-traces", "--no-mutants", "--walks", "3", "--seed", "4"];
+    let mut args = vec!["conform", "models/b62-15.toml", "--plan-out"];
+    args.push(file.to_str().unwrap());
+    args.extend_from_slice(&drawn);
+    assert_status(&arrival(&args), 0, "--plan-out without a target");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let plan: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["protocol"], "card-plan");
+    assert_eq!(plan["model"], "models/b62-15.toml");
+    let all = origins(&plan);
+    assert_eq!(all.len(), 14 + 3);
+    assert_eq!(all[14..], ["walks/s4/w0", "walks/s4/w1", "walks/s4/w2"]);
+    assert!(all[..14].iter().all(|origin| origin.starts_with("cover/")));
+    // The run that drew the plan, and the plan run: the same schedules, kills and verdict
+    // (not every count: whether a kill in flight lands before the commit is the clock's).
+    let original = conform("models/b62-15.toml", &store(None), &drawn);
+    assert_status(&original, 0, "the drawn run");
+    let planned = conform(
+        "models/b62-15.toml",
+        &store(None),
+        &["--plan", file.to_str().unwrap()],
+    );
+    assert_status(&planned, 0, "the plan's run");
+    let (original, planned) = (json(&original), json(&planned));
+    for field in ["schedules", "passed", "verdict", "cover"] {
+        assert_eq!(original[field], planned[field], "{field}");
+    }
+    assert_eq!(original["counts"]["kills"], planned["counts"]["kills"]);
+    assert_eq!(planned["schedules"], 17);
+    // A reviewer removes one walk: one fewer runs, and no walk is drawn in its place.
+    let mut edited = plan.clone();
+    edited["schedules"].as_array_mut().unwrap().remove(15);
+    std::fs::write(&file, serde_json::to_string_pretty(&edited).unwrap()).unwrap();
+    let fewer = conform(
+        "models/b62-15.toml",
+        &store(None),
+        &["--plan", file.to_str().unwrap(), "--walks", "9"],
+    );
+    assert_status(&fewer, 0, "the edited plan's run");
+    assert_eq!(json(&fewer)["schedules"], 16);
+}
