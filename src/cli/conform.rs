@@ -443,7 +443,8 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     Ok(report.as_expected(&expect))
 }
 
-/// `--trace-out`: the failure's fixture `DIR/MODEL.conform.PROPERTY.json`.
+/// `--trace-out`: the failure's fixture `DIR/MODEL.conform.PROPERTY.json` and its sequence
+/// diagram beside it.
 fn write_found(source: &Path, dir: &Path, found: &campaign::Found) -> Result<(), Error> {
     // A rerun of a written fixture keeps its name: MODEL.conform.PROPERTY stays MODEL.
     let stem = source
@@ -460,6 +461,8 @@ fn write_found(source: &Path, dir: &Path, found: &campaign::Found) -> Result<(),
             file: file.clone(),
             source,
         })?;
+    // The sequence diagram beside it: STEM.mmd and STEM.svg.
+    crate::harness::model_file::write_diagram(&file.to_string_lossy(), &found.diagram)?;
     Ok(())
 }
 
