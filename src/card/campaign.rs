@@ -517,6 +517,7 @@ pub fn campaign(
     // Every kept trace and mutant schedule runs; the walks stop at their first failure.
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     let mut not_allowed = Vec::new();
+    target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/"]
             .iter()

@@ -7,10 +7,12 @@
 //! |---|---|
 //! | [`target`] | the target file (`--target FILE.toml`) and its command-line shorthands, read into a running target |
 //! | [`process`] | the process supervisor: placeholders, process group, `SIGKILL`, data directory, stderr tail |
+//! | [`authority`] | the authority's snapshots served on a loopback port for a receiver that reconciles in pull mode, every fetch recorded |
 //! | [`http`] | the HTTP target and its minimal blocking client (chunked answers included) |
 //! | [`stdio`] | the JSON-lines target |
 //! | [`facts`] | the facts target: its target file, register and state commands, signed posts, kills |
 
+pub mod authority;
 pub mod facts;
 pub mod http;
 pub mod process;

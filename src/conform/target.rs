@@ -32,6 +32,18 @@ fn default_expect() -> String {
     "pass".into()
 }
 
+/// How a reconciliation reaches an HTTP receiver.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reconcile {
+    /// The snapshot in the body of `POST /_arrival/reconcile`.
+    #[default]
+    Push,
+    /// `{"object_id", "authority": URL}`: the receiver fetches the snapshot from arrival's
+    /// authority ([`super::authority`]).
+    Pull,
+}
+
 /// A target file.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +61,9 @@ pub struct TargetFile {
     /// `pass`, or the property a known-broken receiver must be caught by.
     #[serde(default = "default_expect")]
     pub expect: String,
+    /// `push` (the default) or `pull` (HTTP only).
+    #[serde(default)]
+    pub reconcile: Reconcile,
 }
 
 impl TargetFile {
@@ -60,6 +75,7 @@ impl TargetFile {
             timeout_ms: default_timeout(),
             ready_timeout_ms: default_ready(),
             expect: default_expect(),
+            reconcile: Reconcile::Push,
         };
         let file = if let Some(rest) = text.strip_prefix("http:") {
             shorthand(Kind::Http, rest)
@@ -98,6 +114,14 @@ impl TargetFile {
                 ));
             }
         }
+        if file.reconcile == Reconcile::Pull && file.kind != Kind::Http {
+            return Err(InputError::invalid(
+                Path::new(text),
+                "reconcile",
+                "`pull` is for `kind = \"http\"` targets: a JSON-lines receiver gets the snapshot \
+                 in its `reconcile` message",
+            ));
+        }
         Ok(file)
     }
 
@@ -106,7 +130,13 @@ impl TargetFile {
         let timeout = Duration::from_millis(self.timeout_ms);
         let ready = Duration::from_millis(self.ready_timeout_ms);
         Ok(match self.kind {
-            Kind::Http => Box::new(HttpTarget::new(self.command.clone(), timeout, ready)?),
+            Kind::Http => {
+                let target = HttpTarget::new(self.command.clone(), timeout, ready)?;
+                match self.reconcile {
+                    Reconcile::Push => Box::new(target),
+                    Reconcile::Pull => Box::new(target.pull_authority()?),
+                }
+            }
             Kind::Stdio => Box::new(StdioTarget::new(self.command.clone(), timeout, ready)?),
         })
     }

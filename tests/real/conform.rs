@@ -361,3 +361,110 @@ fn a_plan_written_without_a_target_runs_the_same_schedules_and_verdict_and_one_r
     assert_status(&fewer, 0, "the edited plan's run");
     assert_eq!(json(&fewer)["schedules"], 16);
 }
+
+/// A target file of an HTTP receiver that reconciles in pull mode, started by `command`.
+fn pull_target(dir: &Path, command: &[&str]) -> String {
+    let file = dir.join("pull.toml");
+    let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+    let text = format!(
+        "kind = \"http\"\nreconcile = \"pull\"\ncommand = [{}]\n",
+        words.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_python_receiver_in_pull_mode_fetches_the_authority_and_passes_with_no_false_alarm() {
+    let dir = temp_dir("conform-pull");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "examples/receivers/python-sqlite/receiver.py",
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+            "--authority",
+            "{authority}",
+        ],
+    );
+    // Both walks of seed 1 reconcile cards; the liveness phase reconciles every paused card.
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-traces", "--no-mutants", "--no-cover", "--walks", "2"],
+    );
+    assert_status(&output, 0, "python-sqlite in pull mode");
+    let report = json(&output);
+    assert_eq!(report["verdict"], "sampled");
+    assert_eq!(report["schedules"], 2);
+}
+
+const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
+cards = json.load(open(os.path.join(sys.argv[2], 'initial.json')))
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.answer({'cards': cards} if self.path == '/_arrival/state' else {})
+    def do_POST(self):
+        self.rfile.read(int(self.headers['Content-Length']))
+        self.answer({'outcome': 'confirmed'})
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()";
+
+#[test]
+fn a_reconciliation_acknowledged_in_pull_mode_without_a_fetch_is_a_harness_failure() {
+    let dir = temp_dir("conform-pull-none");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "-c",
+            ACKS_WITHOUT_FETCHING,
+            "{port}",
+            "{data_dir}",
+        ],
+    );
+    // Only the shortest schedule to a confirmed reconciliation, read at the end: the
+    // reconciliation is sent whatever the receiver did with the deliveries.
+    let file = dir.path().join("plan.json");
+    let mut args = vec!["conform", "models/b62-15.toml", "--plan-out"];
+    args.extend([
+        file.to_str().unwrap(),
+        "--no-traces",
+        "--no-mutants",
+        "--walks",
+        "0",
+    ]);
+    assert_status(&arrival(&args), 0, "--plan-out");
+    let mut plan: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    plan["schedules"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|schedule| schedule["origin"] == "cover/reconcile/confirmed");
+    std::fs::write(&file, plan.to_string()).unwrap();
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &[
+            "--plan",
+            file.to_str().unwrap(),
+            "--observe",
+            "end",
+            "--channels",
+            "cards",
+        ],
+    );
+    assert_status(&output, 3, "a receiver that never fetches");
+    let stderr = crate::util::stderr(&output);
+    assert!(
+        stderr.contains("without fetching GET") && stderr.contains("/cards/card-7"),
+        "{stderr}"
+    );
+}
