@@ -208,6 +208,7 @@ fn the_store_behind_the_stdio_protocol_passes_and_writes_a_junit_case_per_proper
 
 #[test]
 fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_drill_says() {
+    let dir = temp_dir("conform-store-diagram");
     let output = conform(
         "models/b62-15.toml",
         &store(Some("ack-before-commit")),
@@ -219,6 +220,8 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
             "1",
             "--seed",
             "1",
+            "--trace-out",
+            dir.path().to_str().unwrap(),
         ],
     );
     assert_status(&output, 1, "conform store ack-before-commit");
@@ -229,6 +232,21 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
             strings(&["deliver #2 (kill after ack)"]),
             "3/3".into()
         )
+    );
+    // The fixture's sequence diagram beside it, the kill after the acknowledgement drawn.
+    let stem = dir.path().join("b62-15.conform.ack-implies-recorded");
+    assert!(stem.with_extension("ack-implies-recorded.svg").exists());
+    assert_eq!(
+        std::fs::read_to_string(stem.with_extension("ack-implies-recorded.mmd")).unwrap(),
+        "sequenceDiagram
+    title B62-15: ack-implies-recorded against a real receiver
+    participant L0 as arrival
+    participant L1 as receiver
+    L0->>L1: 1. deliver no. 2 e-201
+    L1->>L0: 1. ack applied
+    Note over L1: 1. kill after the ack (SIGKILL to the process group), restart
+    Note over L0,L1: VIOLATED ack-implies-recorded at step 1
+"
     );
 }
 
