@@ -47,9 +47,10 @@
 //! | [`card::fingerprint`] | a receiver's fingerprint for the visited set, in a view that may merge settled decisions and forget how a covered card got to its pause (sound reductions, argued at [`card::receiver::Receiver::fingerprint`] and [`card::fingerprint::covered_cards`]) |
 //! | [`card::model_file`] | card model files read and validated into a [`card::model_file::LoadedModel`] |
 //! | [`card::check`] | card model runs, through the harness |
-//! | [`card::trace`] | counterexamples as step tables and replayable fixtures |
+//! | [`card::trace`] | counterexamples as step tables, replayable fixtures and sequence diagrams (a conformance failure's with its external actions) |
 //! | [`card::conform`] | the model as the oracle for a receiver arrival did not write: the [`card::conform::CardTarget`] trait, external faults as the model steps they may be, the candidate worlds filtered by each answer and state read, the property named when none is left |
 //! | [`card::campaign`] | a conformance campaign: plans from a model file (kept traces, seeded walks), the first failure shrunk, confirmed and written as a fixture with a `conform` block, the report and JUnit |
+//! | [`card::plan`] | plan files: every schedule a campaign would run written as reviewable JSON (`--plan-out`) and read back to run exactly those (`--plan`), refused on another fixture |
 //! | [`card::independence`] | splits a fixture into parts that cannot affect each other, checked one by one |
 //! | [`card::commute`] | the footprints of a fixture's steps: which steps commute, for the checker's sleep sets |
 //! | [`card::generate`] | synthetic fixtures for benchmarks, scaling and the sweep |

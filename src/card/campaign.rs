@@ -423,6 +423,10 @@ pub struct Found {
     /// actions).
     #[serde(skip)]
     pub fixture: RawFixture,
+    /// The shrunk schedule as a sequence diagram between arrival and the receiver, the
+    /// external actions shown ([`crate::card::trace::conform_diagram`]).
+    #[serde(skip)]
+    pub diagram: crate::harness::diagram::Diagram,
     /// The receiver's last log lines.
     pub log_tail: Vec<String>,
 }
@@ -513,6 +517,7 @@ pub fn campaign(
     // Every kept trace and mutant schedule runs; the walks stop at their first failure.
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     let mut not_allowed = Vec::new();
+    target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/"]
             .iter()
@@ -643,6 +648,13 @@ fn settle_failure(
         }
         None => (failure.detail.clone(), failure.step, Vec::new()),
     };
+    // A failure of the liveness phase is marked at the last action.
+    let diagram = crate::card::trace::conform_diagram(
+        scenario,
+        &shrunk,
+        &log,
+        (step.min(shrunk.len()), &property),
+    );
     let fixture = conform_fixture(
         scenario, &shrunk, options, &property, &plan.id, log, reproduced,
     );
@@ -659,6 +671,7 @@ fn settle_failure(
         reproduced: reproduced.text(),
         flaky: reproduced.flaky(),
         fixture,
+        diagram,
         log_tail: target.log_tail(),
     })
 }

@@ -98,6 +98,28 @@ pub trait CardTarget {
     fn log_tail(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The fixture's authority snapshots (`{"object_id", "version", "state"}` by card),
+    /// given before the first schedule: a target whose receiver fetches them itself (an
+    /// HTTP target in pull mode) serves these. Others ignore them.
+    fn serve_authority(&mut self, _snapshots: &BTreeMap<String, Value>) {}
+}
+
+/// The fixture's authority snapshots by card, as [`CardTarget::serve_authority`] takes
+/// them.
+pub fn authority_snapshots(scenario: &Scenario) -> BTreeMap<String, Value> {
+    scenario
+        .raw
+        .authority
+        .iter()
+        .map(|snapshot| {
+            let value = json!({
+                "object_id": snapshot.object_id,
+                "version": snapshot.version,
+                "state": snapshot.state,
+            });
+            (snapshot.object_id.clone(), value)
+        })
+        .collect()
 }
 
 /// What the run reads and compares.

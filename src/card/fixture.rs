@@ -439,6 +439,32 @@ impl Scenario {
             .position(|delivery| delivery.number == number)
     }
 
+    /// Actions written as in a `conform` block, typed against this fixture; on the first
+    /// bad one, its index and what is wrong (a delivery or card the fixture lacks, two
+    /// faults on one action).
+    pub fn parse_actions(&self, actions: &[RawAction]) -> Result<Vec<Action>, (usize, String)> {
+        let numbers: BTreeMap<u32, usize> = self
+            .deliveries
+            .iter()
+            .enumerate()
+            .map(|(index, delivery)| (delivery.number, index))
+            .collect();
+        let with_authority: BTreeSet<String> = self
+            .raw
+            .authority
+            .iter()
+            .map(|snapshot| snapshot.object_id.clone())
+            .collect();
+        actions
+            .iter()
+            .enumerate()
+            .map(|(index, action)| {
+                parse_action(action, &numbers, &with_authority, &self.catalog)
+                    .map_err(|message| (index, message))
+            })
+            .collect()
+    }
+
     /// The authority snapshot of a card.
     pub fn authority_for(&self, card: Sym) -> Option<&Snapshot> {
         self.authority

@@ -18,6 +18,7 @@ pub mod independence;
 pub mod model;
 pub mod model_file;
 pub mod mutants;
+pub mod plan;
 pub mod policy;
 pub mod properties;
 pub mod property;

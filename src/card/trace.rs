@@ -299,3 +299,125 @@ pub fn diagram(
         violation,
     }
 }
+
+/// A conformance schedule as a sequence diagram between `arrival` (sender, network,
+/// authority and process supervisor in one) and the `receiver`: each action's request and
+/// the answer arrival read (from the run's `observed` log), the external actions (a kill in
+/// flight or after the acknowledgement, a restart, a disconnect, an acknowledgement read
+/// and dropped) as notes and lost messages, and the step at which `property` showed.
+pub fn conform_diagram(
+    scenario: &crate::card::fixture::Scenario,
+    actions: &[crate::card::step::Action],
+    observed: &[serde_json::Value],
+    violation: (usize, &str),
+) -> crate::harness::diagram::Diagram {
+    use crate::card::step::{Action, External};
+    use crate::harness::diagram::{Diagram, Message};
+    const ARRIVAL: usize = 0;
+    const RECEIVER: usize = 1;
+    let message = |from, to, label: &str, lost| Message {
+        from,
+        to,
+        label: label.to_owned(),
+        lost,
+        changed: None,
+    };
+    let mut rows = Vec::with_capacity(actions.len());
+    for (index, &action) in actions.iter().enumerate() {
+        let answer = observed
+            .iter()
+            .find(|entry| entry["step"].as_u64() == Some(index as u64 + 1))
+            .map_or_else(|| "answer not recorded".to_owned(), answer_words);
+        let row = match action {
+            Action::Deliver { delivery, fault } => {
+                let plain = Step::Deliver {
+                    delivery,
+                    fault: None,
+                };
+                let mut request = describe_step(scenario, &plain);
+                request += match fault {
+                    Some(External::Duplicate) => " (duplicate copy)",
+                    Some(External::Reencoded) => " (re-encoded copy)",
+                    _ => "",
+                };
+                let mut row = vec![message(ARRIVAL, RECEIVER, &request, false)];
+                match fault {
+                    Some(External::Disconnect) => row.push(message(
+                        ARRIVAL,
+                        ARRIVAL,
+                        "disconnect: connection closed after sending, answer never read",
+                        false,
+                    )),
+                    Some(External::Kill) => row.push(message(
+                        RECEIVER,
+                        RECEIVER,
+                        "kill in flight (SIGKILL to the process group), restart",
+                        false,
+                    )),
+                    _ => {}
+                }
+                match fault {
+                    Some(External::LostAck) => row.push(message(
+                        RECEIVER,
+                        ARRIVAL,
+                        &format!("{answer}: ack lost (read, dropped by arrival)"),
+                        true,
+                    )),
+                    Some(External::Disconnect | External::Kill) => {
+                        row.push(message(RECEIVER, ARRIVAL, &answer, true));
+                    }
+                    _ => row.push(message(RECEIVER, ARRIVAL, &answer, false)),
+                }
+                if fault == Some(External::KillAfterAck) {
+                    row.push(message(
+                        RECEIVER,
+                        RECEIVER,
+                        "kill after the ack (SIGKILL to the process group), restart",
+                        false,
+                    ));
+                }
+                row
+            }
+            Action::Reconcile(card) => {
+                let snapshot = scenario
+                    .authority_for(card)
+                    .map_or_else(String::new, |s| format!(" (authority v{})", s.version));
+                let request = format!("reconcile {}{snapshot}", scenario.catalog.name(card));
+                vec![
+                    message(ARRIVAL, RECEIVER, &request, false),
+                    message(RECEIVER, ARRIVAL, &answer, false),
+                ]
+            }
+            Action::Restart => vec![message(
+                RECEIVER,
+                RECEIVER,
+                "restart: SIGKILL between steps, started again on the same data",
+                false,
+            )],
+        };
+        rows.push(row);
+    }
+    Diagram {
+        title: format!("{}: {} against a real receiver", scenario.name, violation.1),
+        lanes: vec!["arrival".into(), "receiver".into()],
+        steps: rows,
+        violation: Some((violation.0, violation.1.to_owned())),
+    }
+}
+
+/// An answer of the `observed` log in words: `ack applied`, `ack`, `indefinite: WHY`.
+fn answer_words(entry: &serde_json::Value) -> String {
+    let answer = &entry["answer"];
+    if let Some(word) = answer.get("ack") {
+        return match word.as_str() {
+            Some(word) => format!("ack {word}"),
+            None => "ack".into(),
+        };
+    }
+    for kind in ["definite", "indefinite"] {
+        if let Some(why) = answer.get(kind).and_then(|why| why.as_str()) {
+            return format!("{kind}: {why}");
+        }
+    }
+    "answer not recorded".into()
+}

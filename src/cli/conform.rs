@@ -21,9 +21,18 @@ pub struct ConformArgs {
     /// (written by an earlier run) to rerun its actions.
     pub source: PathBuf,
     /// The receiver: a target file (`FILE.toml`), or `http:COMMAND ARGS...` /
-    /// `stdio:COMMAND ARGS...` with `{port}` and `{data_dir}` placeholders.
+    /// `stdio:COMMAND ARGS...` with `{port}` and `{data_dir}` placeholders. Needed to run
+    /// schedules; `--plan-out` alone writes the plan without one.
     #[arg(long)]
-    pub target: String,
+    pub target: Option<String>,
+    /// Write every schedule the run would execute (kept traces, mutants, cover, walks,
+    /// each with its origin and actions) to this JSON file; without `--target`, only that.
+    #[arg(long, conflicts_with = "plan")]
+    pub plan_out: Option<PathBuf>,
+    /// Run exactly the schedules of this plan file (written by `--plan-out`, perhaps
+    /// edited), in order, and nothing else: no traces, mutants, cover or walks are drawn.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
     /// Seeded random walks after the kept traces.
     #[arg(long, default_value_t = 20)]
     pub walks: usize,
@@ -162,9 +171,18 @@ fn channels(args: &ConformArgs, found_with: Option<(&str, String)>) -> Result<Ch
     Ok(chosen)
 }
 
-/// The scenario and its schedules.
+/// The scenario and its schedules: a plan file's, else those drawn from the source.
 fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error> {
     let is_fixture = args.source.extension().is_some_and(|ext| ext == "json");
+    if let Some(file) = &args.plan {
+        let scenario = if is_fixture {
+            Scenario::load(&args.source)?
+        } else {
+            Scenario::clone(&load_model(&args.source, None)?.scenario)
+        };
+        let (plans, skipped) = crate::card::plan::load(file, &scenario)?;
+        return Ok((scenario, plans, skipped));
+    }
     if is_fixture {
         let scenario = Scenario::load(&args.source)?;
         let Some(actions) = scenario.conform.clone() else {
@@ -297,24 +315,67 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
     })
 }
 
+/// Writes the plan file of `--plan-out`.
+fn write_plan(
+    args: &ConformArgs,
+    file: &Path,
+    scenario: &Scenario,
+    plans: &[Plan],
+    skipped: &[String],
+) -> Result<(), Error> {
+    let seed = (args.plan.is_none() && args.walks > 0).then_some(args.seed);
+    let source = args.source.display().to_string();
+    let plan = crate::card::plan::plan_file(scenario, &source, seed, plans, skipped);
+    std::fs::write(file, pretty_json(&plan)).map_err(|source| InputError::Write {
+        file: file.to_owned(),
+        source,
+    })?;
+    Ok(())
+}
+
+/// `--target`, which running schedules needs.
+fn need_target(args: &ConformArgs) -> Result<&str, Error> {
+    args.target.as_deref().ok_or_else(|| {
+        flag(
+            "--target",
+            "missing: name the receiver to run the schedules against (only `--plan-out` \
+             works without one)"
+                .into(),
+        )
+    })
+}
+
 /// `arrival conform` on a facts source: a facts target file, the facts campaign.
 fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     use crate::conform::facts::{FactsTargetFile, HttpFactsTarget};
-    if !FactsTargetFile::is_facts_target(&args.target) {
+    if args.plan.is_some() || args.plan_out.is_some() {
+        return Err(flag(
+            if args.plan.is_some() {
+                "--plan"
+            } else {
+                "--plan-out"
+            },
+            "plan files are for the card protocol only: a facts source cannot write or run \
+             one yet"
+                .into(),
+        ));
+    }
+    let target_name = need_target(args)?;
+    if !FactsTargetFile::is_facts_target(target_name) {
         return Err(flag(
             "--target",
             format!(
                 "`{}`: a facts model needs a facts target file (FILE.toml with \
                  `protocol = \"facts\"`, see docs/conform.md)",
-                args.target
+                target_name
             ),
         ));
     }
     let exe = std::env::current_exe()
         .map_err(|error| EnvironmentError::new("this program's path", error))?;
-    let file = FactsTargetFile::load(Path::new(&args.target), &exe)?;
+    let file = FactsTargetFile::load(Path::new(target_name), &exe)?;
     let expect = args.expect.clone().unwrap_or(file.expect.clone());
-    check_facts_expect(&expect, args.expect.is_some(), &args.target)?;
+    check_facts_expect(&expect, args.expect.is_some(), target_name)?;
     let every_step = channels(args, None)?.every_step;
     let (scenario, raw, plans, skipped) = facts_plans(args, kind)?;
     let options = facts_campaign::Options {
@@ -325,7 +386,7 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
         },
         shrink_budget: args.shrink_budget,
         confirm: args.confirm as usize,
-        target: args.target.clone(),
+        target: target_name.to_owned(),
         source: args.source.display().to_string(),
     };
     let harness_failed = |error: facts_campaign::TargetError| -> Error {
@@ -388,6 +449,29 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     Ok(report.as_expected(&expect))
 }
 
+/// `--trace-out`: the failure's fixture `DIR/MODEL.conform.PROPERTY.json` and its sequence
+/// diagram beside it.
+fn write_found(source: &Path, dir: &Path, found: &campaign::Found) -> Result<(), Error> {
+    // A rerun of a written fixture keeps its name: MODEL.conform.PROPERTY stays MODEL.
+    let stem = source
+        .file_stem()
+        .map_or_else(|| "conform".into(), |s| s.to_string_lossy().into_owned());
+    let stem = match stem.find(".conform.") {
+        Some(at) => stem[..at].to_owned(),
+        None => stem,
+    };
+    let file = dir.join(format!("{stem}.conform.{}.json", found.property));
+    std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&file, pretty_json(&found.fixture)))
+        .map_err(|source| InputError::Write {
+            file: file.clone(),
+            source,
+        })?;
+    // The sequence diagram beside it: STEM.mmd and STEM.svg.
+    crate::harness::model_file::write_diagram(&file.to_string_lossy(), &found.diagram)?;
+    Ok(())
+}
+
 /// Runs the campaign: `Ok(true)` when the result is what `--expect` says.
 pub fn run(args: &ConformArgs) -> Outcome {
     // Output paths first: a run that cannot write its results stops before any work.
@@ -397,13 +481,32 @@ pub fn run(args: &ConformArgs) -> Outcome {
     if let Some(dir) = &args.trace_out {
         crate::harness::input::writable_dir("--trace-out", dir)?;
     }
+    if let Some(file) = &args.plan_out {
+        crate::harness::input::writable_file("--plan-out", file)?;
+    }
     if let Some(kind) = facts_source(&args.source) {
         return run_facts(args, &kind);
     }
-    let target_file = TargetFile::parse(&args.target)?;
+    if let (Some(file), None) = (&args.plan_out, &args.target) {
+        // The plan alone: nothing runs.
+        let (scenario, plans, skipped) = plans(args)?;
+        write_plan(args, file, &scenario, &plans, &skipped)?;
+        print(&format!(
+            "plan: {} schedules on fixture {} written to {}\n",
+            plans.len(),
+            scenario.file.display(),
+            file.display()
+        ));
+        return Ok(true);
+    }
+    let target_name = need_target(args)?;
+    let target_file = TargetFile::parse(target_name)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
-    check_expect(&expect, args.expect.is_some(), &args.target)?;
+    check_expect(&expect, args.expect.is_some(), target_name)?;
     let (scenario, plans, skipped) = plans(args)?;
+    if let Some(file) = &args.plan_out {
+        write_plan(args, file, &scenario, &plans, &skipped)?;
+    }
     let found_with = scenario
         .raw
         .conform
@@ -419,7 +522,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
         },
         shrink_budget: args.shrink_budget,
         confirm: args.confirm as usize,
-        target: args.target.clone(),
+        target: target_name.to_owned(),
         source: args.source.display().to_string(),
     };
     let harness_failed = |error: HarnessError| -> Error {
@@ -447,19 +550,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     report.skipped = skipped.into_iter().chain(report.skipped).collect();
     drop(target);
     if let (Some(found), Some(dir)) = (&report.failure, &args.trace_out) {
-        // A rerun of a written fixture keeps its name: MODEL.conform.PROPERTY stays MODEL.
-        let stem = args
-            .source
-            .file_stem()
-            .map_or_else(|| "conform".into(), |s| s.to_string_lossy().into_owned());
-        let stem = match stem.find(".conform.") {
-            Some(at) => stem[..at].to_owned(),
-            None => stem,
-        };
-        let file = dir.join(format!("{stem}.conform.{}.json", found.property));
-        std::fs::create_dir_all(dir)
-            .and_then(|_| std::fs::write(&file, pretty_json(&found.fixture)))
-            .map_err(|source| InputError::Write { file, source })?;
+        write_found(&args.source, dir, found)?;
     }
     if let Some(file) = &args.junit {
         crate::harness::junit::write_suite(file, &report.junit(&expect))?;

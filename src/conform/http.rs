@@ -1,7 +1,9 @@
 //! The HTTP conformance target: a minimal blocking HTTP/1.1 client for loopback (one
 //! connection per request, `Content-Length`, chunked or read-to-close bodies) and the
-//! receiver behind it, started and killed by a [`Supervisor`].
+//! receiver behind it, started and killed by a [`Supervisor`]; in pull mode, with the
+//! authority it fetches snapshots from ([`AuthorityServer`]).
 
+use super::authority::AuthorityServer;
 use super::process::Supervisor;
 use super::state::{Context, Protocol, Source, StateSetting};
 use crate::card::conform::{Answer, CardTarget, HarnessError, Observed, Sending};
@@ -210,10 +212,13 @@ pub fn dechunk(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
 /// A receiver spoken to over HTTP (docs/conform.md).
 pub struct HttpTarget {
     supervisor: Supervisor,
+    command: Vec<String>,
     timeout: Duration,
     ready_timeout: Duration,
     initial: BTreeMap<String, CardReport>,
     state: StateSetting,
+    /// In pull mode, the authority the receiver fetches snapshots from.
+    authority: Option<AuthorityServer>,
 }
 
 impl HttpTarget {
@@ -226,13 +231,76 @@ impl HttpTarget {
         state: Option<StateSetting>,
     ) -> Result<HttpTarget, HarnessError> {
         Ok(HttpTarget {
-            supervisor: Supervisor::new(command)?,
+            supervisor: Supervisor::new(command.clone())?,
+            command,
             timeout,
             ready_timeout,
             initial: BTreeMap::new(),
             state: state.unwrap_or_else(|| StateSetting {
                 sources: vec![Source::Url("/_arrival/state".into())],
             }),
+            authority: None,
+        })
+    }
+
+    /// Pull mode: arrival's authority starts on a port of its own, `{authority}` in the
+    /// command becomes its URL, and a reconciliation sends `{"object_id", "authority"}`.
+    pub fn pull_authority(mut self) -> Result<HttpTarget, HarnessError> {
+        let server = AuthorityServer::start()?;
+        let url = server.url();
+        let template = self
+            .command
+            .iter()
+            .map(|word| word.replace("{authority}", &url))
+            .collect();
+        self.supervisor.set_template(template);
+        self.authority = Some(server);
+        Ok(self)
+    }
+
+    /// The reconciliation request's body: the snapshot itself (push), or the card and
+    /// where to fetch it (pull), and the number of fetches before it.
+    fn reconcile_body(&self, snapshot: &Value) -> (Vec<u8>, usize) {
+        match &self.authority {
+            None => (
+                serde_json::to_vec(snapshot).expect("snapshots serialise"),
+                0,
+            ),
+            Some(server) => {
+                let body = serde_json::json!({
+                    "object_id": snapshot["object_id"],
+                    "authority": server.url(),
+                });
+                (body.to_string().into_bytes(), server.fetches().len())
+            }
+        }
+    }
+
+    /// In pull mode, a reconciliation acknowledged without a fetch of its card from the
+    /// authority is a harness failure: the receiver decided on something arrival did not
+    /// give it (most likely it was not started in pull mode), so the oracle has nothing
+    /// to judge.
+    fn check_fetched(&self, snapshot: &Value, before: usize) -> Result<(), HarnessError> {
+        let Some(server) = &self.authority else {
+            return Ok(());
+        };
+        let card = snapshot["object_id"].as_str().unwrap_or_default();
+        let fetched = server.fetches();
+        if fetched[before.min(fetched.len())..]
+            .iter()
+            .any(|id| id == card)
+        {
+            return Ok(());
+        }
+        Err(HarnessError {
+            what: self.what("/_arrival/reconcile"),
+            message: format!(
+                "acknowledged a reconciliation of {card} in pull mode without fetching GET \
+                 {}/cards/{card} (fetched since the request: {:?}); start the receiver in \
+                 pull mode (`{{authority}}` in the command)",
+                server.url(),
+                &fetched[before.min(fetched.len())..]
+            ),
         })
     }
 
@@ -439,7 +507,7 @@ impl CardTarget for HttpTarget {
     }
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
-        let body = serde_json::to_vec(snapshot).expect("snapshots serialise");
+        let (body, before) = self.reconcile_body(snapshot);
         let stream = send(
             self.addr(),
             "POST",
@@ -452,7 +520,10 @@ impl CardTarget for HttpTarget {
                 what: self.what("/_arrival/reconcile"),
                 message: "answered 404: the receiver does not support reconciliation".into(),
             }),
-            Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
+            Ok(reply) if (200..300).contains(&reply.status) => {
+                self.check_fetched(snapshot, before)?;
+                Ok(Answer::Ack(meaning(&reply)))
+            }
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
             Err(error) => {
                 if timed_out(&error) {
@@ -460,6 +531,12 @@ impl CardTarget for HttpTarget {
                 }
                 Ok(Answer::Indefinite(error.to_string()))
             }
+        }
+    }
+
+    fn serve_authority(&mut self, snapshots: &BTreeMap<String, Value>) {
+        if let Some(server) = &self.authority {
+            server.set_cards(snapshots.clone());
         }
     }
 

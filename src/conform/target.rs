@@ -34,6 +34,18 @@ fn default_expect() -> String {
     "pass".into()
 }
 
+/// How a reconciliation reaches an HTTP receiver.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reconcile {
+    /// The snapshot in the body of `POST /_arrival/reconcile`.
+    #[default]
+    Push,
+    /// `{"object_id", "authority": URL}`: the receiver fetches the snapshot from arrival's
+    /// authority ([`super::authority`]).
+    Pull,
+}
+
 /// A target file.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -58,6 +70,9 @@ pub struct TargetFile {
     /// `GET /_arrival/state` (http) or the `read` message (stdio).
     #[serde(skip)]
     pub reader: Option<StateSetting>,
+    /// `push` (the default) or `pull` (HTTP only).
+    #[serde(default)]
+    pub reconcile: Reconcile,
 }
 
 impl TargetFile {
@@ -71,6 +86,7 @@ impl TargetFile {
             expect: default_expect(),
             state: None,
             reader: None,
+            reconcile: Reconcile::Push,
         };
         let file = if let Some(rest) = text.strip_prefix("http:") {
             shorthand(Kind::Http, rest)
@@ -113,6 +129,14 @@ impl TargetFile {
                 ));
             }
         }
+        if file.reconcile == Reconcile::Pull && file.kind != Kind::Http {
+            return Err(InputError::invalid(
+                Path::new(text),
+                "reconcile",
+                "`pull` is for `kind = \"http\"` targets: a JSON-lines receiver gets the snapshot \
+                 in its `reconcile` message",
+            ));
+        }
         Ok(file)
     }
 
@@ -123,7 +147,13 @@ impl TargetFile {
         let command = self.command.clone();
         let reader = self.reader.clone();
         Ok(match self.kind {
-            Kind::Http => Box::new(HttpTarget::new(command, timeout, ready, reader)?),
+            Kind::Http => {
+                let target = HttpTarget::new(command, timeout, ready, reader)?;
+                match self.reconcile {
+                    Reconcile::Push => Box::new(target),
+                    Reconcile::Pull => Box::new(target.pull_authority()?),
+                }
+            }
             Kind::Stdio => Box::new(StdioTarget::new(command, timeout, ready, reader)?),
         })
     }

@@ -1416,3 +1416,70 @@ fn a_fifth_budget_sets_the_re_encoded_copies() {
     assert_status(&with("0,0,0,0"), 0, "no re-encoded copy");
     assert_status(&with("0,0,0,0,0"), 0, "no re-encoded copy, said so");
 }
+
+#[test]
+fn a_malformed_or_foreign_plan_exits_2_naming_the_file_and_the_field() {
+    let dir = temp_dir("conform-plan-bad");
+    let file = dir.path().join("plan.json");
+    let written = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--plan-out",
+        file.to_str().unwrap(),
+        "--no-traces",
+        "--no-mutants",
+        "--no-cover",
+        "--walks",
+        "2",
+    ]);
+    assert_eq!(written.status.code(), Some(0), "{}", stderr(&written));
+    let good: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let run = |text: &str, model: &str| {
+        std::fs::write(&file, text).unwrap();
+        let out = arrival(&[
+            "conform",
+            model,
+            "--plan",
+            file.to_str().unwrap(),
+            "--target",
+            "http:true",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
+        stderr(&out)
+    };
+    let said = run(
+        "{\"protocol\": \"card-plan\",\n  \"schedules\": [",
+        "models/b62-15.toml",
+    );
+    assert!(
+        said.contains("plan.json") && said.contains("line 2"),
+        "{said}"
+    );
+    let mut unknown = good.clone();
+    unknown["schedules"][1]["actions"][0] = serde_json::json!({"deliver": 99});
+    let said = run(&unknown.to_string(), "models/b62-15.toml");
+    assert!(
+        said.contains("schedules[1].actions[0]") && said.contains("delivery 99"),
+        "{said}"
+    );
+    let mut typo = good.clone();
+    typo["schedules"][0]["actions"][0] = serde_json::json!({"deliver": 1, "kil": true});
+    let said = run(&typo.to_string(), "models/b62-15.toml");
+    assert!(
+        said.contains("schedules[0].actions[0]") && said.contains("kil"),
+        "{said}"
+    );
+    // The same plan for another fixture: its deliveries would mean something else.
+    let said = run(&good.to_string(), "models/every-decision.toml");
+    assert!(said.contains("fixture_digest"), "{said}");
+    // Without --target only --plan-out works.
+    std::fs::write(&file, good.to_string()).unwrap();
+    let out = arrival(&[
+        "conform",
+        "models/b62-15.toml",
+        "--plan",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--target"), "{}", stderr(&out));
+}

@@ -575,3 +575,47 @@ fn the_transition_cover_of_b62_15_takes_fifteen_kinds_by_fourteen_schedules_and_
     .unwrap();
     assert_eq!(caught.verdict, Verdict::Violated);
 }
+
+#[test]
+fn a_conform_failure_s_sequence_diagram_shows_restarts_disconnects_lost_acks_and_kills() {
+    // A restart, a disconnect, an acknowledgement read and dropped, and a kill after an
+    // acknowledgement against the receiver that forgets across a kill: the kill loses the
+    // acknowledged #1, so ack-implies-recorded shows at the fourth action.
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![
+            Action::Restart,
+            deliver(3, Some(External::Disconnect)),
+            deliver(1, Some(External::LostAck)),
+            deliver(4, Some(External::KillAfterAck)),
+        ],
+    };
+    let mut target = Forgetful {
+        inner: InProcess::new(None),
+        initial: BTreeMap::new(),
+    };
+    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    let found = report.failure.as_ref().expect("caught");
+    assert_eq!(
+        (found.property.as_str(), found.step),
+        ("ack-implies-recorded", 4)
+    );
+    assert_eq!(
+        found.diagram.mermaid(),
+        "sequenceDiagram
+    title B62-15: ack-implies-recorded against a real receiver
+    participant L0 as arrival
+    participant L1 as receiver
+    Note over L1: 1. restart: SIGKILL between steps, started again on the same data
+    L0->>L1: 2. deliver no. 3 e-200
+    Note over L0: 2. disconnect: connection closed after sending, answer never read
+    L1-xL0: 2. indefinite: not waited for
+    L0->>L1: 3. deliver no. 1 e-201
+    L1-xL0: 3. ack applied: ack lost (read, dropped by arrival)
+    L0->>L1: 4. deliver no. 4 e-202
+    L1->>L0: 4. ack applied
+    Note over L1: 4. kill after the ack (SIGKILL to the process group), restart
+    Note over L0,L1: VIOLATED ack-implies-recorded at step 4
+"
+    );
+}

@@ -208,6 +208,7 @@ fn the_store_behind_the_stdio_protocol_passes_and_writes_a_junit_case_per_proper
 
 #[test]
 fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_drill_says() {
+    let dir = temp_dir("conform-store-diagram");
     let output = conform(
         "models/b62-15.toml",
         &store(Some("ack-before-commit")),
@@ -219,6 +220,8 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
             "1",
             "--seed",
             "1",
+            "--trace-out",
+            dir.path().to_str().unwrap(),
         ],
     );
     assert_status(&output, 1, "conform store ack-before-commit");
@@ -229,6 +232,21 @@ fn the_store_s_ack_before_commit_mutant_fails_ack_implies_recorded_as_the_crash_
             strings(&["deliver #2 (kill after ack)"]),
             "3/3".into()
         )
+    );
+    // The fixture's sequence diagram beside it, the kill after the acknowledgement drawn.
+    let stem = dir.path().join("b62-15.conform.ack-implies-recorded");
+    assert!(stem.with_extension("ack-implies-recorded.svg").exists());
+    assert_eq!(
+        std::fs::read_to_string(stem.with_extension("ack-implies-recorded.mmd")).unwrap(),
+        "sequenceDiagram
+    title B62-15: ack-implies-recorded against a real receiver
+    participant L0 as arrival
+    participant L1 as receiver
+    L0->>L1: 1. deliver no. 2 e-201
+    L1->>L0: 1. ack applied
+    Note over L1: 1. kill after the ack (SIGKILL to the process group), restart
+    Note over L0,L1: VIOLATED ack-implies-recorded at step 1
+"
     );
 }
 
@@ -342,4 +360,168 @@ fn a_bad_target_or_flag_is_exit_2() {
     assert_status(&output, 2, "an unknown --observe");
     let output = conform("fixtures/B62-15-events.json", "http:true", &[]);
     assert_status(&output, 2, "a fixture without a conform block");
+}
+
+/// The schedules' origins in a plan file.
+fn origins(plan: &Value) -> Vec<&str> {
+    plan["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .map(|schedule| schedule["origin"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_plan_written_without_a_target_runs_the_same_schedules_and_verdict_and_one_removed_runs_one_fewer(
+) {
+    let dir = temp_dir("conform-plan");
+    let file = dir.path().join("plan.json");
+    let drawn = ["--no-traces", "--no-mutants", "--walks", "3", "--seed", "4"];
+    let mut args = vec!["conform", "models/b62-15.toml", "--plan-out"];
+    args.push(file.to_str().unwrap());
+    args.extend_from_slice(&drawn);
+    assert_status(&arrival(&args), 0, "--plan-out without a target");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let plan: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["protocol"], "card-plan");
+    assert_eq!(plan["model"], "models/b62-15.toml");
+    let all = origins(&plan);
+    assert_eq!(all.len(), 14 + 3);
+    assert_eq!(all[14..], ["walks/s4/w0", "walks/s4/w1", "walks/s4/w2"]);
+    assert!(all[..14].iter().all(|origin| origin.starts_with("cover/")));
+    // The run that drew the plan, and the plan run: the same schedules, kills and verdict
+    // (not every count: whether a kill in flight lands before the commit is the clock's).
+    let original = conform("models/b62-15.toml", &store(None), &drawn);
+    assert_status(&original, 0, "the drawn run");
+    let planned = conform(
+        "models/b62-15.toml",
+        &store(None),
+        &["--plan", file.to_str().unwrap()],
+    );
+    assert_status(&planned, 0, "the plan's run");
+    let (original, planned) = (json(&original), json(&planned));
+    for field in ["schedules", "passed", "verdict", "cover"] {
+        assert_eq!(original[field], planned[field], "{field}");
+    }
+    assert_eq!(original["counts"]["kills"], planned["counts"]["kills"]);
+    assert_eq!(planned["schedules"], 17);
+    // A reviewer removes one walk: one fewer runs, and no walk is drawn in its place.
+    let mut edited = plan.clone();
+    edited["schedules"].as_array_mut().unwrap().remove(15);
+    std::fs::write(&file, serde_json::to_string_pretty(&edited).unwrap()).unwrap();
+    let fewer = conform(
+        "models/b62-15.toml",
+        &store(None),
+        &["--plan", file.to_str().unwrap(), "--walks", "9"],
+    );
+    assert_status(&fewer, 0, "the edited plan's run");
+    assert_eq!(json(&fewer)["schedules"], 16);
+}
+
+/// A target file of an HTTP receiver that reconciles in pull mode, started by `command`.
+fn pull_target(dir: &Path, command: &[&str]) -> String {
+    let file = dir.join("pull.toml");
+    let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+    let text = format!(
+        "kind = \"http\"\nreconcile = \"pull\"\ncommand = [{}]\n",
+        words.join(", ")
+    );
+    std::fs::write(&file, text).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_python_receiver_in_pull_mode_fetches_the_authority_and_passes_with_no_false_alarm() {
+    let dir = temp_dir("conform-pull");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "examples/receivers/python-sqlite/receiver.py",
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+            "--authority",
+            "{authority}",
+        ],
+    );
+    // Both walks of seed 1 reconcile cards; the liveness phase reconciles every paused card.
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-traces", "--no-mutants", "--no-cover", "--walks", "2"],
+    );
+    assert_status(&output, 0, "python-sqlite in pull mode");
+    let report = json(&output);
+    assert_eq!(report["verdict"], "sampled");
+    assert_eq!(report["schedules"], 2);
+}
+
+const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
+cards = json.load(open(os.path.join(sys.argv[2], 'initial.json')))
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.answer({'cards': cards} if self.path == '/_arrival/state' else {})
+    def do_POST(self):
+        self.rfile.read(int(self.headers['Content-Length']))
+        self.answer({'outcome': 'confirmed'})
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()";
+
+#[test]
+fn a_reconciliation_acknowledged_in_pull_mode_without_a_fetch_is_a_harness_failure() {
+    let dir = temp_dir("conform-pull-none");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "-c",
+            ACKS_WITHOUT_FETCHING,
+            "{port}",
+            "{data_dir}",
+        ],
+    );
+    // Only the shortest schedule to a confirmed reconciliation, read at the end: the
+    // reconciliation is sent whatever the receiver did with the deliveries.
+    let file = dir.path().join("plan.json");
+    let mut args = vec!["conform", "models/b62-15.toml", "--plan-out"];
+    args.extend([
+        file.to_str().unwrap(),
+        "--no-traces",
+        "--no-mutants",
+        "--walks",
+        "0",
+    ]);
+    assert_status(&arrival(&args), 0, "--plan-out");
+    let mut plan: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    plan["schedules"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|schedule| schedule["origin"] == "cover/reconcile/confirmed");
+    std::fs::write(&file, plan.to_string()).unwrap();
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &[
+            "--plan",
+            file.to_str().unwrap(),
+            "--observe",
+            "end",
+            "--channels",
+            "cards",
+        ],
+    );
+    assert_status(&output, 3, "a receiver that never fetches");
+    let stderr = crate::util::stderr(&output);
+    assert!(
+        stderr.contains("without fetching GET") && stderr.contains("/cards/card-7"),
+        "{stderr}"
+    );
 }

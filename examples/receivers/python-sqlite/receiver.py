@@ -17,6 +17,11 @@ body carries no delivery number, so this receiver reads it from an optional requ
 `Arrival-Delivery: N` (or a `?delivery=N` query). Without one, it numbers arrivals itself
 (every POST /webhook that commits counts one) and recognises a repeat of an id-less input
 by its content instead. Logging goes to stderr only.
+
+Pull mode (`--authority URL`): a reconcile request names only the card,
+`{"object_id": "card-7", "authority": URL}`, and the receiver fetches the snapshot itself
+with `GET URL/cards/card-7` (the body's URL, else the flag's) before it reconciles. A
+snapshot that cannot be fetched gets no answer but a 503: nothing was reconciled.
 """
 import argparse
 import json
@@ -25,6 +30,9 @@ import os
 import sqlite3
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 MAX_VERSION = 2 ** 64 - 1
@@ -438,8 +446,23 @@ class Store:
 
 # ---------------------------------------------------------------- HTTP
 
+def fetch_snapshot(authority, object_id):
+    """GET {authority}/cards/{object_id}: the snapshot, or None when it cannot be had."""
+    url = "%s/cards/%s" % (authority.rstrip("/"), urllib.parse.quote(object_id, safe=""))
+    # The authority is on loopback: no proxy from the environment in between.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as answer:
+            ok, snap = parse_json(answer.read())
+    except (urllib.error.URLError, OSError) as exc:
+        log("authority fetch failed:", url, exc)
+        return None
+    return snap if ok and isinstance(snap, dict) else None
+
+
 class Handler(BaseHTTPRequestHandler):
     store = None  # set in main
+    authority = None  # --authority URL: reconcile in pull mode
 
     def log_message(self, fmt, *args):
         log(self.address_string(), fmt % args)
@@ -490,6 +513,14 @@ class Handler(BaseHTTPRequestHandler):
                     lambda ack: self.reply(200, {"ack": ack}, [("Arrival-Ack", ack)]))
             elif path == "/_arrival/reconcile":
                 ok, snap = parse_json(raw)
+                if ok and isinstance(snap, dict) and "version" not in snap and \
+                        isinstance(snap.get("object_id"), str) and \
+                        (snap.get("authority") or self.authority):
+                    snap = fetch_snapshot(snap.get("authority") or self.authority,
+                                          snap["object_id"])
+                    if snap is None:
+                        self.reply(503, {"error": "the authority's snapshot could not be fetched"})
+                        return
                 if not (ok and isinstance(snap, dict) and isinstance(snap.get("object_id"), str)
                         and is_valid_version(snap.get("version")) and "state" in snap):
                     self.reply(400, {"error": "not an authority snapshot"})
@@ -510,7 +541,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--data", required=True)
+    ap.add_argument("--authority", help="reconcile in pull mode: fetch snapshots from this URL")
     args = ap.parse_args()
+    Handler.authority = args.authority
     os.makedirs(args.data, exist_ok=True)
     Handler.store = Store(args.data)
     server = HTTPServer(("127.0.0.1", args.port), Handler)
