@@ -40,13 +40,17 @@
 //! (neither changes a card or a hold) or one is inert and the other [`RAISING`] (it raises
 //! its card, unpaused). The inert step reads of the card only its version and pause, which
 //! the other leaves alone or raises unpaused, so it decides the same in either order; the
-//! other reads nothing the inert step writes. docs/checker.md has the argument for sleep
-//! sets, and `tests/model/indep.rs` checks the claims in every reachable world.
+//! other reads nothing the inert step writes. Also a [`HELD`] step (held at its paused
+//! card) with an inert or raising one, and, when settled decisions are merged, two raising
+//! steps with different versions (one state whichever goes first). docs/checker.md has the
+//! argument for sleep sets, and `tests/model/indep.rs` checks the claims in every
+//! reachable world.
 
+use crate::card::fingerprint::View;
 use crate::card::fixture::Scenario;
 use crate::card::step::Reconciliation;
 use crate::card::step::{Budgets, Fault, Step};
-use crate::card::wire::Sym;
+use crate::card::wire::{Sym, Version};
 use crate::harness::checker::{Kind, SleepSet};
 use std::collections::BTreeSet;
 
@@ -133,6 +137,11 @@ pub struct Commuting {
     /// cards only: they commute at a world where neither changes those cards there, or one
     /// of them raises one and the other is [`INERT`] ([`Commuting::commutes_given`]).
     card_only: [SleepSet; 64],
+    /// For each delivery's key, the keys in `card_only` whose deliveries carry a valid
+    /// version other than its own: two of them that both raise their cards at a world
+    /// commute there, when settled decisions are merged (`None`: they are not, and
+    /// [`RAISING`] steps never commute with each other).
+    other_version: Option<[SleepSet; 64]>,
 }
 
 /// The kind of a delivery step that changes no card and no hold at a world and stays the
@@ -144,8 +153,18 @@ pub const INERT: Kind = 1;
 /// The kind of a delivery step that raises its card and changes nothing else about cards
 /// and holds: a delivery decided `applied`. It reads its card and writes it; an [`INERT`]
 /// step on the same card neither reads nor writes anything it touches, nor is it changed
-/// by the raise.
+/// by the raise. Two raising steps with different versions commute in effect when settled
+/// decisions are merged: whichever goes first, the card ends at the higher one's state,
+/// and the lower one is `applied` in one order and `stale` in the other, which a merged
+/// fingerprint does not tell apart. After the higher one, the lower one is [`INERT`],
+/// whose claims include those of a raising step.
 pub const RAISING: Kind = 2;
+
+/// The kind of a delivery held because its card is paused: the card was paused before and
+/// is unchanged after, and the step added one hold under it and its own record. It reads
+/// of cards only that pause, which neither an [`INERT`] nor a [`RAISING`] step changes
+/// (neither pauses a card nor touches a paused one), and they read no hold.
+pub const HELD: Kind = 3;
 
 impl Commuting {
     /// The footprints of `scenario`'s steps under SPEC with total `budgets` (no expiry) and
@@ -157,6 +176,7 @@ impl Commuting {
         scenario: &Scenario,
         budgets: Budgets,
         reconciliation: Reconciliation,
+        view: &View,
     ) -> Option<Commuting> {
         debug_assert_eq!(budgets.expiries, 0, "no sleep sets with expiry");
         let deliveries = &scenario.deliveries;
@@ -262,6 +282,9 @@ impl Commuting {
                 }
             }
         }
+        let other_version = view
+            .merges_settled()
+            .then(|| other_versions(scenario, &delivery_keys, &card_only));
         let any = independent.iter().any(|&keys| keys != 0);
         let any_given = card_only.iter().any(|&keys| keys != 0);
         (any || any_given).then_some(Commuting {
@@ -269,6 +292,7 @@ impl Commuting {
             reconciles,
             independent,
             card_only,
+            other_version,
         })
     }
 
@@ -292,12 +316,19 @@ impl Commuting {
     /// world where it has kind `kind` and they have kind `other`: those whose footprints
     /// meet its own in cards only, when both are [`INERT`] or one is and the other is
     /// [`RAISING`].
+    ///
+    /// Also two [`RAISING`] deliveries with different versions (when settled decisions
+    /// are merged), and a [`HELD`] delivery with an inert or raising one (never two held
+    /// ones: the order of a card's holds is part of the world).
     #[inline]
     pub fn commutes_given(&self, key: u8, kind: Kind, other: Kind) -> SleepSet {
+        let key = usize::from(key);
         match (kind, other) {
-            (INERT, INERT) | (INERT, RAISING) | (RAISING, INERT) => {
-                self.card_only[usize::from(key)]
-            }
+            (INERT, INERT | RAISING | HELD)
+            | (RAISING | HELD, INERT)
+            | (RAISING, HELD)
+            | (HELD, RAISING) => self.card_only[key],
+            (RAISING, RAISING) => self.other_version.map_or(0, |other| other[key]),
             _ => 0,
         }
     }
@@ -317,4 +348,31 @@ impl Commuting {
             _ => false,
         }
     }
+}
+
+/// For each delivery key, the keys in `card_only` whose delivery's valid version differs
+/// from its own (both valid).
+fn other_versions(
+    scenario: &Scenario,
+    delivery_keys: &[(u32, [Option<u8>; CLASSES])],
+    card_only: &[SleepSet; 64],
+) -> [SleepSet; 64] {
+    let mut version_of: [Option<u64>; 64] = [None; 64];
+    for (index, (_, keys)) in delivery_keys.iter().enumerate() {
+        if let Version::Valid(version) = scenario.deliveries[index].event.version {
+            for key in keys.iter().flatten() {
+                version_of[usize::from(*key)] = Some(version);
+            }
+        }
+    }
+    let mut other = [0; 64];
+    for (a, keys) in other.iter_mut().enumerate() {
+        for b in 0..64 {
+            let differ = matches!((version_of[a], version_of[b]), (Some(x), Some(y)) if x != y);
+            if differ && card_only[a] & (1 << b) != 0 {
+                *keys |= 1 << b;
+            }
+        }
+    }
+    other
 }

@@ -57,6 +57,11 @@ impl View {
         }
     }
 
+    /// Whether settled records contribute their content and not their state decision.
+    pub fn merges_settled(&self) -> bool {
+        self.merge_settled
+    }
+
     /// The cards whose path to a pause is forgotten while they are paused.
     pub fn covered(&self) -> &[Sym] {
         self.covered

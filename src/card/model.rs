@@ -10,13 +10,13 @@
 //! (`None`): it would only lead back to a state already covered with more budget, so
 //! budgets cost transitions rather than states.
 
-use crate::card::commute::{Commuting, INERT, RAISING};
+use crate::card::commute::{Commuting, HELD, INERT, RAISING};
 use crate::card::fingerprint::{covered_cards, View};
 use crate::card::fixture::Scenario;
 use crate::card::policy::{Mutant, Spec};
 use crate::card::properties::checked_transition;
 use crate::card::property::{Properties, Property};
-use crate::card::receiver::{Decision, Outcome, Verdict};
+use crate::card::receiver::{Decision, HoldReason, Outcome, Verdict};
 use crate::card::step::{Budgets, DeliveryBudgets, Fault, Reconciliation, Step};
 use crate::card::world::{Effect, World};
 use crate::harness::checker::{Kind, SleepSet};
@@ -242,8 +242,9 @@ impl ReceiverModel {
         let footprints_hold = self.policy.is_none()
             && self.budgets.expiries == 0
             && self.per_delivery.left().is_none();
+        let view = self.view;
         self.commuting = footprints_hold
-            .then(|| Commuting::of(&self.scenario, self.budgets, self.reconciliation))
+            .then(|| Commuting::of(&self.scenario, self.budgets, self.reconciliation, &view))
             .flatten()
             .map(Arc::new);
         self
@@ -548,10 +549,10 @@ pub fn step_kind(scenario: &Scenario, before: &World, step: &Step, after: Option
         // Recognised (a retry acknowledged from its record): only records were read.
         return INERT;
     }
-    if was.holds() != now.holds() {
-        return 0;
-    }
     let (old, new) = (was.cards(), now.cards());
+    if was.holds() != now.holds() {
+        return held_at_pause(scenario, was, now, delivery);
+    }
     if old == new {
         let Some(index) = scenario.delivery_index(delivery) else {
             return 0;
@@ -568,6 +569,36 @@ pub fn step_kind(scenario: &Scenario, before: &World, step: &Step, after: Option
         });
     if raised {
         RAISING
+    } else {
+        0
+    }
+}
+
+/// [`HELD`] if the delivery was decided `held` because its card was paused, leaving every
+/// card as it was (its card paused before and after) and adding exactly one hold, under
+/// that card; 0 otherwise.
+fn held_at_pause(
+    scenario: &Scenario,
+    was: &crate::card::receiver::Receiver,
+    now: &crate::card::receiver::Receiver,
+    delivery: u32,
+) -> Kind {
+    let Some(index) = scenario.delivery_index(delivery) else {
+        return 0;
+    };
+    let event = &scenario.deliveries[index].event;
+    let Some(card) = event.object_id else {
+        return 0;
+    };
+    let paused_before = was.cards().get(&card).is_some_and(|known| known.paused);
+    let held = now.recorded(event, delivery) == Some(Decision::Held(HoldReason::Paused));
+    let one_more_hold = |list: Option<&Vec<_>>| list.map_or(0, Vec::len);
+    let holds_grew = was.holds().len() + usize::from(!was.holds().contains_key(&Some(card)))
+        == now.holds().len()
+        && one_more_hold(was.holds().get(&Some(card))) + 1
+            == one_more_hold(now.holds().get(&Some(card)));
+    if paused_before && held && holds_grew && was.cards() == now.cards() {
+        HELD
     } else {
         0
     }

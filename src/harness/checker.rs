@@ -79,10 +79,11 @@ pub type SleepSet = u64;
 /// `commutes_given(key(u), k, l)` has kind `l`, then at `s` neither enables nor disables
 /// the other, both orders end in the same state, and each is judged alike before and
 /// after the other. Every independence the checker uses, static or given kinds, must also
-/// keep a sleeping action's kind: an action independent of `u` at `s` has the same kind at
-/// `s·u` as at `s` (the checker carries sleeping actions' kinds down instead of taking
-/// them again). Kind 0 claims nothing. docs/checker.md argues why sleep sets stay complete
-/// with this.
+/// keep what a sleeping action's kind claims: an action independent of `u` at `s` has at
+/// `s·u` its kind at `s`, or one whose claims include those of its kind at `s` (the
+/// checker carries sleeping actions' kinds down instead of taking them again, so every
+/// claim it makes with a carried kind must hold with the action's kind where it is made).
+/// Kind 0 claims nothing. docs/checker.md argues why sleep sets stay complete with this.
 pub trait Commute<S, A> {
     /// The action's bit in a sleep set (below 64); `None`: it never sleeps.
     fn sleep_key(&self, action: &A) -> Option<u8>;
@@ -105,10 +106,11 @@ pub trait Commute<S, A> {
 pub type Kind = u8;
 
 /// How many kinds a model may use, 0 included.
-pub const KINDS: usize = 3;
+pub const KINDS: usize = 4;
 
 /// A sleep set: the sleeping actions' keys and, for each kind from 1, those of them that
-/// had that kind where they were taken (and so, by the contract, still have it here).
+/// had that kind where they were taken (and so, by the contract, still have it here, or a
+/// kind claiming more).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Asleep {
     /// Every sleeping key.
