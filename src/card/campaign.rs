@@ -517,6 +517,7 @@ pub fn campaign(
     // Every kept trace and mutant schedule runs; the walks stop at their first failure.
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     let mut not_allowed = Vec::new();
+    let mut unknown_words = std::collections::BTreeSet::new();
     target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/"]
@@ -541,6 +542,7 @@ pub fn campaign(
         seen.paused |= run.paused_reported;
         seen.unresolved |= run.unresolved_reported;
         seen.ack |= run.ack_reported;
+        unknown_words.extend(run.unknown_words.iter().cloned());
         match run.failure {
             None => passed += 1,
             Some(failure) => {
@@ -575,6 +577,15 @@ pub fn campaign(
     };
     let channels = options.settings.channels;
     let mut warnings = Vec::new();
+    if !unknown_words.is_empty() {
+        let words: Vec<String> = unknown_words.into_iter().collect();
+        warnings.push(format!(
+            "acknowledgements carried words that are not the contract's ({}): taken as no \
+             meaning; a delivery's is applied, ignored or held, a reconciliation's created, \
+             refused_behind, confirmed or replaced",
+            words.join(", ")
+        ));
+    }
     if !channels.every_step {
         warnings.push(
             "the state is read only at the end: reconciliation heals most wrong decisions \
@@ -724,6 +735,7 @@ pub fn conform_fixture(
         observed,
         reproduced: reproduced.text(),
         seed: Some(options.settings.seed),
+        kill_window_ms: Some(options.settings.kill_window_ms),
     });
     raw
 }

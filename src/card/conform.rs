@@ -208,7 +208,15 @@ pub struct Run {
     /// The actions the liveness phase took, in order (so that a failure there can be
     /// replayed as a schedule).
     pub liveness: Vec<Action>,
+    /// Words an acknowledgement carried that are not the contract's (taken as no meaning).
+    pub unknown_words: BTreeSet<String>,
 }
+
+/// The meanings a delivery's acknowledgement may carry.
+const ACKS: &[&str] = &["applied", "ignored", "held"];
+
+/// The outcomes a reconciliation's acknowledgement may carry.
+const OUTCOMES: &[&str] = &["created", "refused_behind", "confirmed", "replaced"];
 
 /// One world with what the receiver should have answered on the way to it.
 #[derive(Clone)]
@@ -327,6 +335,7 @@ impl<'a> Runner<'a> {
         };
         self.run.counts.attempted += 1;
         let answer = self.target.deliver(delivery, &body, send)?;
+        let answer = self.known_word(answer, ACKS);
         self.count(&answer, fault);
         // A delivery's meaning (a reconciliation's outcome word is another channel).
         self.run.ack_reported |= matches!(&answer, Answer::Ack(Some(_)));
@@ -341,6 +350,18 @@ impl<'a> Runner<'a> {
         let steps = delivery_branches(delivery, fault, &answer);
         let branches = self.branch(&steps);
         Ok((answer, branches))
+    }
+
+    /// An acknowledgement whose word is not one of `words` carries no meaning: the word is
+    /// kept aside for the report's warning, never compared with the contract's.
+    fn known_word(&mut self, answer: Answer, words: &[&str]) -> Answer {
+        match answer {
+            Answer::Ack(Some(word)) if !words.contains(&word.as_str()) => {
+                self.run.unknown_words.insert(word);
+                Answer::Ack(None)
+            }
+            answer => answer,
+        }
     }
 
     fn count(&mut self, answer: &Answer, fault: Option<External>) {
@@ -389,6 +410,7 @@ impl<'a> Runner<'a> {
         });
         self.run.counts.attempted += 1;
         let answer = self.target.reconcile(&body)?;
+        let answer = self.known_word(answer, OUTCOMES);
         self.count(&answer, None);
         let steps: Vec<Option<Step>> = match answer {
             Answer::Ack(_) => vec![Some(Step::Reconcile(card))],
@@ -611,10 +633,16 @@ impl<'a> Runner<'a> {
             None if last_read => "convergence".to_owned(),
             None => "diverged".to_owned(),
         };
+        let detail = match naming.redecided_note() {
+            Some(note) if property == "ack-implies-recorded" => {
+                format!("{note}\n{}", naming.diff())
+            }
+            _ => naming.diff(),
+        };
         Failure {
             property,
             step,
-            detail: naming.diff(),
+            detail,
             regressed,
         }
     }
@@ -810,10 +838,13 @@ impl Naming<'_> {
             counts.changed_payloads_swallowed += 1;
             return Some("evidence-retained");
         }
-        if self.redecided() {
-            return Some("ack-implies-recorded");
+        if let Some(name) = self.changed_cards() {
+            return Some(name);
         }
-        self.changed_cards()
+        if self.duplicate_changed_state() {
+            return Some("duplicate-no-effect");
+        }
+        self.redecided().then_some("ack-implies-recorded")
     }
 
     /// An acknowledged decision missing after a kill right after its acknowledgement, or
@@ -960,6 +991,45 @@ impl Naming<'_> {
                 matches!(branch.verdict, Some(Verdict::Duplicate(_)))
                     && branch.word != Some(word.as_str())
             })
+    }
+
+    /// A delivery every candidate takes for a duplicate changed the paused cards or the
+    /// unresolved inputs (the cards are [`Naming::changed_cards`]'s), where both reads
+    /// show them.
+    fn duplicate_changed_state(&self) -> bool {
+        let (Some(seen), Some(last)) = (self.seen, self.last) else {
+            return false;
+        };
+        let differs =
+            |shown: bool, now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| {
+                shown && now.is_some() && before.is_some() && now != before
+            };
+        let changed = differs(self.channels.paused, &seen.paused, &last.paused)
+            || differs(self.channels.unresolved, &seen.unresolved, &last.unresolved);
+        changed
+            && !self.branches.is_empty()
+            && self
+                .branches
+                .iter()
+                .all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_))))
+    }
+
+    /// Why [`Naming::redecided`] names `ack-implies-recorded`, when that rule (and no
+    /// kill that lost an acknowledged effect) is what named it.
+    fn redecided_note(&self) -> Option<String> {
+        if !self.redecided() || self.lost_after_kill().is_some() {
+            return None;
+        }
+        let Answer::Ack(Some(word)) = self.answer else {
+            return None;
+        };
+        let recorded = self.branches[0].word.unwrap_or("-");
+        Some(format!(
+            "a delivery every world consistent with what was seen has recorded (a duplicate, \
+             answered with its record's meaning now: {recorded}) was acknowledged {word}: the \
+             acknowledgement matches no decision recorded for that content (its record lost \
+             or never written beside its effect, or duplicates answered another way)"
+        ))
     }
 
     /// A card changed where the contract says nothing may change it.

@@ -205,9 +205,13 @@ pub struct ConformBlock {
     pub observed: Vec<Value>,
     /// How many reruns failed the same way (`3/3`).
     pub reproduced: String,
-    /// The seed of the run.
+    /// The seed of the run (with the delivery's number it times each kill in flight); a
+    /// rerun uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The run's `--kill-window-ms`; a rerun uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_window_ms: Option<u64>,
 }
 
 /// One delivery, typed.

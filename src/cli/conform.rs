@@ -513,12 +513,16 @@ pub fn run(args: &ConformArgs) -> Outcome {
         .as_ref()
         .map(|block| (block.observe.as_str(), block.channels.join(",")));
     let chosen = channels(args, found_with)?;
+    // A rerun times its kills as the run that wrote the fixture did.
+    let block = scenario.raw.conform.as_ref();
     let options = Options {
         settings: Settings {
             channels: chosen,
             max_retries: args.max_retries,
-            kill_window_ms: args.kill_window_ms,
-            seed: args.seed,
+            kill_window_ms: block
+                .and_then(|block| block.kill_window_ms)
+                .unwrap_or(args.kill_window_ms),
+            seed: block.and_then(|block| block.seed).unwrap_or(args.seed),
         },
         shrink_budget: args.shrink_budget,
         confirm: args.confirm as usize,
@@ -536,16 +540,14 @@ pub fn run(args: &ConformArgs) -> Outcome {
     let mut report =
         campaign(&scenario, &plans, target.as_mut(), &options).map_err(harness_failed)?;
     if scenario.conform.is_some() && report.schedules == 0 {
-        // A fixture's own schedule the model does not allow is a broken fixture.
-        return Err(InputError::invalid(
-            &args.source,
-            "conform",
-            format!(
-                "the actions are not a schedule the model allows: {}",
-                report.skipped.join("; ")
-            ),
-        )
-        .into());
+        // The receiver's answers took the rerun off the fixture's path (a kill landed on
+        // the other side of a commit): not reproduced, and not a broken fixture.
+        report.warnings.push(
+            "the fixture's actions stopped being a schedule the model allows after what the \
+             receiver answered and showed (listed under skipped): the rerun went another way \
+             than the run that wrote it, so it neither reproduces nor passes"
+                .to_owned(),
+        );
     }
     report.skipped = skipped.into_iter().chain(report.skipped).collect();
     drop(target);

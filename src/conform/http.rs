@@ -346,7 +346,9 @@ impl HttpTarget {
             (Ok(stream), Sending::Wait) => stream,
         };
         match read_reply(stream) {
-            Ok(reply) if (200..300).contains(&reply.status) => Ok(Answer::Ack(meaning(&reply))),
+            Ok(reply) if (200..300).contains(&reply.status) => {
+                Ok(Answer::Ack(meaning(&reply, "ack")))
+            }
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
             Err(error) => {
                 if timed_out(&error) {
@@ -422,16 +424,14 @@ fn timed_out(error: &std::io::Error) -> bool {
     )
 }
 
-/// The acknowledgement's meaning: the `Arrival-Ack` header, else the body's `ack` or
-/// `outcome`.
-fn meaning(reply: &Reply) -> Option<String> {
+/// The acknowledgement's meaning: the `Arrival-Ack` header, else the body's `key`
+/// (`ack` for a delivery, `outcome` for a reconciliation).
+fn meaning(reply: &Reply, key: &str) -> Option<String> {
     if let Some(word) = reply.header("arrival-ack") {
         return Some(word.to_owned());
     }
     let body: Value = serde_json::from_slice(&reply.body).ok()?;
-    ["ack", "outcome"]
-        .iter()
-        .find_map(|key| body.get(key).and_then(Value::as_str).map(str::to_owned))
+    body.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Reads `{"cards": {...}, "paused"?: [...], "unresolved"?: [...]}`.
@@ -522,7 +522,7 @@ impl CardTarget for HttpTarget {
             }),
             Ok(reply) if (200..300).contains(&reply.status) => {
                 self.check_fetched(snapshot, before)?;
-                Ok(Answer::Ack(meaning(&reply)))
+                Ok(Answer::Ack(meaning(&reply, "outcome")))
             }
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),
             Err(error) => {
