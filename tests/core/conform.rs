@@ -619,3 +619,19 @@ fn a_conform_failure_s_sequence_diagram_shows_restarts_disconnects_lost_acks_and
 "
     );
 }
+
+/// A delivery every world takes for a duplicate that pauses a card (or leaves an input
+/// unresolved) changed the state: `duplicate-no-effect`, as the model checker names these
+/// mutants, never `ack-implies-recorded` for the word it answered with.
+#[test]
+fn a_duplicate_that_pauses_its_card_is_duplicate_no_effect_whatever_it_answers() {
+    for mutant in [Mutant::DedupeByBodyHash, Mutant::PauseOnRedelivery] {
+        let report = run(Some(mutant), Channels::ALL, 0);
+        let (property, steps, reproduced) = shrunk(&report);
+        assert_eq!(
+            (property.as_str(), steps.len(), reproduced.as_str()),
+            ("duplicate-no-effect", 2, "3/3"),
+            "{mutant:?}: {steps:?}"
+        );
+    }
+}
