@@ -257,12 +257,14 @@ fn facts_source(path: &Path) -> Option<FactsSource> {
     }
 }
 
-/// A facts source's scenario, fixture and plans.
+/// A facts source's scenario, fixture, plans, what was skipped, and (for a rerun) the
+/// seed and kill window of the run that wrote it.
 type FactsPlans = (
     crate::facts::fixture::Scenario,
     crate::facts::fixture::RawFixture,
     Vec<facts_campaign::Plan>,
     Vec<String>,
+    (Option<u64>, Option<u64>),
 );
 
 fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Error> {
@@ -274,7 +276,7 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
             let (_, raw) = facts_campaign::load_fixture(&scenario.file)?;
             let (plans, skipped) =
                 facts_campaign::model_plans(&scenario, &loaded.file, args.walks, args.seed);
-            (scenario, raw, plans, skipped)
+            (scenario, raw, plans, skipped, (None, None))
         }
         FactsSource::Fixture => {
             let (scenario, raw) = facts_campaign::load_fixture(source)?;
@@ -302,15 +304,16 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
                 args.walks,
                 args.seed,
             ));
-            (scenario, raw, plans, skipped)
+            (scenario, raw, plans, skipped, (None, None))
         }
         FactsSource::Rerun => {
             let (file, scenario, raw) = facts_campaign::load_conform_file(source)?;
+            let timing = (file.seed, file.kill_window_ms);
             let plan = facts_campaign::Plan {
                 id: "rerun".into(),
                 actions: file.actions,
             };
-            (scenario, raw, vec![plan], Vec::new())
+            (scenario, raw, vec![plan], Vec::new(), timing)
         }
     })
 }
@@ -377,12 +380,12 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     let expect = args.expect.clone().unwrap_or(file.expect.clone());
     check_facts_expect(&expect, args.expect.is_some(), target_name)?;
     let every_step = channels(args, None)?.every_step;
-    let (scenario, raw, plans, skipped) = facts_plans(args, kind)?;
+    let (scenario, raw, plans, skipped, (seed, window)) = facts_plans(args, kind)?;
     let options = facts_campaign::Options {
         settings: facts_campaign::Settings {
             every_step,
-            kill_window_ms: args.kill_window_ms,
-            seed: args.seed,
+            kill_window_ms: window.unwrap_or(args.kill_window_ms),
+            seed: seed.unwrap_or(args.seed),
         },
         shrink_budget: args.shrink_budget,
         confirm: args.confirm as usize,
@@ -424,6 +427,8 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
             found_by: found.found_by.clone(),
             reproduced: found.reproduced.clone(),
             actions: found.actions.clone(),
+            seed: Some(options.settings.seed),
+            kill_window_ms: Some(options.settings.kill_window_ms),
         };
         let actions_file = dir.join(format!("{stem}.conform.{}.actions.json", found.property));
         for (file, text) in [

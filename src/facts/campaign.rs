@@ -196,7 +196,8 @@ pub fn run_schedule(
             } => {
                 let posted = &scenario.setup.requests[&request];
                 let now = target.now_ms();
-                let sent = match (bytes, last.get(&request)) {
+                // An exact copy keeps the time its bytes were signed at.
+                let (sent, signed_at) = match (bytes, last.get(&request)) {
                     (super::conform::Bytes::Exact, Some((previous, at)))
                         if super::conform::exact_copy_keeps_its_age(
                             scenario,
@@ -205,21 +206,25 @@ pub fn run_schedule(
                             2,
                         ) =>
                     {
-                        previous.clone()
+                        (previous.clone(), *at)
                     }
                     // A copy that would turn stale on the way goes re-signed.
-                    (super::conform::Bytes::Exact, Some(_)) => {
-                        wire(scenario, posted, now, super::conform::Bytes::Resigned)
-                    }
-                    _ => wire(scenario, posted, now, bytes),
+                    (super::conform::Bytes::Exact, Some(_)) => (
+                        wire(scenario, posted, now, super::conform::Bytes::Resigned),
+                        now,
+                    ),
+                    _ => (wire(scenario, posted, now, bytes), now),
                 };
-                last.insert(request, (sent.clone(), now));
+                last.insert(request, (sent.clone(), signed_at));
                 let sending = match fault {
                     Some(Fault::Disconnect) => Sending::Disconnect,
+                    // Timed from the seed and the request alone, so a shrunk schedule
+                    // and its reruns kill that request as long after sending it.
                     Some(Fault::KillInFlight) => {
-                        let mut rng = SplitMix::new(settings.seed ^ (step as u64) << 20);
+                        let salt = u64::from(request).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        let mut rng = SplitMix::new(settings.seed ^ salt);
                         Sending::KillAfter(Duration::from_millis(
-                            rng.below(settings.kill_window_ms + 1),
+                            rng.below(settings.kill_window_ms.max(1)),
                         ))
                     }
                     _ => Sending::Wait,
@@ -639,6 +644,13 @@ pub struct ConformFile {
     pub reproduced: String,
     /// The actions.
     pub actions: Vec<Action>,
+    /// The run's seed (with a request's number it times each kill in flight); a rerun
+    /// uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The run's `--kill-window-ms`; a rerun uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_window_ms: Option<u64>,
 }
 
 /// The failing schedule as a facts fixture: the model's side of its actions as
