@@ -320,6 +320,77 @@ pub fn cover_plans(
     (plans, cut)
 }
 
+/// The state cover: for every distinct state a receiver can show (its cards, paused cards
+/// and unresolved inputs, as [`crate::card::conform::project`] shows a world) that the
+/// contract's receiver reaches within `state_limit` worlds, the shortest schedule to it.
+/// A schedule is checked after every step, so one that runs through another's whole
+/// path covers that one's state too: only the schedules no other one extends are kept.
+/// Returns the plans (`states/N`), how many observable states they cover, and what the
+/// limit cut.
+pub fn state_cover_plans(
+    loaded: &LoadedModel,
+    state_limit: usize,
+    can_kill: bool,
+) -> (Vec<Plan>, usize, Vec<String>) {
+    use std::collections::{BTreeMap, HashSet, VecDeque};
+    use std::hash::{BuildHasher, RandomState};
+    let model = spec_model(loaded);
+    let scenario = &loaded.scenario;
+    let start = model.init();
+    let hasher = RandomState::new();
+    let mut seen: HashSet<u64> = HashSet::from([hasher.hash_one(&start)]);
+    let mut witnesses: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    witnesses.insert(
+        format!("{:?}", crate::card::conform::project(scenario, &start)),
+        Vec::new(),
+    );
+    let mut queue = VecDeque::from([(start, Vec::<Step>::new())]);
+    let (mut cut, mut offered) = (Vec::new(), Vec::new());
+    while let Some((world, path)) = queue.pop_front() {
+        offered.clear();
+        model.steps(&world, &mut offered);
+        for &step in &offered {
+            let (next, _) = transition(scenario, Spec, &world, step);
+            if !seen.insert(hasher.hash_one(&next)) {
+                continue;
+            }
+            let mut longer = path.clone();
+            longer.push(step);
+            let shown = format!("{:?}", crate::card::conform::project(scenario, &next));
+            witnesses.entry(shown).or_insert_with(|| longer.clone());
+            if seen.len() >= state_limit {
+                if cut.is_empty() {
+                    cut.push(format!(
+                        "state cover (the search stopped at {state_limit} worlds: states \
+                         shown only deeper are not covered)"
+                    ));
+                }
+                continue;
+            }
+            queue.push_back((next, longer));
+        }
+    }
+    let states = witnesses.len();
+    let mut paths: Vec<Vec<Step>> = witnesses.into_values().collect();
+    paths.sort_by_key(|path| std::cmp::Reverse(path.len()));
+    let mut kept: Vec<Vec<Step>> = Vec::new();
+    for path in paths {
+        if !kept.iter().any(|longer| longer.starts_with(&path)) {
+            kept.push(path);
+        }
+    }
+    kept.reverse();
+    let plans = kept
+        .iter()
+        .enumerate()
+        .map(|(index, steps)| Plan {
+            id: format!("states/{}", index + 1),
+            actions: actions_of(steps, can_kill).expect("the cover takes no expiry step"),
+        })
+        .collect();
+    (plans, states, cut)
+}
+
 /// The kinds of transition the `cover/` plans among `plans` witness.
 pub fn covered_kinds(plans: &[Plan]) -> Vec<String> {
     let mut kinds: Vec<String> = plans
@@ -477,6 +548,10 @@ pub struct ConformReport {
     /// The kinds of transition of the contract's receiver that ran on the target by their
     /// shortest schedules ([`cover_plans`]).
     pub cover: Vec<String>,
+    /// With `--state-cover`: how many states a receiver can show the state cover reached,
+    /// and by how many schedules ([`state_cover_plans`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_cover: Option<(usize, usize)>,
     /// Notes on what this run cannot see.
     pub warnings: Vec<String>,
     /// Wall time.
@@ -520,7 +595,7 @@ pub fn campaign(
     let mut unknown_words = std::collections::BTreeSet::new();
     target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
-        let exhaustive = ["traces/", "mutants/", "cover/"]
+        let exhaustive = ["traces/", "mutants/", "cover/", "states/"]
             .iter()
             .any(|kind| plan.id.starts_with(kind));
         if !failures.is_empty() && !exhaustive {
@@ -611,6 +686,7 @@ pub fn campaign(
         failure: found,
         skipped: not_allowed,
         cover: covered_kinds(plans),
+        state_cover: None,
         warnings,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -923,6 +999,11 @@ impl ConformReport {
                 "cover: {} kinds of transition, each by its shortest schedule: {}\n",
                 self.cover.len(),
                 self.cover.join(", ")
+            );
+        }
+        if let Some((states, schedules)) = self.state_cover {
+            out += &format!(
+                "state cover: {states} states a receiver can show, by {schedules} schedules\n"
             );
         }
         out += &report_tail(

@@ -49,6 +49,11 @@ pub struct ConformArgs {
     /// reconciliation outcome and settlement the contract's receiver takes).
     #[arg(long)]
     pub no_cover: bool,
+    /// Add the state cover: the shortest schedule to every state the receiver can show
+    /// (cards, paused cards, unresolved inputs) within `--cover-state-limit` worlds, the
+    /// schedules another one extends left out.
+    #[arg(long)]
+    pub state_cover: bool,
     /// The most worlds the transition cover's breadth-first search explores.
     #[arg(long, default_value_t = 10_000)]
     pub cover_state_limit: usize,
@@ -171,8 +176,12 @@ fn channels(args: &ConformArgs, found_with: Option<(&str, String)>) -> Result<Ch
     Ok(chosen)
 }
 
+/// The scenario, its schedules, what was left out, and (with `--state-cover`) how many
+/// states the state cover shows by how many schedules.
+type Planned = (Scenario, Vec<Plan>, Vec<String>, Option<(usize, usize)>);
+
 /// The scenario and its schedules: a plan file's, else those drawn from the source.
-fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error> {
+fn plans(args: &ConformArgs) -> Result<Planned, Error> {
     let is_fixture = args.source.extension().is_some_and(|ext| ext == "json");
     if let Some(file) = &args.plan {
         let scenario = if is_fixture {
@@ -181,7 +190,7 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
             Scenario::clone(&load_model(&args.source, None)?.scenario)
         };
         let (plans, skipped) = crate::card::plan::load(file, &scenario)?;
-        return Ok((scenario, plans, skipped));
+        return Ok((scenario, plans, skipped, None));
     }
     if is_fixture {
         let scenario = Scenario::load(&args.source)?;
@@ -198,7 +207,7 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
             id: "fixture".into(),
             actions,
         };
-        return Ok((scenario, vec![plan], Vec::new()));
+        return Ok((scenario, vec![plan], Vec::new(), None));
     }
     let loaded = load_model(&args.source, None)?;
     let scenario = Scenario::clone(&loaded.scenario);
@@ -224,11 +233,19 @@ fn plans(args: &ConformArgs) -> Result<(Scenario, Vec<Plan>, Vec<String>), Error
         plans.extend(cover);
         skipped.extend(cut);
     }
+    let mut state_cover = None;
+    if args.state_cover {
+        let (states, shown, cut) =
+            campaign::state_cover_plans(&loaded, args.cover_state_limit, true);
+        state_cover = Some((shown, states.len()));
+        plans.extend(states);
+        skipped.extend(cut);
+    }
     if loaded.file.expiries > 0 {
         skipped.push("expiry steps: arrival cannot move the receiver's clock".into());
     }
     plans.extend(campaign::walk_plans(&loaded, args.walks, args.seed, true));
-    Ok((scenario, plans, skipped))
+    Ok((scenario, plans, skipped, state_cover))
 }
 
 /// What a facts source is.
@@ -494,7 +511,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     }
     if let (Some(file), None) = (&args.plan_out, &args.target) {
         // The plan alone: nothing runs.
-        let (scenario, plans, skipped) = plans(args)?;
+        let (scenario, plans, skipped, _) = plans(args)?;
         write_plan(args, file, &scenario, &plans, &skipped)?;
         print(&format!(
             "plan: {} schedules on fixture {} written to {}\n",
@@ -508,7 +525,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     let target_file = TargetFile::parse(target_name)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
     check_expect(&expect, args.expect.is_some(), target_name)?;
-    let (scenario, plans, skipped) = plans(args)?;
+    let (scenario, plans, skipped, state_cover) = plans(args)?;
     if let Some(file) = &args.plan_out {
         write_plan(args, file, &scenario, &plans, &skipped)?;
     }
@@ -555,6 +572,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
         );
     }
     report.skipped = skipped.into_iter().chain(report.skipped).collect();
+    report.state_cover = state_cover;
     drop(target);
     if let (Some(found), Some(dir)) = (&report.failure, &args.trace_out) {
         write_found(&args.source, dir, found)?;
