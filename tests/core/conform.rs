@@ -408,6 +408,20 @@ fn b62_15() -> Scenario {
     )
 }
 
+/// One schedule of B62-15 against a receiver that keeps its state in memory only (a kill
+/// forgets everything), every channel read.
+fn against_forgetful(actions: Vec<Action>) -> ConformReport {
+    let plan = Plan {
+        id: "fixture".into(),
+        actions,
+    };
+    let mut target = Forgetful {
+        inner: InProcess::new(None),
+        initial: BTreeMap::new(),
+    };
+    campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap()
+}
+
 fn deliver(delivery: u32, fault: Option<External>) -> Action {
     Action::Deliver { delivery, fault }
 }
@@ -418,15 +432,10 @@ fn a_kill_that_loses_an_earlier_acknowledged_delivery_is_ack_implies_recorded() 
     // receiver that keeps nothing across a kill. Card-7 goes back below what the read after
     // #1 showed, but not to #4's version: the kill lost it, which the old naming called
     // version-monotonic.
-    let plan = Plan {
-        id: "fixture".into(),
-        actions: vec![deliver(1, None), deliver(4, Some(External::KillAfterAck))],
-    };
-    let mut target = Forgetful {
-        inner: InProcess::new(None),
-        initial: BTreeMap::new(),
-    };
-    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    let report = against_forgetful(vec![
+        deliver(1, None),
+        deliver(4, Some(External::KillAfterAck)),
+    ]);
     let found = report.failure.as_ref().expect("caught");
     assert_eq!(
         (found.property.as_str(), found.step),
@@ -590,11 +599,7 @@ fn a_conform_failure_s_sequence_diagram_shows_restarts_disconnects_lost_acks_and
             deliver(4, Some(External::KillAfterAck)),
         ],
     };
-    let mut target = Forgetful {
-        inner: InProcess::new(None),
-        initial: BTreeMap::new(),
-    };
-    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    let report = against_forgetful(plan.actions);
     let found = report.failure.as_ref().expect("caught");
     assert_eq!(
         (found.property.as_str(), found.step),
