@@ -28,9 +28,13 @@ pub struct PlanFile {
     pub fixture: String,
     /// [`fixture_digest`] of that fixture.
     pub fixture_digest: String,
-    /// The seed the walks were drawn with.
+    /// The seed the walks were drawn with, which with a delivery's number also times
+    /// each kill in flight: `--plan` uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The `--kill-window-ms` of the run that wrote it: `--plan` uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_window_ms: Option<u64>,
     /// What the planning left out, and why (reported again when the plan runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
@@ -67,7 +71,7 @@ pub fn fixture_digest(raw: &RawFixture) -> String {
 pub fn plan_file(
     scenario: &Scenario,
     model: &str,
-    seed: Option<u64>,
+    (seed, kill_window_ms): (Option<u64>, Option<u64>),
     plans: &[Plan],
     skipped: &[String],
 ) -> PlanFile {
@@ -77,6 +81,7 @@ pub fn plan_file(
         fixture: scenario.file.display().to_string(),
         fixture_digest: fixture_digest(&scenario.raw),
         seed,
+        kill_window_ms,
         skipped: skipped.to_vec(),
         schedules: plans
             .iter()
@@ -92,10 +97,14 @@ pub fn plan_file(
     }
 }
 
-/// Reads a plan file for `scenario`: its schedules and what its planning skipped. A file
-/// that is not a plan, a plan for another fixture, an empty origin and an action the
-/// fixture cannot take are bad input, named by field.
-pub fn load(file: &Path, scenario: &Scenario) -> Result<(Vec<Plan>, Vec<String>), InputError> {
+/// What a plan file gives a run: its schedules, what its planning left out, and the seed
+/// and kill window that time its kills.
+pub type Loaded = (Vec<Plan>, Vec<String>, (Option<u64>, Option<u64>));
+
+/// Reads a plan file for `scenario`: its schedules, what its planning skipped, and its
+/// timing. A file that is not a plan, a plan for another fixture, an empty origin and an
+/// action the fixture cannot take are bad input, named by field.
+pub fn load(file: &Path, scenario: &Scenario) -> Result<Loaded, InputError> {
     let text = crate::harness::input::read_text(file)?;
     let plan: PlanFile = crate::harness::input::parse_json(
         file,
@@ -142,5 +151,5 @@ pub fn load(file: &Path, scenario: &Scenario) -> Result<(Vec<Plan>, Vec<String>)
             actions,
         });
     }
-    Ok((plans, plan.skipped))
+    Ok((plans, plan.skipped, (plan.seed, plan.kill_window_ms)))
 }

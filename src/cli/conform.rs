@@ -178,7 +178,17 @@ fn channels(args: &ConformArgs, found_with: Option<(&str, String)>) -> Result<Ch
 
 /// The scenario, its schedules, what was left out, and (with `--state-cover`) how many
 /// states the state cover shows by how many schedules.
-type Planned = (Scenario, Vec<Plan>, Vec<String>, Option<(usize, usize)>);
+type Planned = (
+    Scenario,
+    Vec<Plan>,
+    Vec<String>,
+    Option<(usize, usize)>,
+    Timing,
+);
+
+/// The seed and kill window a plan file or a fixture's `conform` block keeps, which a run
+/// of it uses instead of the flags.
+type Timing = (Option<u64>, Option<u64>);
 
 /// The scenario and its schedules: a plan file's, else those drawn from the source.
 fn plans(args: &ConformArgs) -> Result<Planned, Error> {
@@ -189,8 +199,8 @@ fn plans(args: &ConformArgs) -> Result<Planned, Error> {
         } else {
             Scenario::clone(&load_model(&args.source, None)?.scenario)
         };
-        let (plans, skipped) = crate::card::plan::load(file, &scenario)?;
-        return Ok((scenario, plans, skipped, None));
+        let (plans, skipped, timing) = crate::card::plan::load(file, &scenario)?;
+        return Ok((scenario, plans, skipped, None, timing));
     }
     if is_fixture {
         let scenario = Scenario::load(&args.source)?;
@@ -207,7 +217,12 @@ fn plans(args: &ConformArgs) -> Result<Planned, Error> {
             id: "fixture".into(),
             actions,
         };
-        return Ok((scenario, vec![plan], Vec::new(), None));
+        let timing = scenario
+            .raw
+            .conform
+            .as_ref()
+            .map_or((None, None), |block| (block.seed, block.kill_window_ms));
+        return Ok((scenario, vec![plan], Vec::new(), None, timing));
     }
     let loaded = load_model(&args.source, None)?;
     let scenario = Scenario::clone(&loaded.scenario);
@@ -245,7 +260,7 @@ fn plans(args: &ConformArgs) -> Result<Planned, Error> {
         skipped.push("expiry steps: arrival cannot move the receiver's clock".into());
     }
     plans.extend(campaign::walk_plans(&loaded, args.walks, args.seed, true));
-    Ok((scenario, plans, skipped, state_cover))
+    Ok((scenario, plans, skipped, state_cover, (None, None)))
 }
 
 /// What a facts source is.
@@ -343,9 +358,9 @@ fn write_plan(
     plans: &[Plan],
     skipped: &[String],
 ) -> Result<(), Error> {
-    let seed = (args.plan.is_none() && args.walks > 0).then_some(args.seed);
+    let timing = (Some(args.seed), Some(args.kill_window_ms));
     let source = args.source.display().to_string();
-    let plan = crate::card::plan::plan_file(scenario, &source, seed, plans, skipped);
+    let plan = crate::card::plan::plan_file(scenario, &source, timing, plans, skipped);
     std::fs::write(file, pretty_json(&plan)).map_err(|source| InputError::Write {
         file: file.to_owned(),
         source,
@@ -511,7 +526,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     }
     if let (Some(file), None) = (&args.plan_out, &args.target) {
         // The plan alone: nothing runs.
-        let (scenario, plans, skipped, _) = plans(args)?;
+        let (scenario, plans, skipped, _, _) = plans(args)?;
         write_plan(args, file, &scenario, &plans, &skipped)?;
         print(&format!(
             "plan: {} schedules on fixture {} written to {}\n",
@@ -525,7 +540,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     let target_file = TargetFile::parse(target_name)?;
     let expect = args.expect.clone().unwrap_or(target_file.expect.clone());
     check_expect(&expect, args.expect.is_some(), target_name)?;
-    let (scenario, plans, skipped, state_cover) = plans(args)?;
+    let (scenario, plans, skipped, state_cover, (seed, window)) = plans(args)?;
     if let Some(file) = &args.plan_out {
         write_plan(args, file, &scenario, &plans, &skipped)?;
     }
@@ -535,16 +550,13 @@ pub fn run(args: &ConformArgs) -> Outcome {
         .as_ref()
         .map(|block| (block.observe.as_str(), block.channels.join(",")));
     let chosen = channels(args, found_with)?;
-    // A rerun times its kills as the run that wrote the fixture did.
-    let block = scenario.raw.conform.as_ref();
+    // A rerun or a plan times its kills as the run that wrote it did.
     let options = Options {
         settings: Settings {
             channels: chosen,
             max_retries: args.max_retries,
-            kill_window_ms: block
-                .and_then(|block| block.kill_window_ms)
-                .unwrap_or(args.kill_window_ms),
-            seed: block.and_then(|block| block.seed).unwrap_or(args.seed),
+            kill_window_ms: window.unwrap_or(args.kill_window_ms),
+            seed: seed.unwrap_or(args.seed),
         },
         shrink_budget: args.shrink_budget,
         confirm: args.confirm as usize,

@@ -97,7 +97,10 @@ fn answer(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
         header.clear();
     }
     let (status, body) = match (method, path.strip_prefix("/cards/")) {
-        ("GET", Some(id)) if !id.is_empty() => {
+        ("GET", Some(raw)) if !raw.is_empty() => {
+            // An HTTP client escapes what a request line cannot carry (a space, `/`, `?`).
+            let id = percent_decoded(raw);
+            let id = id.as_str();
             let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
             shared.fetches.push(id.to_owned());
             match shared.cards.get(id) {
@@ -121,4 +124,42 @@ fn answer(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
         body.len()
     )?;
     stream.flush()
+}
+
+/// `text` with every `%XX` turned back into its byte (a `%` not followed by two hex digits
+/// stays as it is), read as UTF-8.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|pair| std::str::from_utf8(pair).ok())
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decoded;
+
+    #[test]
+    fn a_card_id_escaped_by_the_receiver_s_http_client_is_read_back() {
+        assert_eq!(percent_decoded("card%207%2F%C3%BC%3F"), "card 7/ü?");
+        assert_eq!(percent_decoded("card-7"), "card-7");
+        assert_eq!(percent_decoded("100%"), "100%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
+    }
 }

@@ -227,7 +227,7 @@ fn a_wrong_state_setting_exits_2_naming_the_file_and_the_key() {
     let dir = temp_dir("conform-state-bad");
     let d = dir.path();
     let head = "kind = \"http\"\ncommand = [\"true\"]\n";
-    let cases: [(&str, &str, &str); 6] = [
+    let cases: [(&str, &str, &str); 7] = [
         ("number", "state = 3\n", "state: write a table"),
         (
             "two",
@@ -248,6 +248,11 @@ fn a_wrong_state_setting_exits_2_naming_the_file_and_the_key() {
         (
             "pg",
             "[state]\npostgres = \"localhost\"\ncards = \"SELECT 1\"\n",
+            "state.postgres",
+        ),
+        (
+            "pg-port",
+            "[state]\npostgres = \"postgres://postgres@127.0.0.1:notaport/x\"\ncards = \"SELECT 1\"\n",
             "state.postgres",
         ),
     ];

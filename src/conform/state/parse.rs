@@ -150,6 +150,15 @@ fn source(
                     "is not a URL: write postgres://USER@HOST:PORT/DATABASE".into(),
                 ));
             }
+            // Placeholders are filled in later; a URL without them is checked now.
+            if !url.contains('{') && url.parse::<postgres::Config>().is_err() {
+                return Err(bad(
+                    "postgres",
+                    "is not a PostgreSQL URL the client can read (host, port, database and \
+                     options): write postgres://USER@HOST:PORT/DATABASE"
+                        .into(),
+                ));
+            }
             sql(table, Database::Postgres(url), key, file, protocol)?
         }
     };
