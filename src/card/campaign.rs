@@ -391,6 +391,35 @@ pub fn state_cover_plans(
     (plans, states, cut)
 }
 
+/// Whether the reconciliations a schedule starts with (restarts between them change
+/// nothing) are ones the model allows before anything is observed; the index of the first
+/// that is not, and why. A schedule that fails this can never run, whatever the receiver
+/// does: bad input, not a rerun that went another way.
+pub fn opening_allowed(scenario: &Scenario, actions: &[Action]) -> Result<(), (usize, String)> {
+    use crate::card::world::World;
+    let mut world = World::initial(scenario, Budgets::UNLIMITED);
+    for (index, &action) in actions.iter().enumerate() {
+        match action {
+            Action::Restart => {}
+            Action::Reconcile(card) if world.reconcilable(scenario, card) => {
+                world = transition(scenario, Spec, &world, Step::Reconcile(card)).0;
+            }
+            Action::Reconcile(card) => {
+                return Err((
+                    index,
+                    format!(
+                        "a reconciliation of {} the model never allows here: before any \
+                         delivery the card is neither paused nor unknown",
+                        scenario.catalog.name(card)
+                    ),
+                ))
+            }
+            Action::Deliver { .. } => break,
+        }
+    }
+    Ok(())
+}
+
 /// The kinds of transition the `cover/` plans among `plans` witness.
 pub fn covered_kinds(plans: &[Plan]) -> Vec<String> {
     let mut kinds: Vec<String> = plans

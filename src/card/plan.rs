@@ -146,6 +146,9 @@ pub fn load(file: &Path, scenario: &Scenario) -> Result<Loaded, InputError> {
             .map_err(|(at, message)| {
                 InputError::invalid(file, format!("schedules[{index}].actions[{at}]"), message)
             })?;
+        crate::card::campaign::opening_allowed(scenario, &actions).map_err(|(at, message)| {
+            InputError::invalid(file, format!("schedules[{index}].actions[{at}]"), message)
+        })?;
         plans.push(Plan {
             id: schedule.origin.clone(),
             actions,

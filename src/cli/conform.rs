@@ -213,6 +213,9 @@ fn plans(args: &ConformArgs) -> Result<Planned, Error> {
             )
             .into());
         };
+        campaign::opening_allowed(&scenario, &actions).map_err(|(at, message)| {
+            InputError::invalid(&args.source, format!("conform.actions[{at}]"), message)
+        })?;
         let plan = Plan {
             id: "fixture".into(),
             actions,

@@ -1469,6 +1469,14 @@ fn a_malformed_or_foreign_plan_exits_2_naming_the_file_and_the_field() {
         said.contains("schedules[0].actions[0]") && said.contains("kil"),
         "{said}"
     );
+    // A schedule that opens with a reconciliation the model never allows can never run.
+    let mut never = good.clone();
+    never["schedules"][0]["actions"] = serde_json::json!([{"reconcile": "card-8"}]);
+    let said = run(&never.to_string(), "models/b62-15.toml");
+    assert!(
+        said.contains("schedules[0].actions[0]") && said.contains("never allows"),
+        "{said}"
+    );
     // The same plan for another fixture: its deliveries would mean something else.
     let said = run(&good.to_string(), "models/every-decision.toml");
     assert!(said.contains("fixture_digest"), "{said}");
