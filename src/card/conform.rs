@@ -328,7 +328,11 @@ impl<'a> Runner<'a> {
         let send = match fault {
             Some(External::Disconnect) => Sending::Disconnect,
             Some(External::Kill) if self.target.can_kill() => {
-                Sending::KillAfter(kill_delay(self.settings, delivery))
+                Sending::KillAfter(crate::harness::conform::kill_delay(
+                    self.settings.seed,
+                    delivery,
+                    self.settings.kill_window_ms,
+                ))
             }
             Some(External::Kill) => Sending::Disconnect,
             _ => Sending::Wait,
@@ -646,17 +650,6 @@ impl<'a> Runner<'a> {
             regressed,
         }
     }
-}
-
-/// How long after sending delivery `delivery` a kill in flight lands: drawn from the seed
-/// and the delivery's number alone, so a shrunk schedule and its confirming reruns kill
-/// that delivery at the same moment as the run that found the failure.
-fn kill_delay(settings: &Settings, delivery: u32) -> Duration {
-    let window = settings.kill_window_ms.max(1);
-    let mut draws = crate::harness::rng::SplitMix::new(
-        settings.seed ^ u64::from(delivery).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-    );
-    Duration::from_millis(draws.below(window))
 }
 
 /// The model steps an action with this answer may have been (`None`: nothing happened).

@@ -11,7 +11,6 @@ use super::fixture::{RawFixture, Scenario};
 use crate::harness::conform::{confirm, shrink, Counts, Reproduced, Status, Verdict};
 use crate::harness::conform::{junit_suite, properties_text, report_tail, FoundView};
 use crate::harness::junit::ExtraSuite;
-use crate::harness::rng::SplitMix;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -221,10 +220,10 @@ pub fn run_schedule(
                     // Timed from the seed and the request alone, so a shrunk schedule
                     // and its reruns kill that request as long after sending it.
                     Some(Fault::KillInFlight) => {
-                        let salt = u64::from(request).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                        let mut rng = SplitMix::new(settings.seed ^ salt);
-                        Sending::KillAfter(Duration::from_millis(
-                            rng.below(settings.kill_window_ms.max(1)),
+                        Sending::KillAfter(crate::harness::conform::kill_delay(
+                            settings.seed,
+                            request,
+                            settings.kill_window_ms,
                         ))
                     }
                     _ => Sending::Wait,

@@ -459,3 +459,13 @@ pub fn report_tail(
     out += &format!("verdict: {}", verdict.word());
     out
 }
+
+/// How long after sending input `number` (a card delivery, a facts request) a kill in
+/// flight lands: drawn in `0..window_ms` from the seed and the number alone, so a shrunk
+/// schedule and its reruns kill that input as long after sending it as the run that found
+/// the failure did.
+pub fn kill_delay(seed: u64, number: u32, window_ms: u64) -> std::time::Duration {
+    let salt = u64::from(number).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut draws = crate::harness::rng::SplitMix::new(seed ^ salt);
+    std::time::Duration::from_millis(draws.below(window_ms.max(1)))
+}
