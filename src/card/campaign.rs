@@ -690,6 +690,7 @@ pub fn campaign(
             words.join(", ")
         ));
     }
+    warnings.extend(wide_numbers(scenario));
     if !channels.every_step {
         warnings.push(
             "the state is read only at the end: reconciliation heals most wrong decisions \
@@ -764,15 +765,26 @@ fn settle_failure(
         }
         None => (failure.detail.clone(), failure.step, Vec::new()),
     };
-    // A failure of the liveness phase is marked at the last action.
+    // A failure of the liveness phase is drawn with the retries and reconciliations that
+    // phase took, and marked at the last of them.
+    let mut drawn = shrunk.clone();
+    if step > shrunk.len() {
+        drawn.extend(kept.iter().flat_map(|run| run.liveness.iter().copied()));
+    }
     let diagram = crate::card::trace::conform_diagram(
         scenario,
-        &shrunk,
+        &drawn,
         &log,
-        (step.min(shrunk.len()), &property),
+        (step.min(drawn.len()), &property),
     );
     let fixture = conform_fixture(
-        scenario, &shrunk, options, &property, &plan.id, log, reproduced,
+        scenario,
+        &shrunk,
+        kept.as_ref(),
+        options,
+        &property,
+        &plan.id,
+        reproduced,
     );
     Ok(Found {
         property: property.clone(),
@@ -792,18 +804,43 @@ fn settle_failure(
     })
 }
 
-/// The fixture of a shrunk schedule: its model steps as `schedule`, what the SPEC
-/// receiver ends with after them as `expect`, the external actions in `conform`.
+/// The model steps a failing run of `actions` showed: for each action the run settled, the
+/// step of the model path its answers and states fit (a kill in flight whose delivery every
+/// remaining world had recorded is `ack lost`, not a crash before recording); from the
+/// failing action on (or without a run), what the action may be at most ([`model_steps`]).
+pub fn fixture_steps(actions: &[Action], run: Option<&crate::card::conform::Run>) -> Vec<Step> {
+    let Some(run) = run else {
+        return model_steps(actions);
+    };
+    let settled = run
+        .failure
+        .as_ref()
+        .map_or(actions.len(), |failure| failure.step.saturating_sub(1))
+        .min(actions.len());
+    let mut steps: Vec<Step> = run
+        .model_path
+        .iter()
+        .filter(|(action, _)| *action <= settled)
+        .map(|&(_, step)| step)
+        .collect();
+    steps.extend(model_steps(&actions[settled..]));
+    steps
+}
+
+/// The fixture of a shrunk schedule: the model steps its failing `run` showed
+/// ([`fixture_steps`]) as `schedule`, what the SPEC receiver ends with after them as
+/// `expect`, the external actions and what the run observed in `conform`.
 pub fn conform_fixture(
     scenario: &Scenario,
     actions: &[Action],
+    run: Option<&crate::card::conform::Run>,
     options: &Options,
     property: &str,
     found_by: &str,
-    observed: Vec<Value>,
     reproduced: Reproduced,
 ) -> RawFixture {
-    let steps = model_steps(actions);
+    let steps = fixture_steps(actions, run);
+    let observed = run.map_or_else(Vec::new, |run| run.log.clone());
     let spec = replay_steps(scenario, Spec, "spec", &steps);
     let mut raw = scenario.raw.clone();
     raw.name = Some(format!(
@@ -867,6 +904,38 @@ pub fn raw_action(scenario: &Scenario, action: Action) -> RawAction {
             ..RawAction::default()
         },
     }
+}
+
+/// A warning for each delivery whose event holds an integer beyond 64 bits: arrival sends
+/// the envelope written out again, where such an integer becomes a float, so the contract's
+/// rule for them is not what the receiver is tested on.
+fn wide_numbers(scenario: &Scenario) -> Vec<String> {
+    fn wide(value: &Value) -> bool {
+        match value {
+            Value::Number(n) => {
+                n.is_f64()
+                    && n.as_f64()
+                        .is_some_and(|x| x.fract() == 0.0 && x.abs() >= 9.0e18)
+            }
+            Value::Array(items) => items.iter().any(wide),
+            Value::Object(fields) => fields.values().any(wide),
+            _ => false,
+        }
+    }
+    scenario
+        .raw
+        .deliveries
+        .iter()
+        .filter(|delivery| wide(&delivery.event))
+        .map(|delivery| {
+            format!(
+                "delivery #{}'s event holds an integer beyond 64 bits; arrival sends the event \
+                 written out again, where it becomes a float, so the receiver is not tested on \
+                 such integers as the sender wrote them",
+                delivery.delivery
+            )
+        })
+        .collect()
 }
 
 /// The properties a conformance run can speak of, and where each stands.

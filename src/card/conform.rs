@@ -210,6 +210,11 @@ pub struct Run {
     pub liveness: Vec<Action>,
     /// Words an acknowledgement carried that are not the contract's (taken as no meaning).
     pub unknown_words: BTreeSet<String>,
+    /// One model path the receiver's answers and states fit, by action (1-based, the
+    /// liveness phase's actions after the schedule's): a kill in flight is `ack lost` when
+    /// every world left had the delivery recorded. On a failure it ends before the failing
+    /// action, which no world fits.
+    pub model_path: Vec<(usize, Step)>,
 }
 
 /// The meanings a delivery's acknowledgement may carry.
@@ -222,6 +227,9 @@ const OUTCOMES: &[&str] = &["created", "refused_behind", "confirmed", "replaced"
 #[derive(Clone)]
 struct Branch {
     world: World,
+    /// The candidate world it came from, and the model step taken (none: nothing happened).
+    from: usize,
+    step: Option<Step>,
     word: Option<&'static str>,
     verdict: Option<Verdict>,
     recorded: bool,
@@ -250,6 +258,8 @@ struct Runner<'a> {
     target: &'a mut dyn CardTarget,
     settings: &'a Settings,
     candidates: Candidates<World>,
+    /// For each candidate world, the model path that reached it first.
+    paths: Vec<Vec<(usize, Step)>>,
     last: Option<Observed>,
     run: Run,
 }
@@ -280,6 +290,7 @@ impl<'a> Runner<'a> {
             target,
             settings,
             candidates: Candidates::new(start),
+            paths: vec![Vec::new()],
             last: Some(seen),
             run: Run::default(),
         })
@@ -299,13 +310,7 @@ impl<'a> Runner<'a> {
             },
             Action::Restart => {
                 self.restart()?;
-                let same = self.candidates.worlds().iter().map(|world| Branch {
-                    world: world.clone(),
-                    word: None,
-                    verdict: None,
-                    recorded: false,
-                });
-                (Answer::Ack(None), same.collect())
+                (Answer::Ack(None), self.unchanged())
             }
         };
         self.settle(step, action, &answer, branches, false)
@@ -428,16 +433,11 @@ impl<'a> Runner<'a> {
     /// Every candidate world through every model step the action may have been.
     fn branch(&self, steps: &[Option<Step>]) -> Vec<Branch> {
         let mut out: Vec<Branch> = Vec::new();
-        for world in self.candidates.worlds() {
+        for (from, world) in self.candidates.worlds().iter().enumerate() {
             for step in steps {
                 let branch = match *step {
-                    None => Branch {
-                        world: world.clone(),
-                        word: None,
-                        verdict: None,
-                        recorded: false,
-                    },
-                    Some(step) => step_branch(self.scenario, world, step),
+                    None => Branch::same(from, world),
+                    Some(step) => step_branch(self.scenario, from, world, step),
                 };
                 if !out.iter().any(|other| other.world == branch.world) {
                     out.push(branch);
@@ -445,6 +445,14 @@ impl<'a> Runner<'a> {
             }
         }
         out
+    }
+
+    /// Every candidate world, unchanged (a restart, the final read).
+    fn unchanged(&self) -> Vec<Branch> {
+        let worlds = self.candidates.worlds().iter().enumerate();
+        worlds
+            .map(|(from, world)| Branch::same(from, world))
+            .collect()
     }
 
     /// Filters the branches by the answer and (when read) the state; names the property
@@ -490,6 +498,7 @@ impl<'a> Runner<'a> {
         if kept.is_empty() {
             let failure = self.name(step, action, answer, &branches, seen.as_ref(), last_read);
             self.run.failure = Some(failure);
+            self.run.model_path = self.paths[0].clone();
             return Ok(false);
         }
         if kept.iter().all(|branch| branch.recorded)
@@ -498,11 +507,28 @@ impl<'a> Runner<'a> {
         {
             self.run.counts.recovered += 1;
         }
-        self.candidates = Candidates::of(kept.into_iter().map(|branch| branch.world).collect());
+        self.keep(step, kept);
         if seen.is_some() {
             self.last = seen;
         }
         Ok(true)
+    }
+
+    /// The kept branches become the candidates (equal worlds once, by the first path).
+    fn keep(&mut self, step: usize, kept: Vec<Branch>) {
+        let (mut worlds, mut paths): (Vec<World>, Vec<_>) = (Vec::new(), Vec::new());
+        for branch in kept {
+            if worlds.contains(&branch.world) {
+                continue;
+            }
+            let mut path = self.paths[branch.from].clone();
+            path.extend(branch.step.map(|taken| (step, taken)));
+            worlds.push(branch.world);
+            paths.push(path);
+        }
+        self.run.model_path = paths[0].clone();
+        self.candidates = Candidates::of(worlds);
+        self.paths = paths;
     }
 
     fn log(&mut self, step: usize, action: Action, answer: &Answer, seen: Option<&Observed>) {
@@ -576,17 +602,7 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        let same: Vec<Branch> = self
-            .candidates
-            .worlds()
-            .iter()
-            .map(|world| Branch {
-                world: world.clone(),
-                word: None,
-                verdict: None,
-                recorded: false,
-            })
-            .collect();
+        let same = self.unchanged();
         let at = step + self.run.liveness.len();
         let done = self.settle(at, Action::Restart, &Answer::Ack(None), same, true)?;
         if done
@@ -599,14 +615,54 @@ impl<'a> Runner<'a> {
             self.run.failure = Some(Failure {
                 property: "convergence".into(),
                 step: at,
-                detail: format!(
-                    "after {} retries the receiver still has not acknowledged every delivery",
-                    self.settings.max_retries
-                ),
+                detail: self.still_owed(),
                 regressed: false,
             });
         }
         Ok(())
+    }
+
+    /// What a world left still owes after the liveness phase, in words (the first that is
+    /// not terminal).
+    fn still_owed(&self) -> String {
+        let scenario = self.scenario;
+        let worlds = self.candidates.worlds();
+        let world = worlds
+            .iter()
+            .find(|world| !world.is_terminal(scenario))
+            .unwrap_or(&worlds[0]);
+        let deliveries: Vec<String> = scenario
+            .deliveries
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| world.owes(*index))
+            .map(|(_, delivery)| format!("#{}", delivery.number))
+            .collect();
+        let cards: Vec<&str> = scenario
+            .authority
+            .iter()
+            .filter(|snapshot| world.is_open(scenario, snapshot))
+            .map(|snapshot| scenario.catalog.name(snapshot.object_id))
+            .collect();
+        let mut owed = Vec::new();
+        if !deliveries.is_empty() {
+            owed.push(format!(
+                "an acknowledgement of deliveries {} (retried up to {} times)",
+                deliveries.join(", "),
+                self.settings.max_retries
+            ));
+        }
+        if !cards.is_empty() {
+            owed.push(format!(
+                "a reconciliation that resolves cards {} (each reconciled up to {} times)",
+                cards.join(", "),
+                2 * scenario.authority.len() + 1
+            ));
+        }
+        format!(
+            "after the faults stopped, the receiver still owes {}",
+            owed.join(", and ")
+        )
     }
 
     fn name(
@@ -683,7 +739,21 @@ fn delivery_branches(delivery: u32, fault: Option<External>, answer: &Answer) ->
     }
 }
 
-fn step_branch(scenario: &Scenario, world: &World, step: Step) -> Branch {
+impl Branch {
+    /// The world as it was: nothing happened.
+    fn same(from: usize, world: &World) -> Branch {
+        Branch {
+            world: world.clone(),
+            from,
+            step: None,
+            word: None,
+            verdict: None,
+            recorded: false,
+        }
+    }
+}
+
+fn step_branch(scenario: &Scenario, from: usize, world: &World, step: Step) -> Branch {
     let (next, effect) = transition(scenario, Spec, world, step);
     let (word, verdict, recorded) = match effect {
         Effect::Delivered { delivered, .. } => match delivered {
@@ -695,6 +765,8 @@ fn step_branch(scenario: &Scenario, world: &World, step: Step) -> Branch {
     };
     Branch {
         world: next,
+        from,
+        step: Some(step),
         word,
         verdict,
         recorded,

@@ -687,3 +687,86 @@ fn the_state_cover_of_b62_15_shows_301_states_by_181_schedules_and_catches_mutan
         ]
     );
 }
+
+/// The in-process receiver that, when the connection drops, never got the request.
+struct DropsOnDisconnect(InProcess);
+
+impl CardTarget for DropsOnDisconnect {
+    fn start(
+        &mut self,
+        initial: &BTreeMap<String, CardReport>,
+        fresh: bool,
+    ) -> Result<(), HarnessError> {
+        self.0.start(initial, fresh)
+    }
+
+    fn deliver(
+        &mut self,
+        delivery: u32,
+        body: &[u8],
+        send: Sending,
+    ) -> Result<Answer, HarnessError> {
+        match send {
+            Sending::Wait => self.0.deliver(delivery, body, send),
+            _ => Ok(Answer::Indefinite("never arrived".into())),
+        }
+    }
+
+    fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        self.0.reconcile(snapshot)
+    }
+
+    fn read(&mut self) -> Result<Observed, HarnessError> {
+        self.0.read()
+    }
+
+    fn kill(&mut self) -> Result<(), HarnessError> {
+        Ok(())
+    }
+
+    fn can_kill(&self) -> bool {
+        false
+    }
+}
+
+/// A written fixture shows the model path the run proved: a disconnected delivery the
+/// receiver showed recorded is `ack lost`, one it never got a crash before recording. With
+/// the state read only at the end nothing tells them apart (the retry of a recorded
+/// delivery is acknowledged `applied` from its record, as a first delivery would be), so
+/// the fixture shows the first branch, a crash before recording.
+#[test]
+fn the_model_path_of_an_indefinite_delivery_is_the_branch_the_receiver_showed() {
+    use arrival::card::campaign::fixture_steps;
+    use arrival::card::conform::run_schedule;
+    use arrival::card::step::{Fault, Step};
+    let scenario = b62_15();
+    let actions = [Action::Deliver {
+        delivery: 1,
+        fault: Some(External::Disconnect),
+    }];
+    let step = |fault| (1, Step::Deliver { delivery: 1, fault });
+    for (every_step, records, fault) in [
+        (true, true, Fault::AckLost),
+        (true, false, Fault::Crash),
+        (false, true, Fault::Crash),
+        (false, false, Fault::Crash),
+    ] {
+        let channels = Channels {
+            every_step,
+            ..Channels::ALL
+        };
+        let settings = fixed(channels).settings;
+        let run = if records {
+            run_schedule(&scenario, &mut InProcess::new(None), &actions, &settings)
+        } else {
+            let mut target = DropsOnDisconnect(InProcess::new(None));
+            run_schedule(&scenario, &mut target, &actions, &settings)
+        }
+        .unwrap();
+        assert!(run.failure.is_none(), "{:?}", run.failure);
+        // The liveness phase retries delivery 1 when it was not recorded.
+        assert_eq!(run.model_path[0], step(Some(fault)), "{:?}", run.model_path);
+        let shown = fixture_steps(&actions, Some(&run));
+        assert_eq!(shown, vec![step(Some(fault)).1]);
+    }
+}
