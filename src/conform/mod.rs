@@ -6,6 +6,7 @@
 //! | module | job |
 //! |---|---|
 //! | [`target`] | the target file (`--target FILE.toml`) and its command-line shorthands, read into a running target |
+//! | [`groups`] | the receivers' process groups, `SIGKILL`ed when arrival is ended by a signal |
 //! | [`process`] | the process supervisor: placeholders, process group, `SIGKILL`, data directory, stderr tail |
 //! | [`authority`] | the authority's snapshots served on a loopback port for a receiver that reconciles in pull mode, every fetch recorded |
 //! | [`http`] | the HTTP target and its minimal blocking client (chunked answers included) |
@@ -15,6 +16,7 @@
 
 pub mod authority;
 pub mod facts;
+pub mod groups;
 pub mod http;
 pub mod process;
 pub mod state;

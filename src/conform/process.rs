@@ -128,6 +128,7 @@ impl Supervisor {
                 child.stdout.take().expect("stdout is piped"),
             )
         });
+        super::groups::register(child.id() as libc::pid_t);
         self.child = Some(child);
         Ok(pipes)
     }
@@ -151,6 +152,7 @@ impl Supervisor {
             }
             let _ = child.kill();
             let _ = child.wait();
+            super::groups::unregister(group);
         }
     }
 

@@ -521,3 +521,58 @@ fn a_reconciliation_acknowledged_in_pull_mode_without_a_fetch_is_a_harness_failu
         "{stderr}"
     );
 }
+
+/// Whether a process is gone (or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state is the field after the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn sigterm_to_arrival_takes_the_receiver_s_process_group_with_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = temp_dir("conform-sigterm");
+    let pids = dir.path().join("pids");
+    // The receiver writes its pid (the process group's) and becomes the Python example,
+    // its log not in arrival's pipe: nothing ends it when arrival's pipes close.
+    let script = format!(
+        "echo $$ >> {}; exec python3 examples/receivers/python-sqlite/receiver.py \
+         --port {{port}} --data {{data_dir}} 2>/dev/null",
+        pids.display()
+    );
+    let target = target_file(dir.path(), "http", &["sh", "-c", &script]);
+    let mut run = std::process::Command::new(crate::util::ARRIVAL)
+        .args(["conform", "models/b62-15.toml", "--target", &target])
+        .args(["--walks", "100000", "--json"])
+        .current_dir(root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("arrival runs");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&pids).map_or(true, |text| text.lines().count() < 2) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the receiver never started twice"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill only sends a signal to the arrival process this test started.
+    unsafe {
+        libc::kill(run.id() as i32, libc::SIGTERM);
+    }
+    let status = run.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let text = std::fs::read_to_string(&pids).unwrap();
+    let last: i32 = text.lines().last().unwrap().trim().parse().unwrap();
+    let waited = std::time::Instant::now();
+    while !gone(last) && waited.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(gone(last), "receiver {last} still runs after arrival ended");
+}
