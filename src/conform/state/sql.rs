@@ -56,11 +56,32 @@ pub fn read(
 }
 
 fn sqlite(path: &str, queries: &[(String, String)], timeout: Duration) -> Result<Results, String> {
-    use rusqlite::{types::ValueRef, OpenFlags};
+    use rusqlite::OpenFlags;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = rusqlite::Connection::open_with_flags(path, flags)
         .map_err(|error| format!("cannot open the file: {error}"))?;
     conn.busy_timeout(timeout).map_err(|e| e.to_string())?;
+    // The whole read has `timeout`: past it the running query is interrupted.
+    let interrupt = conn.get_interrupt_handle();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if wait.recv_timeout(timeout) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            interrupt.interrupt();
+        }
+    });
+    let results = sqlite_read(&conn, queries);
+    drop(done);
+    results.map_err(|error| match error.contains("interrupted") {
+        true => format!("{error} (the read took longer than {timeout:?})"),
+        false => error,
+    })
+}
+
+fn sqlite_read(
+    conn: &rusqlite::Connection,
+    queries: &[(String, String)],
+) -> Result<Results, String> {
+    use rusqlite::types::ValueRef;
     // A deferred transaction: every query reads the snapshot the first one took.
     conn.execute_batch("BEGIN").map_err(|e| e.to_string())?;
     let mut results = Vec::new();
@@ -222,8 +243,8 @@ fn value(cell: Cell, column: &str, kind: Kind) -> Result<Value, String> {
         (_, Cell::Null) => Err(format!("column `{column}` is NULL")),
         (Kind::Text, Cell::Text(text)) => Ok(Value::String(text)),
         (Kind::Count, Cell::Int(n)) if n >= 0 => Ok(Value::from(n as u64)),
-        (Kind::Count, Cell::Text(text)) if text.trim().parse::<u64>().is_ok() => {
-            Ok(Value::from(text.trim().parse::<u64>().expect("checked")))
+        (Kind::Count, Cell::Text(text)) if digits(&text).is_some() => {
+            Ok(Value::from(digits(&text).expect("checked")))
         }
         (Kind::Count, Cell::Real(x)) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => {
             Ok(Value::from(x as u64))
@@ -238,6 +259,15 @@ fn value(cell: Cell, column: &str, kind: Kind) -> Result<Value, String> {
         (Kind::Bool, cell) => Err(wrong(&cell, "a boolean (or 0/1)")),
         (Kind::Json, cell) => Err(wrong(&cell, "JSON")),
     }
+}
+
+/// Text that is a version as the contract writes one: decimal digits only, no sign, no
+/// spaces, no leading zero, within 64 bits.
+fn digits(text: &str) -> Option<u64> {
+    let plain = !text.is_empty()
+        && text.bytes().all(|byte| byte.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    plain.then(|| text.parse().ok()).flatten()
 }
 
 /// The part's value from its rows.
@@ -293,8 +323,45 @@ fn build(part: &Part, rows: Vec<Vec<Cell>>) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::super::{CARD_PARTS, FACTS_PARTS};
-    use super::{build, Cell};
+    use super::{build, digits, sqlite, Cell};
     use serde_json::json;
+
+    #[test]
+    fn a_sqlite_query_that_never_ends_is_interrupted_at_the_timeout() {
+        let path = std::env::temp_dir().join(format!("arrival-sql-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) \
+                       SELECT count(*) FROM c";
+        let queries = [("cards".to_owned(), endless.to_owned())];
+        let timeout = std::time::Duration::from_millis(200);
+        let error = sqlite(path.to_str().unwrap(), &queries, timeout).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(error.contains("interrupted"), "{error}");
+        assert!(error.contains("longer than 200ms"), "{error}");
+    }
+
+    #[test]
+    fn version_text_is_plain_digits_only() {
+        for (text, read) in [
+            ("0", Some(0)),
+            ("10", Some(10)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            (" 10", None),
+            ("10 ", None),
+            ("+10", None),
+            ("-1", None),
+            ("010", None),
+            ("", None),
+            ("1e3", None),
+        ] {
+            assert_eq!(digits(text), read, "{text:?}");
+        }
+    }
 
     #[test]
     fn card_rows_become_the_cards_object_with_text_versions_past_two_to_the_sixty_three() {
