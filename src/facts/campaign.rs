@@ -530,7 +530,7 @@ pub fn campaign(
         passed,
         settles,
         counts,
-        properties: statuses(&found, settles > 0),
+        properties: statuses(&found, settles > 0, crosses_tenants(fixture)),
         failure: found,
         skipped: Vec::new(),
         warnings,
@@ -538,8 +538,24 @@ pub fn campaign(
     })
 }
 
-/// Each facts property's status after a run.
-pub fn statuses(found: &Option<Found>, compared: bool) -> Vec<(String, Status)> {
+/// Whether a request of the fixture could cross tenants: its applications belong to two
+/// tenants or more, or a key is limited to some tenants.
+pub fn crosses_tenants(fixture: &RawFixture) -> bool {
+    let tenants: std::collections::BTreeSet<&str> = fixture
+        .applications
+        .iter()
+        .map(|app| app.tenant_id.as_str())
+        .collect();
+    tenants.len() > 1 || fixture.keys.iter().any(|key| key.tenants.is_some())
+}
+
+/// Each facts property's status after a run that compared a settled state or not, on a
+/// fixture whose requests could cross tenants or not.
+pub fn statuses(
+    found: &Option<Found>,
+    compared: bool,
+    crosses_tenants: bool,
+) -> Vec<(String, Status)> {
     let broken = found.as_ref().map(|found| found.property.as_str());
     super::property::Property::NAMES
         .iter()
@@ -561,7 +577,11 @@ pub fn statuses(found: &Option<Found>, compared: bool) -> Vec<(String, Status)> 
                      identity would show as one"
                         .into(),
                 ),
-                "correlated" | "tenant-isolated" => Status::Sampled,
+                "tenant-isolated" if !crosses_tenants => Status::NotExercised(
+                    "the fixture has one tenant and no key limited to tenants: no request \
+                     could cross tenants"
+                        .into(),
+                ),
                 _ if compared => Status::Sampled,
                 _ => Status::NotExercised("no settled state was compared".into()),
             };
