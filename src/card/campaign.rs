@@ -567,6 +567,10 @@ pub struct ConformReport {
     pub passed: usize,
     /// Counts over every run, shrinking and confirmation excluded.
     pub counts: Counts,
+    /// How many snapshots the receiver fetched from the authority on its own (pull mode),
+    /// each taken as a reconciliation it may have done.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub own_fetches: usize,
     /// Each property's status (in JSON: `{"name", "status", "why"?}`).
     #[serde(serialize_with = "properties_json")]
     pub properties: Vec<(String, Status)>,
@@ -585,6 +589,10 @@ pub struct ConformReport {
     pub warnings: Vec<String>,
     /// Wall time.
     pub seconds: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn properties_json<S: serde::Serializer>(
@@ -622,6 +630,7 @@ pub fn campaign(
     let mut failures: Vec<(Plan, crate::card::conform::Failure)> = Vec::new();
     let mut not_allowed = Vec::new();
     let mut unknown_words = std::collections::BTreeSet::new();
+    let mut own_fetches = 0;
     target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/", "states/"]
@@ -646,6 +655,7 @@ pub fn campaign(
         seen.paused |= run.paused_reported;
         seen.unresolved |= run.unresolved_reported;
         seen.ack |= run.ack_reported;
+        own_fetches += run.own_fetches.len();
         unknown_words.extend(run.unknown_words.iter().cloned());
         match run.failure {
             None => passed += 1,
@@ -717,6 +727,7 @@ pub fn campaign(
         skipped: not_allowed,
         cover: covered_kinds(plans),
         state_cover: None,
+        own_fetches,
         warnings,
         seconds: started.elapsed().as_secs_f64(),
     })

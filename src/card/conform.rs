@@ -102,6 +102,12 @@ pub trait CardTarget {
     /// given before the first schedule: a target whose receiver fetches them itself (an
     /// HTTP target in pull mode) serves these. Others ignore them.
     fn serve_authority(&mut self, _snapshots: &BTreeMap<String, Value>) {}
+    /// The cards whose snapshot the receiver fetched from the authority on its own (not
+    /// in answer to a reconciliation request) since the last call, in order: each may be
+    /// a reconciliation it did. None by default.
+    fn fetched(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The fixture's authority snapshots by card, as [`CardTarget::serve_authority`] takes
@@ -215,6 +221,9 @@ pub struct Run {
     /// every world left had the delivery recorded. On a failure it ends before the failing
     /// action, which no world fits.
     pub model_path: Vec<(usize, Step)>,
+    /// The cards the receiver fetched from the authority on its own, by the action after
+    /// which arrival saw the fetch (each taken as a reconciliation it may have done).
+    pub own_fetches: Vec<(usize, String)>,
 }
 
 /// The meanings a delivery's acknowledgement may carry.
@@ -229,7 +238,7 @@ struct Branch {
     world: World,
     /// The candidate world it came from, and the model step taken (none: nothing happened).
     from: usize,
-    step: Option<Step>,
+    steps: Vec<Step>,
     word: Option<&'static str>,
     verdict: Option<Verdict>,
     recorded: bool,
@@ -447,6 +456,54 @@ impl<'a> Runner<'a> {
         out
     }
 
+    /// Each card the receiver fetched from the authority on its own since the last action
+    /// may be a reconciliation it did after the action: every branch also goes on through
+    /// it. A fetch of a card the fixture's authority
+    /// does not have (the authority answered 404) changes nothing.
+    fn with_own_fetches(&mut self, step: usize, mut branches: Vec<Branch>) -> Vec<Branch> {
+        let scenario = self.scenario;
+        for id in self.target.fetched() {
+            let Some(card) = scenario.catalog.find(&id) else {
+                continue;
+            };
+            if scenario.authority_for(card).is_none() {
+                continue;
+            }
+            self.run.own_fetches.push((step, id));
+            let mut next = Vec::with_capacity(branches.len() * 2);
+            for branch in branches {
+                // Any card with a snapshot: the contract lets a receiver reconcile when it
+                // likes, though the model's own schedules reconcile only paused or unknown
+                // cards.
+                {
+                    let (world, _) =
+                        transition(scenario, Spec, &branch.world, Step::Reconcile(card));
+                    let mut steps = branch.steps.clone();
+                    steps.push(Step::Reconcile(card));
+                    let reconciled = Branch {
+                        world,
+                        steps,
+                        ..branch.clone()
+                    };
+                    if !next
+                        .iter()
+                        .any(|other: &Branch| other.world == reconciled.world)
+                    {
+                        next.push(reconciled);
+                    }
+                }
+                if !next
+                    .iter()
+                    .any(|other: &Branch| other.world == branch.world)
+                {
+                    next.push(branch);
+                }
+            }
+            branches = next;
+        }
+        branches
+    }
+
     /// Every candidate world, unchanged (a restart, the final read).
     fn unchanged(&self) -> Vec<Branch> {
         let worlds = self.candidates.worlds().iter().enumerate();
@@ -465,6 +522,7 @@ impl<'a> Runner<'a> {
         branches: Vec<Branch>,
         last_read: bool,
     ) -> Result<bool, HarnessError> {
+        let branches = self.with_own_fetches(step, branches);
         let channels = self.settings.channels;
         let word = match answer {
             Answer::Ack(Some(word)) if channels.ack => Some(word.as_str()),
@@ -493,6 +551,17 @@ impl<'a> Runner<'a> {
             })
             .collect();
         self.log(step, action, answer, seen.as_ref());
+        let fetched: Vec<&str> = self
+            .run
+            .own_fetches
+            .iter()
+            .filter(|(at, _)| *at == step)
+            .map(|(_, id)| id.as_str())
+            .collect();
+        if !fetched.is_empty() {
+            let entry = self.run.log.last_mut().expect("just logged");
+            entry["own_fetches"] = json!(fetched);
+        }
         self.run.paused_reported |= seen.as_ref().is_some_and(|seen| seen.paused.is_some());
         self.run.unresolved_reported |= seen.as_ref().is_some_and(|seen| seen.unresolved.is_some());
         if kept.is_empty() {
@@ -522,7 +591,7 @@ impl<'a> Runner<'a> {
                 continue;
             }
             let mut path = self.paths[branch.from].clone();
-            path.extend(branch.step.map(|taken| (step, taken)));
+            path.extend(branch.steps.iter().map(|&taken| (step, taken)));
             worlds.push(branch.world);
             paths.push(path);
         }
@@ -745,7 +814,7 @@ impl Branch {
         Branch {
             world: world.clone(),
             from,
-            step: None,
+            steps: Vec::new(),
             word: None,
             verdict: None,
             recorded: false,
@@ -766,7 +835,7 @@ fn step_branch(scenario: &Scenario, from: usize, world: &World, step: Step) -> B
     Branch {
         world: next,
         from,
-        step: Some(step),
+        steps: vec![step],
         word,
         verdict,
         recorded,

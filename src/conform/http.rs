@@ -219,6 +219,10 @@ pub struct HttpTarget {
     state: StateSetting,
     /// In pull mode, the authority the receiver fetches snapshots from.
     authority: Option<AuthorityServer>,
+    /// How many of the authority's fetches have been sorted into prompted and not.
+    fetches_seen: usize,
+    /// The cards the receiver fetched on its own, not yet taken.
+    unprompted: Vec<String>,
 }
 
 impl HttpTarget {
@@ -240,6 +244,8 @@ impl HttpTarget {
                 sources: vec![Source::Url("/_arrival/state".into())],
             }),
             authority: None,
+            fetches_seen: 0,
+            unprompted: Vec::new(),
         })
     }
 
@@ -274,6 +280,25 @@ impl HttpTarget {
                 (body.to_string().into_bytes(), server.fetches().len())
             }
         }
+    }
+
+    /// Sorts the authority's fetches since the last call: one fetch of `prompted` (the
+    /// card a reconciliation request named) was asked for; every other is the receiver's
+    /// own.
+    fn sort_fetches(&mut self, prompted: Option<&str>) {
+        let Some(server) = &self.authority else {
+            return;
+        };
+        let fetched = server.fetches();
+        let mut prompted = prompted;
+        for id in fetched.iter().skip(self.fetches_seen) {
+            if prompted == Some(id.as_str()) {
+                prompted = None;
+            } else {
+                self.unprompted.push(id.clone());
+            }
+        }
+        self.fetches_seen = fetched.len();
     }
 
     /// In pull mode, a reconciliation acknowledged without a fetch of its card from the
@@ -490,8 +515,16 @@ impl CardTarget for HttpTarget {
         if fresh {
             self.initial = initial.clone();
             self.supervisor.fresh_data(initial)?;
+            // What an earlier schedule's receiver fetched is no step of this one.
+            self.sort_fetches(None);
+            self.unprompted.clear();
         }
         start_http(&mut self.supervisor, self.timeout, self.ready_timeout)
+    }
+
+    fn fetched(&mut self) -> Vec<String> {
+        self.sort_fetches(None);
+        std::mem::take(&mut self.unprompted)
     }
 
     fn deliver(
@@ -507,6 +540,7 @@ impl CardTarget for HttpTarget {
     }
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        self.sort_fetches(None);
         let (body, before) = self.reconcile_body(snapshot);
         let stream = send(
             self.addr(),
@@ -522,6 +556,7 @@ impl CardTarget for HttpTarget {
             }),
             Ok(reply) if (200..300).contains(&reply.status) => {
                 self.check_fetched(snapshot, before)?;
+                self.sort_fetches(snapshot["object_id"].as_str());
                 Ok(Answer::Ack(meaning(&reply, "outcome")))
             }
             Ok(reply) => Ok(Answer::Indefinite(format!("HTTP {}", reply.status))),

@@ -455,6 +455,37 @@ fn the_python_receiver_in_pull_mode_fetches_the_authority_and_passes_with_no_fal
     assert_eq!(report["schedules"], 2);
 }
 
+/// A receiver that reconciles on its own (after a held delivery, before answering it) is
+/// judged by its fetches: each is a reconciliation it may have done. Without them the
+/// reconciled card would be a state no world has (checked: a false `held-changes-nothing`).
+#[test]
+fn a_receiver_that_reconciles_on_its_own_is_judged_by_its_fetches_with_no_false_alarm() {
+    let dir = temp_dir("conform-own-fetches");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "examples/receivers/python-sqlite/receiver.py",
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+            "--authority",
+            "{authority}",
+            "--reconcile-on-pause",
+        ],
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-mutants", "--no-cover", "--walks", "2"],
+    );
+    assert_status(&output, 0, "python-sqlite reconciling on its own");
+    let report = json(&output);
+    assert_eq!(report["verdict"], "sampled");
+    assert!(report["own_fetches"].as_u64().unwrap() > 0, "{report}");
+}
+
 const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
 cards = json.load(open(os.path.join(sys.argv[2], 'initial.json')))
 class H(http.server.BaseHTTPRequestHandler):

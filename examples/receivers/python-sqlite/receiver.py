@@ -22,6 +22,10 @@ Pull mode (`--authority URL`): a reconcile request names only the card,
 `{"object_id": "card-7", "authority": URL}`, and the receiver fetches the snapshot itself
 with `GET URL/cards/card-7` (the body's URL, else the flag's) before it reconciles. A
 snapshot that cannot be fetched gets no answer but a 503: nothing was reconciled.
+
+Reconciling on its own (`--authority URL --reconcile-on-pause`): after a delivery it
+answers `held`, and before that answer goes out, the receiver fetches the snapshot of every
+paused card from the authority and reconciles each in a transaction of its own.
 """
 import argparse
 import json
@@ -463,6 +467,21 @@ def fetch_snapshot(authority, object_id):
 class Handler(BaseHTTPRequestHandler):
     store = None  # set in main
     authority = None  # --authority URL: reconcile in pull mode
+    reconcile_on_pause = False  # --reconcile-on-pause: fetch and reconcile paused cards
+
+    def reconcile_paused(self):
+        """Every paused card whose snapshot the authority has, reconciled: one transaction each."""
+        paused = [row[0] for row in
+                  self.store.db.execute("SELECT object_id FROM cards WHERE paused=1")]
+        for oid in paused:
+            snap = fetch_snapshot(self.authority, oid)
+            if snap is not None and is_valid_version(snap.get("version")) and "state" in snap:
+                self.store.transact(lambda: self.store.reconcile(snap), lambda _: None)
+
+    def answer_delivery(self, ack):
+        if ack == "held" and self.reconcile_on_pause and self.authority:
+            self.reconcile_paused()
+        self.reply(200, {"ack": ack}, [("Arrival-Ack", ack)])
 
     def log_message(self, fmt, *args):
         log(self.address_string(), fmt % args)
@@ -508,9 +527,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if path == "/webhook":
                 delivery = self.delivery_number()
-                self.store.transact(
-                    lambda: self.store.deliver(raw, delivery),
-                    lambda ack: self.reply(200, {"ack": ack}, [("Arrival-Ack", ack)]))
+                self.store.transact(lambda: self.store.deliver(raw, delivery),
+                                    self.answer_delivery)
             elif path == "/_arrival/reconcile":
                 ok, snap = parse_json(raw)
                 if ok and isinstance(snap, dict) and "version" not in snap and \
@@ -542,8 +560,11 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--authority", help="reconcile in pull mode: fetch snapshots from this URL")
+    ap.add_argument("--reconcile-on-pause", action="store_true",
+                    help="with --authority: reconcile every paused card after a held delivery")
     args = ap.parse_args()
     Handler.authority = args.authority
+    Handler.reconcile_on_pause = args.reconcile_on_pause
     os.makedirs(args.data, exist_ok=True)
     Handler.store = Store(args.data)
     server = HTTPServer(("127.0.0.1", args.port), Handler)
