@@ -7,6 +7,7 @@
 
 use crate::card::fixture::Scenario;
 use crate::card::policy::Spec;
+use crate::card::receiver::FirstCardReading;
 use crate::card::receiver::{Decision, Verdict};
 use crate::card::replay::CardReport;
 use crate::card::step::{Action, Budgets, External, Fault, Step};
@@ -232,10 +233,30 @@ const ACKS: &[&str] = &["applied", "ignored", "held"];
 /// The outcomes a reconciliation's acknowledgement may carry.
 const OUTCOMES: &[&str] = &["created", "refused_behind", "confirmed", "replaced"];
 
+/// Where the contract leaves a choice open, a receiver may take either reading; a world is
+/// judged under the reading it was reached by (docs/conform.md, "Open readings").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// arrival's: a changed payload's hold is filed under the card the variant names.
+    Arrival,
+    /// Under the card its id's first record names.
+    FirstCard,
+}
+
+impl Reading {
+    fn transition(self, scenario: &Scenario, world: &World, step: Step) -> (World, Effect) {
+        match self {
+            Reading::Arrival => transition(scenario, Spec, world, step),
+            Reading::FirstCard => transition(scenario, FirstCardReading, world, step),
+        }
+    }
+}
+
 /// One world with what the receiver should have answered on the way to it.
 #[derive(Clone)]
 struct Branch {
     world: World,
+    reading: Reading,
     /// The candidate world it came from, and the model step taken (none: nothing happened).
     from: usize,
     steps: Vec<Step>,
@@ -269,6 +290,8 @@ struct Runner<'a> {
     candidates: Candidates<World>,
     /// For each candidate world, the model path that reached it first.
     paths: Vec<Vec<(usize, Step)>>,
+    /// For each candidate world, the reading it was reached by.
+    readings: Vec<Reading>,
     last: Option<Observed>,
     run: Run,
 }
@@ -298,8 +321,9 @@ impl<'a> Runner<'a> {
             scenario,
             target,
             settings,
-            candidates: Candidates::new(start),
-            paths: vec![Vec::new()],
+            candidates: Candidates::exactly(vec![start.clone(), start]),
+            paths: vec![Vec::new(), Vec::new()],
+            readings: vec![Reading::Arrival, Reading::FirstCard],
             last: Some(seen),
             run: Run::default(),
         })
@@ -445,10 +469,12 @@ impl<'a> Runner<'a> {
         for (from, world) in self.candidates.worlds().iter().enumerate() {
             for step in steps {
                 let branch = match *step {
-                    None => Branch::same(from, world),
-                    Some(step) => step_branch(self.scenario, from, world, step),
+                    None => Branch::same(from, world, self.readings[from]),
+                    Some(step) => {
+                        step_branch(self.scenario, from, world, self.readings[from], step)
+                    }
                 };
-                if !out.iter().any(|other| other.world == branch.world) {
+                if !out.iter().any(|other| other.same_as(&branch)) {
                     out.push(branch);
                 }
             }
@@ -477,7 +503,9 @@ impl<'a> Runner<'a> {
                 // cards.
                 {
                     let (world, _) =
-                        transition(scenario, Spec, &branch.world, Step::Reconcile(card));
+                        branch
+                            .reading
+                            .transition(scenario, &branch.world, Step::Reconcile(card));
                     let mut steps = branch.steps.clone();
                     steps.push(Step::Reconcile(card));
                     let reconciled = Branch {
@@ -485,17 +513,11 @@ impl<'a> Runner<'a> {
                         steps,
                         ..branch.clone()
                     };
-                    if !next
-                        .iter()
-                        .any(|other: &Branch| other.world == reconciled.world)
-                    {
+                    if !next.iter().any(|other: &Branch| other.same_as(&reconciled)) {
                         next.push(reconciled);
                     }
                 }
-                if !next
-                    .iter()
-                    .any(|other: &Branch| other.world == branch.world)
-                {
+                if !next.iter().any(|other: &Branch| other.same_as(&branch)) {
                     next.push(branch);
                 }
             }
@@ -508,7 +530,7 @@ impl<'a> Runner<'a> {
     fn unchanged(&self) -> Vec<Branch> {
         let worlds = self.candidates.worlds().iter().enumerate();
         worlds
-            .map(|(from, world)| Branch::same(from, world))
+            .map(|(from, world)| Branch::same(from, world, self.readings[from]))
             .collect()
     }
 
@@ -583,20 +605,26 @@ impl<'a> Runner<'a> {
         Ok(true)
     }
 
-    /// The kept branches become the candidates (equal worlds once, by the first path).
+    /// The kept branches become the candidates (equal worlds under one reading once, by
+    /// the first path).
     fn keep(&mut self, step: usize, kept: Vec<Branch>) {
-        let (mut worlds, mut paths): (Vec<World>, Vec<_>) = (Vec::new(), Vec::new());
+        let mut unique: Vec<Branch> = Vec::new();
         for branch in kept {
-            if worlds.contains(&branch.world) {
-                continue;
+            if !unique.iter().any(|other| other.same_as(&branch)) {
+                unique.push(branch);
             }
-            let mut path = self.paths[branch.from].clone();
-            path.extend(branch.steps.iter().map(|&taken| (step, taken)));
-            worlds.push(branch.world);
-            paths.push(path);
         }
+        let paths: Vec<_> = unique
+            .iter()
+            .map(|branch| {
+                let mut path = self.paths[branch.from].clone();
+                path.extend(branch.steps.iter().map(|&taken| (step, taken)));
+                path
+            })
+            .collect();
         self.run.model_path = paths[0].clone();
-        self.candidates = Candidates::of(worlds);
+        self.readings = unique.iter().map(|branch| branch.reading).collect();
+        self.candidates = Candidates::exactly(unique.into_iter().map(|b| b.world).collect());
         self.paths = paths;
     }
 
@@ -810,9 +838,10 @@ fn delivery_branches(delivery: u32, fault: Option<External>, answer: &Answer) ->
 
 impl Branch {
     /// The world as it was: nothing happened.
-    fn same(from: usize, world: &World) -> Branch {
+    fn same(from: usize, world: &World, reading: Reading) -> Branch {
         Branch {
             world: world.clone(),
+            reading,
             from,
             steps: Vec::new(),
             word: None,
@@ -822,8 +851,21 @@ impl Branch {
     }
 }
 
-fn step_branch(scenario: &Scenario, from: usize, world: &World, step: Step) -> Branch {
-    let (next, effect) = transition(scenario, Spec, world, step);
+impl Branch {
+    /// The same world under the same reading.
+    fn same_as(&self, other: &Branch) -> bool {
+        self.reading == other.reading && self.world == other.world
+    }
+}
+
+fn step_branch(
+    scenario: &Scenario,
+    from: usize,
+    world: &World,
+    reading: Reading,
+    step: Step,
+) -> Branch {
+    let (next, effect) = reading.transition(scenario, world, step);
     let (word, verdict, recorded) = match effect {
         Effect::Delivered { delivered, .. } => match delivered {
             Some(delivered) => (Some(delivered.ack.name()), Some(delivered.verdict), true),
@@ -834,6 +876,7 @@ fn step_branch(scenario: &Scenario, from: usize, world: &World, step: Step) -> B
     };
     Branch {
         world: next,
+        reading,
         from,
         steps: vec![step],
         word,

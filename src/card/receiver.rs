@@ -817,7 +817,11 @@ impl Receiver {
         let key = HoldKey::Record { event: id, index };
         self.pause_known(first_card);
         self.pause_known(event.object_id);
-        self.hold(policy, event.object_id, key);
+        let bucket = match policy.files_variant_under_first() {
+            true => first_card.or(event.object_id),
+            false => event.object_id,
+        };
+        self.hold(policy, bucket, key);
         verdict(Verdict::Decided(decision))
     }
 
@@ -1301,6 +1305,15 @@ pub trait Policy: Copy {
         true
     }
 
+    /// Rule 1, a changed payload: whether its hold is filed under the card its id's first
+    /// record names (when it names one) rather than the card the variant names. The contract
+    /// does not say; arrival's reading is the variant's card, and `arrival conform` also
+    /// accepts the other ([`FirstCardReading`]).
+    #[inline(always)]
+    fn files_variant_under_first(self) -> bool {
+        false
+    }
+
     /// Expiry: whether an event id with an unresolved input among its records is forgotten
     /// too (the contract: never).
     #[inline(always)]
@@ -1314,6 +1327,25 @@ pub trait Policy: Copy {
 pub struct Spec;
 
 impl Policy for Spec {}
+
+/// The contract's receiver under the other reading of where a changed payload's hold is
+/// filed: under the card its id's first record names. Not a wrong receiver: the contract
+/// leaves the choice open, so `arrival conform` judges a receiver under either reading.
+/// Its holds break arrival's own filing invariant, which is therefore not checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FirstCardReading;
+
+impl Policy for FirstCardReading {
+    #[inline(always)]
+    fn is_contract(self) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn files_variant_under_first(self) -> bool {
+        true
+    }
+}
 
 #[cfg(test)]
 mod tests {

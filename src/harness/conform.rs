@@ -38,6 +38,12 @@ impl<W: Clone + PartialEq> Candidates<W> {
         Candidates { worlds: kept }
     }
 
+    /// These worlds as they are, equal ones included (a caller that keeps something beside
+    /// each world, which may differ between equal worlds).
+    pub fn exactly(worlds: Vec<W>) -> Candidates<W> {
+        Candidates { worlds }
+    }
+
     /// The worlds, in the order their branches were taken.
     pub fn worlds(&self) -> &[W] {
         &self.worlds

@@ -5,14 +5,18 @@
 //! candidate worlds, the naming, shrinking), not the receivers.
 
 use crate::util::root;
-use arrival::card::campaign::{campaign, trace_plans, walk_plans, ConformReport, Options, Plan};
+use arrival::card::campaign::{
+    campaign, cover_plans, state_cover_plans, trace_plans, walk_plans, ConformReport, Options, Plan,
+};
 use arrival::card::conform::{
     Answer, CardTarget, Channels, HarnessError, Observed, Sending, Settings,
 };
 use arrival::card::fixture::Scenario;
 use arrival::card::model_file::load_model;
 use arrival::card::mutants::Mutant;
-use arrival::card::receiver::{Card, Decision, InputRef, Receiver, Verdict as CardVerdict};
+use arrival::card::receiver::{
+    Card, Decision, FirstCardReading, InputRef, Receiver, Verdict as CardVerdict,
+};
 use arrival::card::replay::CardReport;
 use arrival::card::step::{Action, External};
 use arrival::card::wire::{Catalog, Snapshot};
@@ -30,6 +34,9 @@ struct InProcess {
     misword_changed_payloads: bool,
     /// Give acknowledgements without their meaning.
     bare_acks: bool,
+    /// File a changed payload's hold under its id's first card (the contract's other
+    /// reading), not the variant's.
+    first_card: bool,
 }
 
 impl InProcess {
@@ -40,6 +47,7 @@ impl InProcess {
             receiver: Receiver::default(),
             misword_changed_payloads: false,
             bare_acks: false,
+            first_card: false,
         }
     }
 }
@@ -74,7 +82,12 @@ impl CardTarget for InProcess {
             .catalog
             .event_from_bytes(body)
             .expect("fixtures send JSON");
-        let delivered = self.receiver.deliver(self.policy, delivery, None, &event);
+        let delivered = match self.first_card {
+            true => self
+                .receiver
+                .deliver(FirstCardReading, delivery, None, &event),
+            false => self.receiver.deliver(self.policy, delivery, None, &event),
+        };
         let changed_payload =
             delivered.verdict == CardVerdict::Decided(Decision::ConflictChangedPayload);
         let word = match () {
@@ -94,7 +107,10 @@ impl CardTarget for InProcess {
             version: snapshot["version"].as_u64().unwrap(),
             state: self.catalog.state(&snapshot["state"]),
         };
-        let reconciled = self.receiver.reconcile(self.policy, &snapshot);
+        let reconciled = match self.first_card {
+            true => self.receiver.reconcile(FirstCardReading, &snapshot),
+            false => self.receiver.reconcile(self.policy, &snapshot),
+        };
         Ok(Answer::Ack(Some(reconciled.outcome.name().to_owned())))
     }
 
@@ -768,5 +784,43 @@ fn the_model_path_of_an_indefinite_delivery_is_the_branch_the_receiver_showed() 
         assert_eq!(run.model_path[0], step(Some(fault)), "{:?}", run.model_path);
         let shown = fixture_steps(&actions, Some(&run));
         assert_eq!(shown, vec![step(Some(fault)).1]);
+    }
+}
+
+/// Where the contract leaves open under which card a changed payload's hold is filed, the
+/// oracle accepts either reading: on a fixture where one event id names two cards, the
+/// contract's receiver under arrival's reading and under the other both pass every cover
+/// schedule and walk, every channel read after every step.
+#[test]
+fn either_reading_of_where_a_changed_payload_is_held_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("one-id-two-cards.toml");
+    let fixture = root().join("tests/inputs/one-id-two-cards.json");
+    std::fs::write(
+        &model,
+        format!(
+            "fixture = {:?}\nlost_acks = 1\nreconciliation = \"interleaved\"\nexpect = \"pass\"\n",
+            fixture.display().to_string()
+        ),
+    )
+    .unwrap();
+    let loaded = load_model(&model, None).unwrap();
+    let scenario = Scenario::clone(&loaded.scenario);
+    let (mut plans, _) = cover_plans(&loaded, 100_000, false);
+    let (states, _, _) = state_cover_plans(&loaded, 100_000, false);
+    plans.extend(states);
+    plans.extend(walk_plans(&loaded, 40, 3, false));
+    let options = fixed(Channels::ALL);
+    for first_card in [false, true] {
+        let mut target = InProcess::new(None);
+        target.first_card = first_card;
+        let report = campaign(&scenario, &plans, &mut target, &options).unwrap();
+        assert_eq!(
+            report.verdict,
+            Verdict::Sampled,
+            "first_card {first_card}: {:?}",
+            report.failure
+        );
+        assert_eq!(report.schedules, plans.len());
     }
 }
