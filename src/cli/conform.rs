@@ -353,15 +353,18 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
     })
 }
 
-/// Writes the plan file of `--plan-out`.
+/// Writes the plan file of `--plan-out`, with the seed and kill window its schedules run
+/// with: those the source keeps (a fixture's `conform` block, a plan file), else the flags'.
 fn write_plan(
     args: &ConformArgs,
     file: &Path,
-    scenario: &Scenario,
-    plans: &[Plan],
-    skipped: &[String],
+    (scenario, plans, skipped): (&Scenario, &[Plan], &[String]),
+    (seed, window): Timing,
 ) -> Result<(), Error> {
-    let timing = (Some(args.seed), Some(args.kill_window_ms));
+    let timing = (
+        Some(seed.unwrap_or(args.seed)),
+        Some(window.unwrap_or(args.kill_window_ms)),
+    );
     let source = args.source.display().to_string();
     let plan = crate::card::plan::plan_file(scenario, &source, timing, plans, skipped);
     std::fs::write(file, pretty_json(&plan)).map_err(|source| InputError::Write {
@@ -529,8 +532,8 @@ pub fn run(args: &ConformArgs) -> Outcome {
     }
     if let (Some(file), None) = (&args.plan_out, &args.target) {
         // The plan alone: nothing runs.
-        let (scenario, plans, skipped, _, _) = plans(args)?;
-        write_plan(args, file, &scenario, &plans, &skipped)?;
+        let (scenario, plans, skipped, _, timing) = plans(args)?;
+        write_plan(args, file, (&scenario, &plans, &skipped), timing)?;
         print(&format!(
             "plan: {} schedules on fixture {} written to {}\n",
             plans.len(),
@@ -545,7 +548,7 @@ pub fn run(args: &ConformArgs) -> Outcome {
     check_expect(&expect, args.expect.is_some(), target_name)?;
     let (scenario, plans, skipped, state_cover, (seed, window)) = plans(args)?;
     if let Some(file) = &args.plan_out {
-        write_plan(args, file, &scenario, &plans, &skipped)?;
+        write_plan(args, file, (&scenario, &plans, &skipped), (seed, window))?;
     }
     let found_with = scenario
         .raw

@@ -283,6 +283,22 @@ fn the_store_s_two_transactions_mutant_is_caught_by_a_kill_between_its_commits_a
     assert_status(&rerun, 1, "rerun on two-transactions");
     assert_eq!(json(&rerun)["failure"]["property"], "ack-implies-recorded");
     assert_status(&conform(file, &store(None), &[]), 0, "rerun on the store");
+    // A plan written from the fixture keeps its timing too, whatever the flags say.
+    let plan = dir.path().join("plan.json");
+    let plan_args = [
+        "conform",
+        file,
+        "--plan-out",
+        plan.to_str().unwrap(),
+        "--seed",
+        "9",
+    ];
+    assert_status(&arrival(&plan_args), 0, "--plan-out from the fixture");
+    let written: Value = serde_json::from_slice(&std::fs::read(&plan).unwrap()).unwrap();
+    assert_eq!(
+        (&written["seed"], &written["kill_window_ms"]),
+        (&5.into(), &45.into())
+    );
 }
 
 fn target_file(dir: &Path, kind: &str, command: &[&str]) -> String {
