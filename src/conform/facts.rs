@@ -13,9 +13,11 @@ use crate::harness::InputError;
 use serde::Deserialize;
 use serde_json::Value;
 use std::io::Write;
+
+/// How long a `register` or `cleanup` command may take before it is killed (exit 3).
+pub const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 fn default_timeout() -> u64 {
@@ -162,26 +164,12 @@ impl HttpFactsTarget {
             .replace("{fixture}", &fixture.display().to_string())
     }
 
-    /// Runs one of the file's commands; its standard output when it exits 0.
+    /// Runs one of the file's commands; its standard output when it exits 0 within
+    /// [`COMMAND_TIMEOUT`].
     fn run(&self, name: &str, words: &[String]) -> Result<Vec<u8>, TargetError> {
         let words: Vec<String> = words.iter().map(|word| self.fill(word)).collect();
         let what = format!("{name} command `{}`", words.join(" "));
-        let (program, args) = words.split_first().ok_or_else(|| error(&what, "empty"))?;
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .map_err(|e| error(&what, e))?;
-        if !output.status.success() {
-            return Err(error(
-                &what,
-                format!(
-                    "{}: {}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ),
-            ));
-        }
-        Ok(output.stdout)
+        super::process::run_command(&words, COMMAND_TIMEOUT).map_err(|e| error(&what, e))
     }
 
     /// Runs `cleanup` for the stream in use; a failure is kept as a warning (the run's

@@ -12,6 +12,62 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+/// Runs a short command (a state read, a register or cleanup step) in a process group of
+/// its own: its standard output when it exits 0 within `timeout`. Past `timeout` the whole
+/// group is killed and the error says so; a signal that ends arrival kills it too.
+pub fn run_command(words: &[String], timeout: std::time::Duration) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let (program, args) = words.split_first().ok_or("the command is empty")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| error.to_string())?;
+    let group = child.id() as libc::pid_t;
+    super::groups::register(group);
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            _ => break None,
+        }
+    };
+    // SAFETY: killpg only sends a signal; the group is the command's own. Whatever it left
+    // behind in its group goes too, so the pipes close.
+    unsafe {
+        libc::killpg(group, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    super::groups::unregister(group);
+    let (stdout, stderr) = (
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    );
+    match status {
+        None => Err(format!("did not finish within {timeout:?} (killed)")),
+        Some(status) if status.success() => Ok(stdout),
+        Some(status) => Err(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&stderr).trim()
+        )),
+    }
+}
+
 /// How many lines of the target's standard error are kept.
 pub const LOG_LINES: usize = 32;
 
@@ -200,5 +256,28 @@ impl Drop for Supervisor {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_command;
+    use std::time::Duration;
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn a_command_gives_its_output_its_failure_or_is_killed_at_the_timeout() {
+        let second = Duration::from_secs(10);
+        assert_eq!(run_command(&sh("echo hi"), second).unwrap(), b"hi\n");
+        let failed = run_command(&sh("echo oops >&2; exit 3"), second).unwrap_err();
+        assert!(failed.contains("oops"), "{failed}");
+        // The sleep is the shell's child: only killing the group ends it (and closes the
+        // pipes the output is read from).
+        let hung = run_command(&sh("sleep 30; echo late"), Duration::from_millis(200));
+        let hung = hung.unwrap_err();
+        assert!(hung.contains("did not finish within 200ms"), "{hung}");
     }
 }

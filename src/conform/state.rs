@@ -6,7 +6,6 @@
 use crate::harness::InputError;
 use serde_json::{Map, Value};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// Which protocol's document the SQL parts build.
@@ -272,9 +271,11 @@ fn read_one(
         Source::Command(words) => {
             let words: Vec<String> = words.iter().map(|word| fill(word)).collect();
             let what = format!("state command `{}`", words.join(" "));
-            let out = run(&words).map_err(|message| StateError {
-                what: what.clone(),
-                message,
+            let out = super::process::run_command(&words, context.timeout).map_err(|message| {
+                StateError {
+                    what: what.clone(),
+                    message,
+                }
             })?;
             json_document(what, &out)
         }
@@ -300,23 +301,6 @@ fn json_document(what: String, body: &[u8]) -> Result<(String, Value), StateErro
             ),
         }),
     }
-}
-
-/// Runs a command: its standard output when it exits 0.
-fn run(words: &[String]) -> Result<Vec<u8>, String> {
-    let (program, args) = words.split_first().ok_or("the command is empty")?;
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|error| error.to_string())?;
-    if !output.status.success() {
-        return Err(format!(
-            "{}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(output.stdout)
 }
 
 #[cfg(test)]
