@@ -309,8 +309,9 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
             let loaded = crate::facts::model_file::load_model(source, Some("spec"))?;
             let scenario = (*loaded.model.scenario).clone();
             let (_, raw) = facts_campaign::load_fixture(&scenario.file)?;
+            let mutants = (!args.no_mutants).then_some(args.mutant_state_limit);
             let (plans, skipped) =
-                facts_campaign::model_plans(&scenario, &loaded.file, args.walks, args.seed);
+                facts_campaign::model_plans(&loaded, args.walks, args.seed, mutants);
             (scenario, raw, plans, skipped, (None, None))
         }
         FactsSource::Fixture => {
