@@ -671,3 +671,31 @@ fn a_mutant_schedule_catches_its_mutant_in_process_by_the_property_the_model_nam
     let report = campaign(&scenario, &raw, &plans, &mut target, &options()).unwrap();
     assert_eq!((report.schedules, report.passed), (1, 1));
 }
+
+#[test]
+fn a_facts_plan_file_reads_back_as_the_schedules_it_was_written_from() {
+    use arrival::facts::plan::{load as load_plan, plan_file};
+    let loaded = load("acmeflow-retries.toml");
+    let scenario = (*loaded.model.scenario).clone();
+    let (plans, skipped) = model_plans(&loaded, 3, 7, None);
+    let raw: RawFixture =
+        serde_json::from_str(&std::fs::read_to_string(&scenario.file).unwrap()).unwrap();
+    let written = plan_file(
+        (&raw, &scenario.file),
+        "models/acmeflow-retries.toml",
+        (Some(7), Some(40)),
+        &plans,
+        &skipped,
+    );
+    assert_eq!(written.protocol, "facts-plan");
+    assert_eq!(written.fixture_digest.len(), 64);
+    let dir = crate::util::temp_dir("facts-plan-round-trip");
+    let file = dir.path().join("plan.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&written).unwrap()).unwrap();
+    let (read, read_skipped, timing) = load_plan(&file, &scenario, &raw).unwrap();
+    assert_eq!(read, plans);
+    assert_eq!(read_skipped, skipped);
+    assert_eq!(timing, (Some(7), Some(40)));
+    // The fixture's own schedule and three walks.
+    assert_eq!(read.len(), 4);
+}
