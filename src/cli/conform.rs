@@ -304,13 +304,29 @@ type FactsPlans = (
 
 fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Error> {
     let source = &args.source;
+    if let Some(file) = &args.plan {
+        let (scenario, raw) = match kind {
+            FactsSource::Model => {
+                let loaded = crate::facts::model_file::load_model(source, Some("spec"))?;
+                facts_campaign::load_fixture(&loaded.model.scenario.file)?
+            }
+            FactsSource::Fixture => facts_campaign::load_fixture(source)?,
+            FactsSource::Rerun => {
+                let (_, scenario, raw) = facts_campaign::load_conform_file(source)?;
+                (scenario, raw)
+            }
+        };
+        let (plans, skipped, timing) = crate::facts::plan::load(file, &scenario, &raw)?;
+        return Ok((scenario, raw, plans, skipped, timing));
+    }
     Ok(match kind {
         FactsSource::Model => {
             let loaded = crate::facts::model_file::load_model(source, Some("spec"))?;
             let scenario = (*loaded.model.scenario).clone();
             let (_, raw) = facts_campaign::load_fixture(&scenario.file)?;
+            let mutants = (!args.no_mutants).then_some(args.mutant_state_limit);
             let (plans, skipped) =
-                facts_campaign::model_plans(&scenario, &loaded.file, args.walks, args.seed);
+                facts_campaign::model_plans(&loaded, args.walks, args.seed, mutants);
             (scenario, raw, plans, skipped, (None, None))
         }
         FactsSource::Fixture => {
@@ -386,20 +402,34 @@ fn need_target(args: &ConformArgs) -> Result<&str, Error> {
     })
 }
 
+/// Writes the facts plan file of `--plan-out`.
+fn write_facts_plan(args: &ConformArgs, file: &Path, planned: &FactsPlans) -> Result<(), Error> {
+    let (scenario, raw, plans, skipped, _) = planned;
+    let timing = (Some(args.seed), Some(args.kill_window_ms));
+    let source = args.source.display().to_string();
+    let fixture = (raw, scenario.file.as_path());
+    let plan = crate::facts::plan::plan_file(fixture, &source, timing, plans, skipped);
+    std::fs::write(file, pretty_json(&plan)).map_err(|source| InputError::Write {
+        file: file.to_owned(),
+        source,
+    })?;
+    Ok(())
+}
+
 /// `arrival conform` on a facts source: a facts target file, the facts campaign.
 fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     use crate::conform::facts::{FactsTargetFile, HttpFactsTarget};
-    if args.plan.is_some() || args.plan_out.is_some() {
-        return Err(flag(
-            if args.plan.is_some() {
-                "--plan"
-            } else {
-                "--plan-out"
-            },
-            "plan files are for the card protocol only: a facts source cannot write or run \
-             one yet"
-                .into(),
+    if let (Some(file), None) = (&args.plan_out, &args.target) {
+        // The plan alone: nothing runs.
+        let planned = facts_plans(args, kind)?;
+        write_facts_plan(args, file, &planned)?;
+        print(&format!(
+            "plan: {} schedules on facts fixture {} written to {}\n",
+            planned.2.len(),
+            planned.0.file.display(),
+            file.display()
         ));
+        return Ok(true);
     }
     let target_name = need_target(args)?;
     if !FactsTargetFile::is_facts_target(target_name) {
@@ -418,7 +448,12 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     let expect = args.expect.clone().unwrap_or(file.expect.clone());
     check_facts_expect(&expect, args.expect.is_some(), target_name)?;
     let every_step = channels(args, None)?.every_step;
-    let (scenario, raw, plans, skipped, (seed, window)) = facts_plans(args, kind)?;
+    let planned = facts_plans(args, kind)?;
+    if let Some(file) = &args.plan_out {
+        write_facts_plan(args, file, &planned)?;
+    }
+    let (scenario, raw, plans, skipped, (seed, window)) = planned;
+    // A rerun or a plan times its kills as the run that wrote it did.
     let options = facts_campaign::Options {
         settings: facts_campaign::Settings {
             every_step,

@@ -764,16 +764,20 @@ impl FactsConformReport {
 }
 
 /// The schedules a facts model file gives, and what it cannot play: the fixture's own
-/// schedule (when every step can be played), then `walks` seeded walks over the playable
+/// schedule (when every step can be played); with `mutant_state_limit`, each listed
+/// mutant's shortest counterexample ([`super::mutant_schedules`], searched over at most
+/// that many states each), shortest first; then `walks` seeded walks over the playable
 /// requests within the file's budgets (lost answers and disconnects: `lost_responses`;
 /// kills and restarts: the consumer crashes and takeovers together; extra exact or
 /// re-encoded copies: `lost_responses`, at least one).
 pub fn model_plans(
-    scenario: &Scenario,
-    file: &super::model_file::ModelFile,
+    loaded: &super::model_file::LoadedModel,
     walks: usize,
     seed: u64,
+    mutant_state_limit: Option<usize>,
 ) -> (Vec<Plan>, Vec<String>) {
+    let scenario: &Scenario = &loaded.model.scenario;
+    let file = &loaded.file;
     let (requests, mut skipped) = super::conform::playable(scenario, 2);
     let mut plans = Vec::new();
     match scenario.schedule.as_deref() {
@@ -791,6 +795,14 @@ pub fn model_plans(
                 .map(|&request| Action::post(request))
                 .collect(),
         }),
+    }
+    if let Some(limit) = mutant_state_limit {
+        let mutants = super::mutant_schedules::listed(loaded);
+        let known: Vec<Vec<Action>> = plans.iter().map(|plan| plan.actions.clone()).collect();
+        let (found, left) =
+            super::mutant_schedules::mutant_schedules(loaded, &mutants, limit, &requests, &known);
+        plans.extend(found.into_iter().map(|(id, actions)| Plan { id, actions }));
+        skipped.extend(left);
     }
     for (budget, what) in [
         (file.poison, "poison entries"),

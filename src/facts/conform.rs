@@ -46,9 +46,10 @@ pub enum Fault {
     KillAfterAnswer,
 }
 
-/// One thing arrival does to a facts receiver.
+/// One thing arrival does to a facts receiver (a misspelt key is an error, not a plain
+/// post).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     /// Post a fixture request.
     Post {

@@ -21,7 +21,9 @@
 //! | [`model_file`] | facts model files read into a [`model_file::LoadedModel`] |
 //! | [`check`] | runs of a model file: exhaustive, sharded or sampled, or served to Explorer |
 //! | [`conform`] | the oracle of `arrival conform`: actions, re-signed wire bytes, the receiver's state normalised, candidate worlds, property names |
+//! | [`mutant_schedules`] | each mutant's shortest counterexample on a model file, as a schedule `arrival conform` plays over HTTP |
 //! | [`campaign`] | a conformance campaign over a [`campaign::FactsTarget`]: schedules, settling, shrinking, confirmation, report |
+//! | [`plan`] | facts plan files: the schedules of a campaign written out (`--plan-out`) and read back (`--plan`), refused on another fixture |
 //! | [`trace`] | counterexamples as fixture steps, step tables, replayable fixtures and sequence diagrams |
 
 pub mod application;
@@ -34,8 +36,10 @@ pub mod inbox;
 pub mod ingress;
 pub mod model;
 pub mod model_file;
+pub mod mutant_schedules;
 pub mod mutants;
 pub mod operator;
+pub mod plan;
 pub mod properties;
 pub mod property;
 pub mod replay;

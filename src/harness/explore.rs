@@ -105,6 +105,16 @@ pub fn shortest<P: Protocol>(
     index: usize,
     settings: &Settings,
 ) -> Option<Vec<P::Step>> {
+    shortest_within(protocol, index, settings).0
+}
+
+/// [`shortest`], and whether the search stopped at its state limit (so a `None` says only
+/// that no counterexample lies within the limit, not that there is none).
+pub fn shortest_within<P: Protocol>(
+    protocol: &P,
+    index: usize,
+    settings: &Settings,
+) -> (Option<Vec<P::Step>>, bool) {
     let alone = Settings {
         strategy: Strategy::Bfs,
         threads: 1,
@@ -112,9 +122,12 @@ pub fn shortest<P: Protocol>(
     };
     // The search for `panic` checks it alone; one for the protocol's own leaves it out.
     let panics = index == P::PROPERTIES.len();
-    explore_checking(protocol.only(index), &alone, panics)
-        .discoveries
-        .remove(super::property_name::<P>(index))
+    let mut run = explore_checking(protocol.only(index), &alone, panics);
+    let cut = run.hit_limit(alone.state_limit);
+    (
+        run.discoveries.remove(super::property_name::<P>(index)),
+        cut,
+    )
 }
 
 fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::Step> {

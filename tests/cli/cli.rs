@@ -1491,3 +1491,73 @@ fn a_malformed_or_foreign_plan_exits_2_naming_the_file_and_the_field() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--target"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_malformed_or_foreign_facts_plan_exits_2_naming_the_file_and_the_field() {
+    let dir = temp_dir("conform-facts-plan-bad");
+    let file = dir.path().join("plan.json");
+    let model = "models/acmeflow-retries.toml";
+    let written = arrival(&[
+        "conform",
+        model,
+        "--plan-out",
+        file.to_str().unwrap(),
+        "--no-mutants",
+        "--walks",
+        "1",
+    ]);
+    assert_eq!(written.status.code(), Some(0), "{}", stderr(&written));
+    assert!(
+        stdout(&written).contains("plan: 2 schedules"),
+        "{}",
+        stdout(&written)
+    );
+    let good: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(good["protocol"], "facts-plan");
+    assert_eq!(good["schedules"][0]["origin"], "fixture");
+    let run = |text: &str, model: &str| {
+        std::fs::write(&file, text).unwrap();
+        let out = arrival(&[
+            "conform",
+            model,
+            "--plan",
+            file.to_str().unwrap(),
+            "--target",
+            "examples/targets/pipeline-serve.toml",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
+        stderr(&out)
+    };
+    let said = run("{\"protocol\": \"facts-plan\",\n  \"schedules\": [", model);
+    assert!(
+        said.contains("plan.json") && said.contains("line 2"),
+        "{said}"
+    );
+    let mut unknown = good.clone();
+    unknown["schedules"][1]["actions"][0] =
+        serde_json::json!({"post": {"request": 99, "bytes": "resigned"}});
+    let said = run(&unknown.to_string(), model);
+    assert!(
+        said.contains("schedules[1].actions[0]") && said.contains("request 99"),
+        "{said}"
+    );
+    let mut typo = good.clone();
+    typo["schedules"][0]["actions"][1] =
+        serde_json::json!({"post": {"request": 1, "bytes": "resigned", "falt": "lost_answer"}});
+    let said = run(&typo.to_string(), model);
+    assert!(
+        said.contains("schedules[0].actions[1]") && said.contains("falt"),
+        "{said}"
+    );
+    // A card plan is not a facts plan.
+    let mut card = good.clone();
+    card["protocol"] = serde_json::json!("card-plan");
+    let said = run(&card.to_string(), model);
+    assert!(
+        said.contains("protocol") && said.contains("facts-plan"),
+        "{said}"
+    );
+    // The same plan for another fixture: its request numbers would mean other requests.
+    let said = run(&good.to_string(), "models/acmeflow-conflict.toml");
+    assert!(said.contains("fixture_digest"), "{said}");
+}

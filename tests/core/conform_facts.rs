@@ -7,8 +7,8 @@ use arrival::facts::campaign::{
     campaign, model_plans, FactsTarget, Options, Sending, Settings, TargetError,
 };
 use arrival::facts::conform::{
-    name_state, playable, walk_actions, wire, Action, Answer, Bytes, FactsState, Fault,
-    WalkBudgets, Wire,
+    describe_action, name_state, playable, walk_actions, wire, Action, Answer, Bytes, FactsState,
+    Fault, WalkBudgets, Wire,
 };
 use arrival::facts::envelope::Envelope;
 use arrival::facts::fixture::{RawFixture, Scenario};
@@ -445,7 +445,7 @@ fn run(
     )
     .unwrap();
     let scenario = (*loaded.model.scenario).clone();
-    let (plans, _) = model_plans(&scenario, &loaded.file, walks, 1);
+    let (plans, _) = model_plans(&loaded, walks, 1, None);
     let raw: RawFixture =
         serde_json::from_str(&std::fs::read_to_string(&scenario.file).unwrap()).unwrap();
     let mut target = InProcess::new(&scenario, mutant);
@@ -574,4 +574,128 @@ fn an_exact_copy_that_would_turn_stale_on_the_way_is_not_sent_as_it_is() {
     assert!(keeps(to_edge_ms - 3_000));
     assert!(!keeps(to_edge_ms - 2_000));
     assert!(!keeps(to_edge_ms + 60_000));
+}
+
+fn load(model: &str) -> arrival::facts::model_file::LoadedModel {
+    let path = crate::util::root().join("models").join(model);
+    arrival::facts::model_file::load_model(&path, Some("spec")).unwrap()
+}
+
+/// The `mutants/` plans of a model file, as (id, actions in words).
+fn mutant_plans(model: &str) -> (Vec<(String, Vec<String>)>, Vec<String>) {
+    let (plans, skipped) = model_plans(&load(model), 0, 1, Some(50_000));
+    let plans = plans
+        .iter()
+        .filter(|plan| plan.id.starts_with("mutants/"))
+        .map(|plan| {
+            let words = plan.actions.iter().map(describe_action).collect();
+            (plan.id.clone(), words)
+        })
+        .collect();
+    (plans, skipped)
+}
+
+#[test]
+fn a_model_file_gives_each_mutants_shortest_playable_counterexample_after_the_fixture() {
+    let (plans, skipped) = mutant_plans("acmeflow-tenant-keys.toml");
+    let ids: Vec<(&str, usize)> = plans
+        .iter()
+        .map(|(id, steps)| (id.as_str(), steps.len()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("mutants/correlation-before-tenant.tenant-isolated", 1),
+            ("mutants/ack-before-commit.ack-after-commit", 2),
+            ("mutants/dedupe-by-stream-entry.fact-once", 2),
+            ("mutants/ready-on-signature-only.ready-converges", 4),
+            ("mutants/forget-own-pending.no-loss", 5),
+        ]
+    );
+    assert_eq!(plans[0].1, ["post #3"]);
+    // A consumer crash in the model's trace is a restart of the receiver.
+    assert_eq!(plans[1].1, ["post #1", "restart"]);
+    // The other 15 mutants: one has no property in the model, 14 change nothing here.
+    let mutants: Vec<&String> = skipped
+        .iter()
+        .filter(|s| s.starts_with("mutants/"))
+        .collect();
+    assert_eq!(mutants.len(), 15, "{skipped:#?}");
+    assert!(skipped.contains(
+        &"mutants/accept-stale-signature: no property of the model catches it (the ingress \
+          tests do)"
+            .to_owned()
+    ));
+}
+
+#[test]
+fn a_mutants_model_file_gives_that_mutants_schedule_only() {
+    let (plans, skipped) = mutant_plans("acmeflow-mutant-sent-at-in-content.toml");
+    assert_eq!(
+        plans,
+        [(
+            "mutants/sent-at-in-content.retry-invisible".to_owned(),
+            vec!["post #1 (answer lost)".to_owned(), "post #11".to_owned()]
+        )]
+    );
+    assert!(skipped.is_empty(), "{skipped:?}");
+    // One whose counterexample needs a poison entry: none without it, and said why.
+    let (plans, skipped) = mutant_plans("acmeflow-mutant-ack-and-drop-poison.toml");
+    assert!(plans.is_empty());
+    assert_eq!(
+        skipped[0],
+        "mutants/ack-and-drop-poison.ack-after-commit: no counterexample without poison or \
+         undecidable entries, upgrades or operator steps, which arrival cannot play"
+    );
+}
+
+#[test]
+fn a_mutant_schedule_catches_its_mutant_in_process_by_the_property_the_model_names() {
+    let loaded = load("acmeflow-mutant-sent-at-in-content.toml");
+    let scenario = (*loaded.model.scenario).clone();
+    let (plans, _) = model_plans(&loaded, 0, 1, Some(50_000));
+    let plans: Vec<_> = plans
+        .into_iter()
+        .filter(|plan| plan.id.starts_with("mutants/"))
+        .collect();
+    let raw: RawFixture =
+        serde_json::from_str(&std::fs::read_to_string(&scenario.file).unwrap()).unwrap();
+    let mut target = InProcess::new(&scenario, Some(Mutant::SentAtInContent));
+    let report = campaign(&scenario, &raw, &plans, &mut target, &options()).unwrap();
+    let found = report.failure.expect("caught");
+    assert_eq!(found.property, "retry-invisible");
+    assert_eq!(found.found_by, "mutants/sent-at-in-content.retry-invisible");
+    assert_eq!(found.steps, ["post #1 (answer lost)", "post #11"]);
+    // The contract's pipeline passes the same schedule.
+    let mut target = InProcess::new(&scenario, None);
+    let report = campaign(&scenario, &raw, &plans, &mut target, &options()).unwrap();
+    assert_eq!((report.schedules, report.passed), (1, 1));
+}
+
+#[test]
+fn a_facts_plan_file_reads_back_as_the_schedules_it_was_written_from() {
+    use arrival::facts::plan::{load as load_plan, plan_file};
+    let loaded = load("acmeflow-retries.toml");
+    let scenario = (*loaded.model.scenario).clone();
+    let (plans, skipped) = model_plans(&loaded, 3, 7, None);
+    let raw: RawFixture =
+        serde_json::from_str(&std::fs::read_to_string(&scenario.file).unwrap()).unwrap();
+    let written = plan_file(
+        (&raw, &scenario.file),
+        "models/acmeflow-retries.toml",
+        (Some(7), Some(40)),
+        &plans,
+        &skipped,
+    );
+    assert_eq!(written.protocol, "facts-plan");
+    assert_eq!(written.fixture_digest.len(), 64);
+    let dir = crate::util::temp_dir("facts-plan-round-trip");
+    let file = dir.path().join("plan.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&written).unwrap()).unwrap();
+    let (read, read_skipped, timing) = load_plan(&file, &scenario, &raw).unwrap();
+    assert_eq!(read, plans);
+    assert_eq!(read_skipped, skipped);
+    assert_eq!(timing, (Some(7), Some(40)));
+    // The fixture's own schedule and three walks.
+    assert_eq!(read.len(), 4);
 }

@@ -11,8 +11,13 @@ use std::path::Path;
 const SERVE: &str = "examples/targets/pipeline-serve.toml";
 const SENT_AT: &str = "examples/targets/pipeline-serve-wrong-sent-at.toml";
 
+/// `arrival conform SOURCE --target TARGET --json EXTRA...`; a facts model file's mutant
+/// schedules left out (their searches cost seconds a run; one test runs them).
 fn conform(source: &str, target: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["conform", source, "--target", target, "--json"];
+    if source.ends_with(".toml") {
+        args.push("--no-mutants");
+    }
     args.extend_from_slice(extra);
     arrival(&args)
 }
@@ -239,5 +244,51 @@ fn a_facts_fixture_runs_its_walks_too_and_a_failing_cleanup_is_a_warning() {
     assert!(
         warnings.contains("cleanup") && warnings.contains("no such stream"),
         "{warnings}"
+    );
+}
+
+/// The mutant schedule a model file gives, alone in a plan file (`--plan-out`, then the
+/// fixture's own schedule taken out): it catches the wrong pipeline by the property the
+/// model names, and the contract's pipeline passes it.
+#[test]
+fn a_mutant_schedule_from_a_plan_file_catches_serve_wrong_by_the_models_property() {
+    let dir = temp_dir("conform-facts-plan");
+    let file = dir.path().join("plan.json");
+    let plan = file.to_str().unwrap();
+    let model = "models/acmeflow-mutant-sent-at-in-content.toml";
+    let written = arrival(&["conform", model, "--walks", "0", "--plan-out", plan]);
+    assert_status(&written, 0, "write the plan");
+    let mut value: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let schedules = value["schedules"].as_array_mut().unwrap();
+    schedules.retain(|schedule| schedule["origin"] != "fixture");
+    assert_eq!(schedules.len(), 1, "{value}");
+    std::fs::write(&file, value.to_string()).unwrap();
+    let output = arrival(&[
+        "conform",
+        model,
+        "--plan",
+        plan,
+        "--target",
+        SENT_AT,
+        "--json",
+        "--confirm",
+        "1",
+    ]);
+    assert_status(&output, 0, "the mutant schedule on serve-wrong");
+    let report = json(&output);
+    assert_eq!(report["failure"]["property"], "retry-invisible");
+    assert_eq!(
+        report["failure"]["found_by"],
+        "mutants/sent-at-in-content.retry-invisible"
+    );
+    assert_eq!(steps(&report), ["post #1 (answer lost)", "post #11"]);
+    let output = arrival(&[
+        "conform", model, "--plan", plan, "--target", SERVE, "--json",
+    ]);
+    assert_status(&output, 0, "the mutant schedule on serve");
+    let report = json(&output);
+    assert_eq!(
+        (report["verdict"].as_str(), report["schedules"].as_u64()),
+        (Some("sampled"), Some(1))
     );
 }
