@@ -1151,6 +1151,7 @@ impl ConformReport {
 /// failed.
 pub fn harness_suite(source: &str, target: &str, error: &HarnessError) -> ExtraSuite {
     ExtraSuite {
+        skipped: Vec::new(),
         name: format!("conform {source} against {target}"),
         cases: vec![("harness".into(), Some(error.to_string()))],
         seconds: 0.0,

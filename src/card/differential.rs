@@ -402,6 +402,7 @@ pub fn render(report: &DifferentialReport) -> String {
 /// The report as a JUnit suite: one case per mutant, failing on an unexplained gap.
 pub fn junit_suite(report: &DifferentialReport) -> crate::harness::junit::ExtraSuite {
     crate::harness::junit::ExtraSuite {
+        skipped: Vec::new(),
         name: format!(
             "differential over {} sweep fixtures (seed {})",
             report.count, report.seed

@@ -374,6 +374,7 @@ pub fn fixture_path(dir: &Path, policy: PolicyName, seed: u64, property: &str) -
 /// The sweep as a JUnit suite: one case per policy, failing when it is not as expected.
 pub fn junit_suite(report: &SweepReport) -> crate::harness::junit::ExtraSuite {
     crate::harness::junit::ExtraSuite {
+        skipped: Vec::new(),
         name: format!("sweep of {} fixtures (seed {})", report.count, report.seed),
         cases: report
             .policies

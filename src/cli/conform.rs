@@ -468,6 +468,7 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
     let harness_failed = |error: facts_campaign::TargetError| -> Error {
         if let Some(file) = &args.junit {
             let suite = crate::harness::junit::ExtraSuite {
+                skipped: Vec::new(),
                 name: format!("conform {} against {}", options.source, options.target),
                 cases: vec![("harness".into(), Some(error.to_string()))],
                 seconds: 0.0,

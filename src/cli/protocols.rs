@@ -333,9 +333,13 @@ fn conform_block(
     block: &crate::card::fixture::ConformBlock,
 ) -> String {
     let actions = scenario.conform.as_deref().unwrap_or_default();
+    let broke = match block.violates.as_str() {
+        "diverged" => "went where no world of the model goes (diverged)".to_owned(),
+        property => format!("broke {property}"),
+    };
     let mut out = format!(
-        "\nconform: against {} these actions broke {} (reproduced {}, found by {}, observe {}):\n",
-        block.target, block.violates, block.reproduced, block.found_by, block.observe
+        "\nconform: against {} these actions {broke} (reproduced {}, found by {}, observe {}):\n",
+        block.target, block.reproduced, block.found_by, block.observe
     );
     for (index, &action) in actions.iter().enumerate() {
         out += &format!(
@@ -344,8 +348,9 @@ fn conform_block(
             crate::card::conform::describe_action(scenario, action)
         );
     }
-    out += "the table above is the model's side of them (kills after an acknowledgement are \
-            plain deliveries, restarts are nothing, a kill in flight or a disconnect is a crash \
-            before recording)\n";
+    out += "the table above is the model's side of them, along a path the run's answers and \
+            states fit (kills after an acknowledgement are plain deliveries, restarts are \
+            nothing, a kill in flight or a disconnect is a lost acknowledgement where the \
+            receiver showed the delivery recorded and otherwise a crash before recording)\n";
     out
 }

@@ -538,13 +538,19 @@ pub fn campaign(
     })
 }
 
-/// Whether a request of the fixture could cross tenants: its applications belong to two
-/// tenants or more, or a key is limited to some tenants.
+/// Whether a request of the fixture could cross tenants: the tenants its applications
+/// belong to and its requests name (`tenant_id` in a body) are two or more, or a key is
+/// limited to some tenants.
 pub fn crosses_tenants(fixture: &RawFixture) -> bool {
-    let tenants: std::collections::BTreeSet<&str> = fixture
+    let named = fixture.requests.iter().filter_map(|request| {
+        let body: Value = serde_json::from_str(&request.body).ok()?;
+        body.get("tenant_id")?.as_str().map(str::to_owned)
+    });
+    let tenants: std::collections::BTreeSet<String> = fixture
         .applications
         .iter()
-        .map(|app| app.tenant_id.as_str())
+        .map(|app| app.tenant_id.clone())
+        .chain(named)
         .collect();
     tenants.len() > 1 || fixture.keys.iter().any(|key| key.tenants.is_some())
 }
@@ -578,8 +584,8 @@ pub fn statuses(
                         .into(),
                 ),
                 "tenant-isolated" if !crosses_tenants => Status::NotExercised(
-                    "the fixture has one tenant and no key limited to tenants: no request \
-                     could cross tenants"
+                    "the fixture's applications and requests name one tenant and no key is \
+                     limited to tenants: no request could cross tenants"
                         .into(),
                 ),
                 _ if compared => Status::Sampled,

@@ -341,19 +341,22 @@ pub fn junit_suite(
     as_expected: bool,
     seconds: f64,
 ) -> super::junit::ExtraSuite {
-    let mut cases: Vec<(String, Option<String>)> = properties
-        .iter()
-        .map(|(name, status)| match (status, failure) {
+    // Each case is named after its property alone, so CI history follows it from run to
+    // run; what could not be judged is skipped, with why.
+    let mut cases: Vec<(String, Option<String>)> = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, status) in properties {
+        match (status, failure) {
             (Status::Violated, Some(_)) if as_expected && name == expect => {
-                (format!("{name} (violated, as expected)"), None)
+                cases.push((name.clone(), None));
             }
-            (Status::Violated, Some(found)) => (
-                format!("{name} ({})", status.word()),
-                Some(found.text.clone()),
-            ),
-            _ => (format!("{name} ({})", status.word()), None),
-        })
-        .collect();
+            (Status::Violated, Some(found)) => cases.push((name.clone(), Some(found.text.clone()))),
+            (Status::Unobserved(why) | Status::NotExercised(why), _) => {
+                skipped.push((name.clone(), format!("{}: {why}", status.word())));
+            }
+            _ => cases.push((name.clone(), None)),
+        }
+    }
     if let Some(found) = failure.filter(|found| found.property == "diverged") {
         let passes = as_expected && expect == "diverged";
         cases.push(("diverged".into(), (!passes).then(|| found.detail.clone())));
@@ -376,6 +379,7 @@ pub fn junit_suite(
     }
     cases.push(("harness".into(), None));
     super::junit::ExtraSuite {
+        skipped,
         name,
         cases,
         seconds,

@@ -14,6 +14,8 @@ pub struct ExtraSuite {
     pub name: String,
     /// Its cases: name, `None` for a pass or `Some(message)` for a failure.
     pub cases: Vec<(String, Option<String>)>,
+    /// Cases that were not run or could not be judged: name and why (JUnit `skipped`).
+    pub skipped: Vec<(String, String)>,
     /// Seconds it took.
     pub seconds: f64,
 }
@@ -138,6 +140,13 @@ fn add_extra(report: &mut Report, extra: &[ExtraSuite]) {
                     status
                 }
             };
+            let mut case = TestCase::new(name.clone(), status);
+            case.set_classname(extra.name.clone());
+            suite.add_test_case(case);
+        }
+        for (name, why) in &extra.skipped {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(why.clone());
             let mut case = TestCase::new(name.clone(), status);
             case.set_classname(extra.name.clone());
             suite.add_test_case(case);

@@ -699,3 +699,22 @@ fn a_facts_plan_file_reads_back_as_the_schedules_it_was_written_from() {
     // The fixture's own schedule and three walks.
     assert_eq!(read.len(), 4);
 }
+
+/// `tenant-isolated` is exercised when a request could cross tenants: two tenants among
+/// the applications or named by the requests' bodies, or a key limited to tenants.
+#[test]
+fn a_fixture_crosses_tenants_by_its_applications_its_requests_or_its_keys() {
+    use arrival::facts::campaign::crosses_tenants;
+    let load = |name: &str| {
+        let path = crate::util::root().join("fixtures").join(name);
+        arrival::facts::campaign::load_fixture(&path).unwrap().1
+    };
+    assert!(!crosses_tenants(&load("facts-retries.json")));
+    assert!(crosses_tenants(&load("facts-two-tenants.json")));
+    assert!(crosses_tenants(&load("facts-tenant-keys.json")));
+    let mut other = load("facts-retries.json");
+    let mut body: serde_json::Value = serde_json::from_str(&other.requests[0].body).unwrap();
+    body["tenant_id"] = "other-tenant".into();
+    other.requests[0].body = body.to_string();
+    assert!(crosses_tenants(&other));
+}

@@ -106,6 +106,7 @@ impl DrillReport {
     /// found.
     pub fn junit_suite(&self) -> crate::harness::junit::ExtraSuite {
         crate::harness::junit::ExtraSuite {
+            skipped: Vec::new(),
             name: format!(
                 "pipeline drill {}{}",
                 self.drill,

@@ -233,6 +233,7 @@ impl DrillReport {
             cases.push(("other".into(), Some(messages.join("; "))));
         }
         crate::harness::junit::ExtraSuite {
+            skipped: Vec::new(),
             name: format!("store drill {} on {}", self.drill, self.fixture),
             cases,
             seconds: self.seconds,
