@@ -149,10 +149,45 @@ pub fn read_reply(stream: TcpStream) -> std::io::Result<Reply> {
     })
 }
 
+/// POSTs `body` (JSON) to `url` (a path on `addr`, or `http://HOST:PORT/PATH`), which must
+/// answer 2xx: a target's reset URL.
+pub fn post_json(
+    addr: SocketAddr,
+    url: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<(), String> {
+    let (addr, path) = locate(addr, url)?;
+    let shown = format!("POST http://{addr}{path}");
+    let reply = request(addr, "POST", &path, body, timeout).map_err(|e| format!("{shown}: {e}"))?;
+    if !(200..300).contains(&reply.status) {
+        return Err(format!("{shown} answered {}, not 2xx", reply.status));
+    }
+    Ok(())
+}
+
 /// `GET url` (a path on `addr`, or `http://HOST:PORT/PATH`): the body of a 200 answer.
 /// The state reader's URL source ([`super::state`]).
 pub fn get(addr: SocketAddr, url: &str, timeout: Duration) -> Result<Vec<u8>, String> {
-    let (addr, path) = if url.starts_with('/') {
+    let (addr, path) = locate(addr, url)?;
+    let shown = format!("GET http://{addr}{path}");
+    let reply = request(addr, "GET", &path, b"", timeout).map_err(|e| format!("{shown}: {e}"))?;
+    if reply.status != 200 {
+        let body: String = String::from_utf8_lossy(&reply.body)
+            .chars()
+            .take(200)
+            .collect();
+        return Err(format!(
+            "{shown} answered {}, not 200: {body}",
+            reply.status
+        ));
+    }
+    Ok(reply.body)
+}
+
+/// Where a URL points: a path on `addr`, or `http://HOST:PORT/PATH`.
+fn locate(addr: SocketAddr, url: &str) -> Result<(SocketAddr, String), String> {
+    Ok(if url.starts_with('/') {
         (addr, url.to_owned())
     } else {
         let rest = url
@@ -167,20 +202,7 @@ pub fn get(addr: SocketAddr, url: &str, timeout: Duration) -> Result<Vec<u8>, St
             .next()
             .ok_or_else(|| format!("{host} resolves to no address"))?;
         (addr, path)
-    };
-    let shown = format!("GET http://{addr}{path}");
-    let reply = request(addr, "GET", &path, b"", timeout).map_err(|e| format!("{shown}: {e}"))?;
-    if reply.status != 200 {
-        let body: String = String::from_utf8_lossy(&reply.body)
-            .chars()
-            .take(200)
-            .collect();
-        return Err(format!(
-            "{shown} answered {}, not 200: {body}",
-            reply.status
-        ));
-    }
-    Ok(reply.body)
+    })
 }
 
 /// A chunked body, decoded (extensions and trailers skipped).
@@ -247,6 +269,12 @@ impl HttpTarget {
             fetches_seen: 0,
             unprompted: Vec::new(),
         })
+    }
+
+    /// The reset beyond a fresh data directory that the target file names, if any.
+    pub fn resetting(mut self, reset: Option<super::process::Reset>) -> HttpTarget {
+        self.supervisor.reset = reset;
+        self
     }
 
     /// Pull mode: arrival's authority starts on a port of its own, `{authority}` in the
@@ -403,6 +431,24 @@ impl HttpTarget {
     }
 }
 
+/// POSTs the initial cards to the supervisor's reset URL, if it has one (a path is on
+/// `addr`, the receiver's own address).
+pub fn reset_by_url(
+    supervisor: &Supervisor,
+    initial: &BTreeMap<String, CardReport>,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let Some(url) = supervisor.reset_url() else {
+        return Ok(());
+    };
+    let body = serde_json::to_vec(initial).expect("cards serialise");
+    post_json(addr, &url, &body, timeout).map_err(|message| HarnessError {
+        what: format!("reset URL {url}"),
+        message,
+    })
+}
+
 /// Starts an HTTP receiver and waits until `GET /healthz` answers 2xx. When it does not
 /// (another process may have taken the port while the receiver was down, after a kill),
 /// once more on a new port before giving up.
@@ -533,11 +579,16 @@ impl CardTarget for HttpTarget {
         if fresh {
             self.initial = initial.clone();
             self.supervisor.fresh_data(initial)?;
+            self.supervisor.reset_before_start()?;
             // What an earlier schedule's receiver fetched is no step of this one.
             self.sort_fetches(None);
             self.unprompted.clear();
         }
-        start_http(&mut self.supervisor, self.timeout, self.ready_timeout)
+        start_http(&mut self.supervisor, self.timeout, self.ready_timeout)?;
+        if fresh {
+            reset_by_url(&self.supervisor, initial, self.addr(), self.timeout)?;
+        }
+        Ok(())
     }
 
     fn fetched(&mut self) -> Vec<String> {

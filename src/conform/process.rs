@@ -71,8 +71,24 @@ pub fn run_command(words: &[String], timeout: std::time::Duration) -> Result<Vec
 /// How many lines of the target's standard error are kept.
 pub const LOG_LINES: usize = 32;
 
+/// How a target is reset beyond a fresh data directory (`reset` in the target file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reset {
+    /// A command run after the data directory is made fresh and before the receiver
+    /// starts, with `{data_dir}`, `{port}` and `{initial}` (the initial cards' file).
+    Command(Vec<String>),
+    /// A URL POSTed the initial cards (`{"card-7": {"version", "state"}}`) once the
+    /// receiver is ready; it must answer 2xx.
+    Url(String),
+}
+
+/// How long a reset command may take before it is killed.
+const RESET_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The target's process and its data directory.
 pub struct Supervisor {
+    /// The reset beyond a fresh data directory, if the target file names one.
+    pub reset: Option<Reset>,
     template: Vec<String>,
     /// The port substituted for `{port}`.
     pub port: u16,
@@ -102,6 +118,7 @@ impl Supervisor {
         let data_dir =
             std::env::temp_dir().join(format!("arrival-conform-{}-{n}-{port}", std::process::id()));
         Ok(Supervisor {
+            reset: None,
             template,
             port,
             data_dir,
@@ -144,6 +161,29 @@ impl Supervisor {
         std::fs::create_dir_all(&self.data_dir).map_err(|e| harness(&what, e))?;
         let text = serde_json::to_string(initial).expect("cards serialise");
         std::fs::write(self.data_dir.join("initial.json"), text).map_err(|e| harness(&what, e))
+    }
+
+    /// Runs the reset command, if any (after [`Supervisor::fresh_data`], before the start).
+    pub fn reset_before_start(&self) -> Result<(), HarnessError> {
+        let Some(Reset::Command(words)) = &self.reset else {
+            return Ok(());
+        };
+        let initial = self.data_dir.join("initial.json").display().to_string();
+        let words: Vec<String> = words
+            .iter()
+            .map(|word| self.fill(word).replace("{initial}", &initial))
+            .collect();
+        run_command(&words, RESET_TIMEOUT)
+            .map(drop)
+            .map_err(|message| harness(&format!("reset command `{}`", words.join(" ")), message))
+    }
+
+    /// The reset URL, if any, with its placeholders filled in.
+    pub fn reset_url(&self) -> Option<String> {
+        match &self.reset {
+            Some(Reset::Url(url)) => Some(self.fill(url)),
+            _ => None,
+        }
     }
 
     /// Starts the command in a process group of its own; with `piped`, its standard input

@@ -55,6 +55,12 @@ impl StdioTarget {
         })
     }
 
+    /// The reset beyond a fresh data directory that the target file names, if any.
+    pub fn resetting(mut self, reset: Option<super::process::Reset>) -> StdioTarget {
+        self.supervisor.reset = reset;
+        self
+    }
+
     fn what(&self) -> String {
         format!("target `{}`", self.supervisor.command_line().join(" "))
     }
@@ -163,6 +169,7 @@ impl CardTarget for StdioTarget {
         if fresh {
             self.initial = initial.clone();
             self.supervisor.fresh_data(initial)?;
+            self.supervisor.reset_before_start()?;
         }
         let (stdin, stdout) = self.supervisor.spawn(true)?.expect("piped");
         let (sender, receiver) = channel();
@@ -187,6 +194,11 @@ impl CardTarget for StdioTarget {
             None => Reply::Ended,
         };
         match reply {
+            Reply::Line(value) if value["type"] == "start_ok" && fresh => {
+                // A reset URL is absolute for a JSON-lines target (checked when read).
+                let nowhere = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                super::http::reset_by_url(&self.supervisor, initial, nowhere, self.timeout)
+            }
             Reply::Line(value) if value["type"] == "start_ok" => Ok(()),
             Reply::Line(value) => Err(self.error(format!("answered `start` with {value}"))),
             Reply::Timeout => Err(self.error(format!(

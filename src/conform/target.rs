@@ -4,6 +4,7 @@
 //! (`--target http:COMMAND...`, `--target stdio:COMMAND...`, words split on spaces).
 
 use super::http::HttpTarget;
+use super::process::Reset;
 use super::state::{Protocol, StateSetting};
 use super::stdio::StdioTarget;
 use crate::card::conform::{CardTarget, HarnessError};
@@ -73,6 +74,12 @@ pub struct TargetFile {
     /// `push` (the default) or `pull` (HTTP only).
     #[serde(default)]
     pub reconcile: Reconcile,
+    /// A reset beyond a fresh data directory: a command (an array) or a URL (a string).
+    #[serde(default)]
+    reset: Option<toml::Value>,
+    /// The reset as read.
+    #[serde(skip)]
+    pub resetting: Option<Reset>,
 }
 
 impl TargetFile {
@@ -87,6 +94,8 @@ impl TargetFile {
             state: None,
             reader: None,
             reconcile: Reconcile::Push,
+            reset: None,
+            resetting: None,
         };
         let file = if let Some(rest) = text.strip_prefix("http:") {
             shorthand(Kind::Http, rest)
@@ -107,6 +116,9 @@ impl TargetFile {
             let mut file: TargetFile = crate::harness::model_file::parse(path)?;
             if let Some(value) = &file.state {
                 file.reader = Some(StateSetting::from_toml(value, path, Protocol::Card)?);
+            }
+            if let Some(value) = &file.reset {
+                file.resetting = Some(reset_setting(value, path, file.kind)?);
             }
             file
         };
@@ -146,15 +158,91 @@ impl TargetFile {
         let ready = Duration::from_millis(self.ready_timeout_ms);
         let command = self.command.clone();
         let reader = self.reader.clone();
+        let reset = self.resetting.clone();
         Ok(match self.kind {
             Kind::Http => {
-                let target = HttpTarget::new(command, timeout, ready, reader)?;
+                let target = HttpTarget::new(command, timeout, ready, reader)?.resetting(reset);
                 match self.reconcile {
                     Reconcile::Push => Box::new(target),
                     Reconcile::Pull => Box::new(target.pull_authority()?),
                 }
             }
-            Kind::Stdio => Box::new(StdioTarget::new(command, timeout, ready, reader)?),
+            Kind::Stdio => {
+                Box::new(StdioTarget::new(command, timeout, ready, reader)?.resetting(reset))
+            }
         })
+    }
+}
+
+/// The `reset` setting: an array is a command, a string a URL (a path on the receiver, or
+/// `http://HOST:PORT/PATH`; absolute for a JSON-lines target).
+fn reset_setting(value: &toml::Value, path: &Path, kind: Kind) -> Result<Reset, InputError> {
+    let wrong = |why: &str| InputError::invalid(path, "reset", why.to_owned());
+    match value {
+        toml::Value::Array(words) => {
+            let words: Option<Vec<String>> = words
+                .iter()
+                .map(|word| word.as_str().map(str::to_owned))
+                .collect();
+            match words {
+                Some(words) if !words.is_empty() => Ok(Reset::Command(words)),
+                Some(_) => Err(wrong(
+                    "the command is empty: give the program and its arguments",
+                )),
+                None => Err(wrong("a command is an array of strings")),
+            }
+        }
+        toml::Value::String(url) if url.starts_with("http://") => Ok(Reset::Url(url.clone())),
+        toml::Value::String(url) if url.starts_with('/') && kind == Kind::Http => {
+            Ok(Reset::Url(url.clone()))
+        }
+        toml::Value::String(url) => Err(wrong(&format!(
+            "`{url}` is no reset URL: give `http://HOST:PORT/PATH`{}",
+            if kind == Kind::Http {
+                " or a path on the receiver (`/reset`)"
+            } else {
+                ""
+            }
+        ))),
+        _ => Err(wrong(
+            "give a command (an array of strings) or a URL (a string)",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reset_setting, Kind, Reset};
+    use std::path::Path;
+
+    #[test]
+    fn a_reset_is_a_command_or_a_url() {
+        let file = Path::new("t.toml");
+        let read = |text: &str, kind| {
+            let table: toml::Table = format!("reset = {text}").parse().unwrap();
+            reset_setting(&table["reset"], file, kind)
+        };
+        assert_eq!(
+            read("[\"sh\", \"-c\", \"true\"]", Kind::Stdio).unwrap(),
+            Reset::Command(vec!["sh".into(), "-c".into(), "true".into()])
+        );
+        assert_eq!(
+            read("\"http://127.0.0.1:9/reset\"", Kind::Stdio).unwrap(),
+            Reset::Url("http://127.0.0.1:9/reset".into())
+        );
+        assert_eq!(
+            read("\"/reset\"", Kind::Http).unwrap(),
+            Reset::Url("/reset".into())
+        );
+        for (text, kind) in [
+            ("\"/reset\"", Kind::Stdio),
+            ("\"https://x/reset\"", Kind::Http),
+            ("[]", Kind::Http),
+            ("[1]", Kind::Http),
+            ("3", Kind::Http),
+        ] {
+            let error = read(text, kind).unwrap_err().to_string();
+            assert!(error.contains("reset"), "{text}: {error}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! behind `arrival store stdio`, and broken harnesses that must give exit status 3. Counts
 //! are small (a few walks); the CLI's defaults are for real runs.
 
-use crate::util::{arrival, assert_status, json, root, stdout, temp_dir};
+use crate::util::{arrival, assert_status, json, root, stderr, stdout, temp_dir};
 use serde_json::Value;
 use std::path::Path;
 
@@ -665,4 +665,58 @@ fn a_receiver_that_ends_on_its_own_mid_request_is_restarted_as_after_a_crash() {
         report["counts"]["indefinite"].as_u64().unwrap() > 0,
         "{report}"
     );
+}
+
+/// A receiver whose storage lives outside `{data_dir}` keeps it across schedules, so
+/// the second reset is not verified (exit 3); the target file's `reset` command empties it
+/// and hands the initial cards over (`{initial}`), and the same receiver passes. A `reset`
+/// that is neither a command nor a URL is bad input.
+#[test]
+fn a_reset_command_resets_a_receiver_whose_storage_is_elsewhere() {
+    let dir = temp_dir("conform-reset");
+    let storage = dir.path().join("storage");
+    let storage = storage.to_str().unwrap();
+    let words = [
+        "\"python3\"".to_owned(),
+        "\"examples/receivers/python-sqlite/receiver.py\"".to_owned(),
+        "\"--port\"".to_owned(),
+        "\"{port}\"".to_owned(),
+        "\"--data\"".to_owned(),
+        format!("{storage:?}"),
+    ];
+    let file = |name: &str, reset: &str| {
+        let path = dir.path().join(name);
+        let text = format!("kind = \"http\"\ncommand = [{}]\n{reset}", words.join(", "));
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let walks = ["--no-traces", "--no-mutants", "--no-cover", "--walks", "2"];
+    // The receiver seeds a new storage from initial.json there.
+    std::fs::create_dir_all(storage).unwrap();
+    let seed = root().join("fixtures/B62-15-events.json");
+    let fixture: Value = serde_json::from_slice(&std::fs::read(seed).unwrap()).unwrap();
+    std::fs::write(
+        format!("{storage}/initial.json"),
+        fixture["initial"].to_string(),
+    )
+    .unwrap();
+    let kept = conform("models/b62-15.toml", &file("kept.toml", ""), &walks);
+    assert_status(&kept, 3, "storage outside the data directory, no reset");
+    assert!(
+        stderr(&kept).contains("reset not verified"),
+        "{}",
+        stderr(&kept)
+    );
+    let script = format!("rm -rf {storage} && mkdir -p {storage} && cp {{initial}} {storage}/");
+    let reset = format!("reset = [\"sh\", \"-c\", {script:?}]\n");
+    let output = conform("models/b62-15.toml", &file("reset.toml", &reset), &walks);
+    assert_status(&output, 0, "the same receiver with a reset command");
+    assert_eq!(json(&output)["verdict"], "sampled");
+    let wrong = conform(
+        "models/b62-15.toml",
+        &file("wrong.toml", "reset = 3\n"),
+        &walks,
+    );
+    assert_status(&wrong, 2, "a reset that is neither a command nor a URL");
+    assert!(stderr(&wrong).contains("reset"), "{}", stderr(&wrong));
 }
