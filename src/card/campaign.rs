@@ -815,7 +815,8 @@ fn settle_failure(
     })
 }
 
-/// The model steps a failing run of `actions` showed: for each action the run settled, the
+/// The model steps a failing run of `actions` showed: for each action the run settled (the
+/// liveness phase's retries and reconciliations too, when the failure came after them), the
 /// step of the model path its answers and states fit (a kill in flight whose delivery every
 /// remaining world had recorded is `ack lost`, not a crash before recording); from the
 /// failing action on (or without a run), what the action may be at most ([`model_steps`]).
@@ -823,18 +824,19 @@ pub fn fixture_steps(actions: &[Action], run: Option<&crate::card::conform::Run>
     let Some(run) = run else {
         return model_steps(actions);
     };
+    // Every action before the failing one was settled, the liveness phase's included (a
+    // convergence failure is found at the final read, after them).
     let settled = run
         .failure
         .as_ref()
-        .map_or(actions.len(), |failure| failure.step.saturating_sub(1))
-        .min(actions.len());
+        .map_or(actions.len(), |failure| failure.step.saturating_sub(1));
     let mut steps: Vec<Step> = run
         .model_path
         .iter()
         .filter(|(action, _)| *action <= settled)
         .map(|&(_, step)| step)
         .collect();
-    steps.extend(model_steps(&actions[settled..]));
+    steps.extend(model_steps(&actions[settled.min(actions.len())..]));
     steps
 }
 
