@@ -139,7 +139,7 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
             });
         }
         let commute: Option<&(dyn checker::Commute<P::World, P::Step> + Sync)> =
-            model.0.sleeps().then_some(&model);
+            (model.0.sleeps() || model.0.settles()).then_some(&model);
         let outcome = checker::check(
             &model,
             order,
