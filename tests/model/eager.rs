@@ -372,6 +372,13 @@ fn compare(mut loaded: LoadedModel, what: &str) -> (usize, usize, bool) {
         "{what}"
     );
     assert!(eager.unique_states <= full.unique_states, "{what}");
+    // The steps taken alone are counted where the reduction takes effect, and only there.
+    assert_eq!(full.eager_steps, 0, "{what}");
+    assert_eq!(
+        eager.eager_steps > 0,
+        eager.unique_states < full.unique_states,
+        "{what}"
+    );
     (
         full.unique_states,
         eager.unique_states,
