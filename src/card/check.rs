@@ -71,6 +71,9 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
     if loaded.file.sleep_sets {
         model = model.with_sleep_sets();
     }
+    if loaded.file.eager_redeliveries {
+        model = model.with_eager_redeliveries();
+    }
     model
 }
 
@@ -124,10 +127,14 @@ fn settings_text(loaded: &LoadedModel) -> String {
     let symmetry = file.symmetry && loaded.per_delivery.is_none();
     let merge_paused =
         file.merge_settled && file.merge_paused && loaded.policy.0.is_none() && file.expiries == 0;
+    let eager_redeliveries = file.eager_redeliveries
+        && loaded.policy.0.is_none()
+        && file.expiries == 0
+        && file.strategy == Strategy::Dfs;
     format!(
         "duplicates={} lost_acks={} crashes={} expiries={} reencodings={} \
          per_delivery={per_delivery} reconciliation={reconciliation} split={} symmetry={symmetry} merge_settled={} \
-         merge_paused={merge_paused}",
+         merge_paused={merge_paused} eager_redeliveries={eager_redeliveries}",
         file.duplicates,
         file.lost_acks,
         file.crashes,

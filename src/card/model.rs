@@ -137,6 +137,57 @@ pub struct ReceiverModel {
     pub view: View,
     /// Which steps commute, for depth-first search's sleep sets; `None`: nothing sleeps.
     pub commuting: Option<Arc<Commuting>>,
+    /// Owed deliveries of recorded content, which depth-first search delivers at once
+    /// ([`Redeliveries`]); `None`: it does not.
+    pub redeliveries: Option<Arc<Redeliveries>>,
+}
+
+/// Redeliveries taken alone (the model file's `eager_redeliveries`, depth-first search
+/// only): at a world where the sender still owes a delivery whose content the receiver has
+/// recorded, the model names its plain delivery as the only step to take
+/// ([`crate::harness::checker::Commute::eager`]). Under SPEC without expiry that step is
+/// recognised and acknowledged from the record: it changes nothing but what the sender
+/// owes, breaks no property, stays so whatever else happens first (records are never
+/// forgotten, and nothing else acknowledges the delivery), and commutes with every other
+/// step the model keeps. So the worlds where such a redelivery is still in flight while
+/// other steps interleave need not be searched. docs/checker.md has the argument; mutants
+/// may decide a redelivery otherwise, and expiry forgets records, so the model never names
+/// one there.
+#[derive(Debug)]
+pub struct Redeliveries {
+    /// By delivery number (sorted): the indices of the deliveries that share its event id
+    /// (itself alone without one), in fixture order. Only these can become redeliveries of
+    /// recorded content by a step of that delivery.
+    same_id: Vec<(u32, Vec<usize>)>,
+}
+
+impl Redeliveries {
+    /// The deliveries of `scenario`, grouped by event id.
+    pub fn of(scenario: &Scenario) -> Redeliveries {
+        let deliveries = &scenario.deliveries;
+        let mut same_id: Vec<(u32, Vec<usize>)> = deliveries
+            .iter()
+            .enumerate()
+            .map(|(index, delivery)| {
+                let shared = match delivery.event.event_id {
+                    Some(id) => (0..deliveries.len())
+                        .filter(|&other| deliveries[other].event.event_id == Some(id))
+                        .collect(),
+                    None => vec![index],
+                };
+                (delivery.number, shared)
+            })
+            .collect();
+        same_id.sort_by_key(|&(number, _)| number);
+        Redeliveries { same_id }
+    }
+
+    /// The deliveries that share delivery `number`'s event id.
+    fn same_id(&self, number: u32) -> &[usize] {
+        self.same_id
+            .binary_search_by_key(&number, |&(number, _)| number)
+            .map_or(&[], |at| &self.same_id[at].1)
+    }
 }
 
 /// Identical redeliveries in a fixture: deliveries of one event id with one content (the
@@ -213,6 +264,7 @@ impl ReceiverModel {
             twins: None,
             view: View::full(),
             commuting: None,
+            redeliveries: None,
         }
     }
 
@@ -248,6 +300,46 @@ impl ReceiverModel {
             .flatten()
             .map(Arc::new);
         self
+    }
+
+    /// The same model, naming owed deliveries of recorded content for depth-first search to
+    /// deliver at once ([`Redeliveries`]), under SPEC without expiry only.
+    pub fn with_eager_redeliveries(mut self) -> ReceiverModel {
+        let holds = self.policy.is_none() && self.budgets.expiries == 0;
+        self.redeliveries = holds.then(|| Arc::new(Redeliveries::of(&self.scenario)));
+        self
+    }
+
+    /// The plain delivery of the first owed delivery the model offers at `world` whose
+    /// content the receiver recognises, among those `after` may have recorded (the
+    /// deliveries of its event id; all, for `None`).
+    fn redelivery(&self, world: &World, after: Option<&Step>) -> Option<Step> {
+        let redeliveries = self.redeliveries.as_deref()?;
+        let all: Vec<usize>;
+        let candidates = match after {
+            Some(&Step::Deliver { delivery, .. }) => redeliveries.same_id(delivery),
+            // Reconciliation and expiry record no content.
+            Some(_) => return None,
+            None => {
+                all = (0..self.scenario.deliveries.len()).collect();
+                &all
+            }
+        };
+        let twins = self.twins.as_deref();
+        candidates.iter().find_map(|&index| {
+            let delivery = &self.scenario.deliveries[index];
+            let offered = world.owes(index)
+                && !twins.is_some_and(|twins| twins.earlier_copy(index, true, world));
+            let recorded = offered
+                && world
+                    .receiver
+                    .recognise(Spec, delivery.number, &delivery.event)
+                    .is_some();
+            recorded.then_some(Step::Deliver {
+                delivery: delivery.number,
+                fault: None,
+            })
+        })
     }
 
     /// Describes a step in domain terms: `deliver #6 e-202 (variant)`, `ack of #1 lost`.
@@ -523,6 +615,14 @@ impl Protocol for ReceiverModel {
         self.commuting
             .as_deref()
             .map_or(0, |commuting| commuting.commutes_given(key, kind, other))
+    }
+
+    fn settles(&self) -> bool {
+        self.redeliveries.is_some()
+    }
+
+    fn eager(&self, world: &World, after: Option<&Step>) -> Option<Step> {
+        self.redelivery(world, after)
     }
 }
 

@@ -34,6 +34,10 @@ fn default_sleep_sets() -> bool {
     true
 }
 
+fn default_eager_redeliveries() -> bool {
+    true
+}
+
 fn default_reconciliation() -> Reconciliation {
     Reconciliation::Interleaved
 }
@@ -109,6 +113,14 @@ pub struct ModelFile {
     /// stopped once every checked property is violated, may stop elsewhere).
     #[serde(default = "default_sleep_sets")]
     pub sleep_sets: bool,
+    /// Under SPEC and without expiry: let depth-first search deliver an owed delivery whose
+    /// content is already recorded at once, as the only step of its world (see
+    /// [`crate::card::model::Redeliveries`]), so that it never searches the worlds where
+    /// such a redelivery is still in flight. Fewer distinct states; the verdict and the
+    /// violated properties never change on a run that explores everything. Breadth-first
+    /// search, and with it every shortest counterexample, is not affected.
+    #[serde(default = "default_eager_redeliveries")]
+    pub eager_redeliveries: bool,
     /// Budgets of single deliveries, by delivery number (`[per_delivery]` then
     /// `6 = { duplicates = 1 }`). When given, faults hit only the listed deliveries, each
     /// within its own budget; the totals above still apply.

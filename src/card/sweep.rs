@@ -153,6 +153,7 @@ fn model_file(policy: PolicyName, expectation: Expectation, pass: Pass) -> Model
         merge_settled: true,
         merge_paused: true,
         sleep_sets: true,
+        eager_redeliveries: true,
         per_delivery: None,
         properties: None,
         expect: match expectation {

@@ -66,6 +66,7 @@ struct Tally {
     states: usize,
     unique_states: usize,
     max_depth: usize,
+    eager_steps: usize,
     seconds: f64,
     complete: bool,
 }
@@ -76,6 +77,7 @@ impl Tally {
         self.states += run.states;
         self.unique_states += run.unique_states;
         self.max_depth = self.max_depth.max(run.max_depth);
+        self.eager_steps += run.eager_steps;
         self.seconds += run.seconds;
     }
 }
@@ -331,6 +333,7 @@ pub fn check_parts_with<P: Protocol>(
         states: tally.states,
         unique_states: tally.unique_states,
         max_depth: tally.max_depth,
+        eager_steps: tally.eager_steps,
         seconds: tally.seconds,
         states_per_second: tally.states as f64 / tally.seconds.max(1e-9),
         bytes_per_state: subject.bytes_per_state,
@@ -396,6 +399,7 @@ pub fn precondition_failed<P: Protocol>(
         states: 0,
         unique_states: 0,
         max_depth: 0,
+        eager_steps: 0,
         seconds: 0.0,
         states_per_second: 0.0,
         bytes_per_state: subject.bytes_per_state,

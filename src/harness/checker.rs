@@ -35,6 +35,11 @@
 //!   order of work among threads is argued in docs/checker.md. Breadth-first
 //!   search never sleeps (it must keep shortest paths, and a re-expansion at a later level
 //!   could give a longer one).
+//! - Depth-first search may also take a step alone where the model names one
+//!   ([`Commute::eager`], an ample set of one step): it follows such steps at once and keeps
+//!   only the world where none is named, so the worlds on the way are never stored. That
+//!   cuts states, not only transitions; the verdict and the violated properties stay the
+//!   same (docs/checker.md). Breadth-first search never asks, so its shortest paths stay.
 //!
 //! Only `always` properties are supported (the harness has no others). A property is
 //! judged on every state when it is first generated, the initial states included; a state
@@ -98,6 +103,21 @@ pub trait Commute<S, A> {
     /// it has kind `kind` and they have kind `other` (both 1 or more).
     fn commutes_given(&self, _key: u8, _kind: Kind, _other: Kind) -> SleepSet {
         0
+    }
+    /// A step to take alone at `state` (an ample set of one), if the model names one;
+    /// `after` is the step that led to `state` from a world where the model named none
+    /// (`None`: look at everything). Depth-first search follows such steps at once and
+    /// keeps only the world where none is named (see [`check`]); breadth-first search never
+    /// asks. The model may name a step `e` at `s` only if: along every path of other steps
+    /// from `s`, `e` stays enabled and keeps these conditions; every other step `u` that the
+    /// model does not drop at `s` is kept at `s·e` and the reverse, and `s·u·e = s·e·u`
+    /// (violation marker included) when `s·u` breaks nothing, while `s·e·u` breaks what
+    /// `s·u` breaks otherwise; `s·e` breaks nothing, unless every other step at `s` is
+    /// dropped or leads back to `s`; and no chain of named steps is endless.
+    /// docs/checker.md argues why the verdict and the violated properties stay the same.
+    /// The default: none.
+    fn eager(&self, _state: &S, _after: Option<&A>) -> Option<A> {
+        None
     }
 }
 
@@ -168,6 +188,9 @@ pub struct Counters {
     pub unique: AtomicUsize,
     /// Longest path expanded so far, in states.
     pub depth: AtomicUsize,
+    /// Steps taken alone ([`Commute::eager`]): followed at once, their worlds not kept,
+    /// so not among `states`.
+    pub eager: AtomicUsize,
 }
 
 /// What a run found.
@@ -363,6 +386,7 @@ const RESERVE_PER_THREAD: usize = 1024;
 struct Tally {
     states: usize,
     unique: usize,
+    eager: usize,
 }
 
 impl<'m, M> Run<'m, M>
@@ -466,6 +490,9 @@ where
         self.counters
             .unique
             .fetch_add(tally.unique, Ordering::Relaxed);
+        self.counters
+            .eager
+            .fetch_add(tally.eager, Ordering::Relaxed);
         self.visited.len.fetch_add(tally.unique, Ordering::Relaxed);
         *tally = Tally::default();
     }
@@ -479,7 +506,12 @@ where
         self.counters.depth.fetch_max(depth, Ordering::Relaxed);
     }
 
-    fn initial(&self) -> Vec<(M::State, Fingerprint)> {
+    /// The initial states, each after the steps the model names to take alone there when
+    /// `settle` is given (depth-first search).
+    fn initial(
+        &self,
+        settle: Option<&dyn Commute<M::State, M::Action>>,
+    ) -> Vec<(M::State, Fingerprint)> {
         let table = self.visited.table.read().expect("visited set lock");
         let mut tally = Tally::default();
         let initial = self
@@ -487,6 +519,10 @@ where
             .init_states()
             .into_iter()
             .filter_map(|state| {
+                let state = match settle {
+                    Some(commute) => self.settle(commute, state, None, &mut tally, |_| {}),
+                    None => state,
+                };
                 let key = fingerprint(&state);
                 self.admit(&table, &mut tally, &state, key, ROOT)
                     .then_some((state, key))
@@ -494,6 +530,30 @@ where
             .collect();
         self.flush(&mut tally);
         initial
+    }
+
+    /// `state` after the steps the model names to take alone ([`Commute::eager`]), one
+    /// after another until it names none; `after` is the step that led to `state`. Each
+    /// step taken is counted and handed to `taken`. Only depth-first search settles its
+    /// successors: the worlds on the way are not kept, and the world settled at is the
+    /// successor (a world that breaks a property is one where the model names nothing).
+    fn settle(
+        &self,
+        commute: &dyn Commute<M::State, M::Action>,
+        mut state: M::State,
+        after: Option<&M::Action>,
+        tally: &mut Tally,
+        mut taken: impl FnMut(&M::Action),
+    ) -> M::State {
+        while let Some(step) = commute.eager(&state, after) {
+            let Some(next) = self.model.next_state(&state, step.clone()) else {
+                break;
+            };
+            tally.eager += 1;
+            taken(&step);
+            state = next;
+        }
+        state
     }
 
     /// Expands `state` with `sleep` asleep: each successor to expand goes to `push` with
@@ -528,7 +588,10 @@ where
                 // Taken at an earlier expansion (an action without a key at the first).
                 continue;
             }
-            let next = self.model.next_state(state, action.clone());
+            let next = self
+                .model
+                .next_state(state, action.clone())
+                .map(|next| self.settle(commute, next, Some(&action), tally, |_| {}));
             if let Some(k) = key_of {
                 let kind = commute.kind(k, state, &action, next.as_ref());
                 debug_assert!(usize::from(kind) < KINDS, "a kind is below KINDS");
@@ -590,7 +653,7 @@ where
     }
 
     fn breadth_first(&self, threads: usize) {
-        let mut level = self.initial();
+        let mut level = self.initial(None);
         let mut depth = 1;
         while !level.is_empty() && !self.stop.load(Ordering::Acquire) {
             self.note_depth(depth);
@@ -662,7 +725,7 @@ where
         }
         let pool = Mutex::new(Pool {
             jobs: self
-                .initial()
+                .initial(commute.map(|commute| commute as &dyn Commute<_, _>))
                 .into_iter()
                 .map(|(state, key)| (state, key, 1, Asleep::default()))
                 .collect(),
@@ -757,8 +820,14 @@ where
         });
     }
 
-    /// The actions from an initial state to the state `key`, rebuilt from parents.
-    fn path_to(&self, key: Fingerprint) -> Vec<M::Action> {
+    /// The actions from an initial state to the state `key`, rebuilt from parents; with
+    /// `settle` (a depth-first run that took steps alone), those steps too, where they
+    /// were taken.
+    fn path_to(
+        &self,
+        key: Fingerprint,
+        settle: Option<&dyn Commute<M::State, M::Action>>,
+    ) -> Vec<M::Action> {
         let mut chain = vec![key];
         let mut at = key;
         while let Some(parent) = self.visited.parent(at) {
@@ -769,24 +838,42 @@ where
             at = parent;
         }
         chain.reverse();
+        let mut tally = Tally::default();
+        // `state` after the steps taken alone, which go to `path`.
+        let mut settled =
+            |state: M::State, after: Option<&M::Action>, path: &mut Vec<_>| match settle {
+                Some(commute) => self.settle(commute, state, after, &mut tally, |step| {
+                    path.push(step.clone())
+                }),
+                None => state,
+            };
+        let mut path = Vec::with_capacity(chain.len() - 1);
         let mut state = self
             .model
             .init_states()
             .into_iter()
-            .find(|state| fingerprint(state) == chain[0])
+            .find_map(|state| {
+                let mut steps = Vec::new();
+                let state = settled(state, None, &mut steps);
+                (fingerprint(&state) == chain[0]).then(|| {
+                    path.append(&mut steps);
+                    state
+                })
+            })
             .expect("a path starts at an initial state");
-        let mut path = Vec::with_capacity(chain.len() - 1);
         let mut actions = Vec::new();
         for &want in &chain[1..] {
             self.model.actions(&state, &mut actions);
-            let (action, next) = actions
+            let (next, mut steps) = actions
                 .drain(..)
                 .find_map(|action| {
                     let next = self.model.next_state(&state, action.clone())?;
-                    (fingerprint(&next) == want).then_some((action, next))
+                    let mut steps = vec![action.clone()];
+                    let next = settled(next, Some(&action), &mut steps);
+                    (fingerprint(&next) == want).then_some((next, steps))
                 })
                 .expect("every parent link is a step of the model");
-            path.push(action);
+            path.append(&mut steps);
             state = next;
         }
         path
@@ -815,13 +902,18 @@ where
         Order::BreadthFirst => run.breadth_first(threads),
         Order::DepthFirst => run.depth_first(threads, commute),
     }
+    // Only depth-first search takes steps alone.
+    let settle = match order {
+        Order::BreadthFirst => None,
+        Order::DepthFirst => commute.map(|commute| commute as &dyn Commute<_, _>),
+    };
     let discoveries = run
         .properties
         .iter()
         .zip(&run.found)
         .filter_map(|(property, found)| {
             let key = found.load(Ordering::Acquire);
-            (key != 0).then(|| (property.name, run.path_to(key)))
+            (key != 0).then(|| (property.name, run.path_to(key, settle)))
         })
         .collect();
     Outcome { discoveries }

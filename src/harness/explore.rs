@@ -62,6 +62,9 @@ pub struct Run<S> {
     pub unique_states: usize,
     /// Longest path explored.
     pub max_depth: usize,
+    /// Steps depth-first search took alone ([`checker::Counters::eager`]); not among
+    /// `states`.
+    pub eager_steps: usize,
     /// Wall time.
     pub seconds: f64,
     /// For each violated property, the steps of the path stateright reported.
@@ -152,7 +155,7 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
             });
         }
         let commute: Option<&(dyn checker::Commute<P::World, P::Step> + Sync)> =
-            model.0.sleeps().then_some(&model);
+            (model.0.sleeps() || model.0.settles()).then_some(&model);
         let outcome = checker::check(
             &model,
             order,
@@ -168,6 +171,7 @@ fn explore_fast<P: Protocol>(model: Checked<P>, settings: &Settings) -> Run<P::S
         states: counters.states.load(Ordering::Relaxed),
         unique_states: counters.unique.load(Ordering::Relaxed),
         max_depth: counters.depth.load(Ordering::Relaxed),
+        eager_steps: counters.eager.load(Ordering::Relaxed),
         seconds: start.elapsed().as_secs_f64(),
         discoveries: outcome
             .discoveries
@@ -248,6 +252,7 @@ fn drive<P: Protocol, C: Checker<Checked<P>> + Sync>(
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
+        eager_steps: 0,
         seconds: start.elapsed().as_secs_f64(),
         discoveries,
     }

@@ -271,6 +271,7 @@ fn merge_model(shards: &[(&Path, &ModelReport)]) -> Result<ModelReport, InputErr
             .map(|report| report.max_depth)
             .max()
             .unwrap_or(0),
+        eager_steps: reports.iter().map(|report| report.eager_steps).sum(),
         seconds,
         states_per_second: states as f64 / seconds.max(1e-9),
         bytes_per_state: first.bytes_per_state,

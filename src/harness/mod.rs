@@ -115,6 +115,17 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     ) -> checker::SleepSet {
         0
     }
+    /// Whether this model names steps that depth-first search may take alone
+    /// ([`Protocol::eager`]). The default: no.
+    fn settles(&self) -> bool {
+        false
+    }
+    /// A step to take alone at `world` ([`checker::Commute::eager`], whose contract this
+    /// must keep); `after` is the step that led to `world` from the last world where the
+    /// model named none (`None`: look at everything). The default: none.
+    fn eager(&self, _world: &Self::World, _after: Option<&Self::Step>) -> Option<Self::Step> {
+        None
+    }
 }
 
 impl<P: Protocol> checker::Commute<P::World, P::Step> for Checked<P> {
@@ -145,6 +156,14 @@ impl<P: Protocol> checker::Commute<P::World, P::Step> for Checked<P> {
         other: checker::Kind,
     ) -> checker::SleepSet {
         self.0.commutes_given(key, kind, other)
+    }
+
+    fn eager(&self, world: &P::World, after: Option<&P::Step>) -> Option<P::Step> {
+        // A world that breaks a property is a dead end: nothing is taken there.
+        if P::violation(world).is_some() {
+            return None;
+        }
+        self.0.eager(world, after)
     }
 }
 

@@ -277,6 +277,11 @@ pub struct ModelReport {
     pub unique_states: usize,
     /// Longest path explored (states, initial included).
     pub max_depth: usize,
+    /// Steps depth-first search took alone where the model named one (redeliveries of
+    /// recorded content, for card models): followed at once, their worlds not kept, so not
+    /// among `states`. 0 in reports written before it existed.
+    #[serde(default)]
+    pub eager_steps: usize,
     /// Wall time of the main run.
     pub seconds: f64,
     /// States generated per second.
@@ -411,6 +416,13 @@ pub fn render(report: &ModelReport) -> String {
             .peak_rss_mib
             .map_or_else(|| "n/a".into(), |mib| format!("{mib:.0} MiB")),
     );
+    if report.eager_steps > 0 {
+        let _ = writeln!(
+            out,
+            "  {} steps taken alone (redeliveries of recorded content, not counted as states)",
+            report.eager_steps
+        );
+    }
     for property in report
         .properties
         .iter()

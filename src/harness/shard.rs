@@ -421,6 +421,19 @@ impl<P: Protocol> Protocol for Shard<P> {
     ) -> super::checker::SleepSet {
         self.inner.commutes_given(key, kind, other)
     }
+
+    fn settles(&self) -> bool {
+        self.prefixes.offer_all && self.inner.settles()
+    }
+
+    fn eager(&self, world: &Self::World, after: Option<&Self::Step>) -> Option<Self::Step> {
+        // Below the first step only: there the shard is the inner model. (At the initial
+        // world a step may be another shard's; a world not settled only keeps more.)
+        if world.node != FREE || !self.prefixes.offer_all {
+            return None;
+        }
+        self.inner.eager(&world.world, after)
+    }
 }
 
 #[cfg(test)]

@@ -328,6 +328,7 @@ fn sweep_model(seed: u64, policy: PolicyName) -> LoadedModel {
             merge_settled: true,
             merge_paused: true,
             sleep_sets: true,
+            eager_redeliveries: true,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),

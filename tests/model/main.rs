@@ -9,6 +9,8 @@
 //! - `checker`: arrival's checker and stateright's agree on every small model file.
 //! - `indep`: state-dependent independence in sleep sets: its claims step by step, and
 //!   the same states, verdicts and shortest traces as the search without it.
+//! - `eager`: redeliveries taken alone in depth-first search: the claim's conditions in
+//!   every reachable world, and the same verdicts and shortest traces as without it.
 //! - `shard`: `check --shard`, `report merge` and `check --simulate` as a user runs them.
 
 #[allow(dead_code, unused_imports)]
@@ -16,6 +18,7 @@
 mod util;
 
 mod checker;
+mod eager;
 mod facts_model;
 mod indep;
 mod model;

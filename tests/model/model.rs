@@ -25,13 +25,15 @@ fn run(loaded: &LoadedModel, trace_out: Option<PathBuf>) -> ModelReport {
 }
 
 /// Distinct states the main card models reach under their own settings (the strategy and
-/// threads of the model file), as `arrival check --json` reports them (`unique_states`,
-/// 2026-12-01). Depth- and breadth-first, one thread or two, give the same count (only the
-/// number of generated states differs), so each pin holds under the model's own settings.
+/// threads of the model file), as `arrival check --json` reports them (`unique_states`;
+/// 2026-12-02, with redeliveries taken alone in depth-first search: B62-15 and
+/// every-decision are checked depth first and counted 21,695 and 75,374 before). One thread
+/// or two give the same count (only the number of generated states differs), and so do
+/// depth- and breadth-first search with `eager_redeliveries = false`.
 /// These are pins, not comparisons of two runs: a reduction (or a change to the model)
 /// that changes what the checker visits fails them, and the number is changed on purpose.
-const B62_15_STATES: usize = 21_695;
-const EVERY_DECISION_STATES: usize = 75_374;
+const B62_15_STATES: usize = 4_031;
+const EVERY_DECISION_STATES: usize = 20_062;
 const RE_PAUSE_STATES: usize = 30;
 
 #[track_caller]
@@ -352,7 +354,11 @@ fn an_expiry_step_replays_with_what_it_forgot() {
 
 #[test]
 fn per_delivery_budgets_aim_the_faults() {
-    let loaded = load("models/b62-15-per-delivery.toml");
+    let mut loaded = load("models/b62-15-per-delivery.toml");
+    // Redeliveries taken alone make lost acknowledgements cheap wherever they are aimed
+    // (23,089 against 15,217 generated states with them); the comparison is of the fault
+    // space itself.
+    loaded.file.eager_redeliveries = false;
     let report = run(&loaded, None);
     assert_eq!(report.verdict, "pass", "{}", check::render(&report));
     // Aimed at two deliveries, the same totals explore far less than when any delivery
@@ -483,6 +489,7 @@ fn generated_model(seed: u64, policy: PolicyName, split: bool) -> LoadedModel {
             merge_settled: true,
             merge_paused: true,
             sleep_sets: true,
+            eager_redeliveries: true,
             per_delivery: None,
             properties: None,
             expect: "pass".into(),
@@ -1031,6 +1038,9 @@ fn worlds_merged_as_one_state_are_one_state_in_every_visit_order() {
             (Strategy::Dfs, 2, true),
             (Strategy::Dfs, 2, true),
         ];
+        // Breadth- and depth-first search count alike without redeliveries taken alone
+        // (depth first only).
+        loaded.file.eager_redeliveries = false;
         for (strategy, threads, sleep_sets) in runs {
             loaded.file.strategy = strategy;
             loaded.file.threads = threads;
