@@ -20,6 +20,12 @@
 //!
 //! PostgreSQL is the server at `ARRIVAL_DATABASE_URL` (default the local one); the bench
 //! makes its own database and drops it at the end.
+//!
+//! With [`PAIRED`] set to a number of rounds, the bench does not run criterion: for every
+//! row it times the store and its baseline back to back, that many rounds (the order
+//! swapped each round), and prints each row's medians and the median of the rounds' own
+//! ratios. A ratio taken from two runs seconds apart on a shared disk compares the disk's
+//! moods as much as the two writers; a ratio per round of neighbours does less so.
 
 use arrival::store::{content_hash, Database, DbStats, DbUrl, Incoming, Isolation, Param, Store};
 use criterion::Criterion;
@@ -35,6 +41,8 @@ const CARDS: u64 = 8;
 /// `KIND URL RECEIVER COUNT BATCH RUN` (KIND `decide` or `bare`).
 const CHILD: &str = "ARRIVAL_STORE_BENCH_CHILD";
 static RUN: AtomicU64 = AtomicU64::new(0);
+/// The environment variable that asks for paired rounds instead of criterion.
+const PAIRED: &str = "ARRIVAL_STORE_BENCH_PAIRED";
 
 fn next_run() -> u64 {
     // Distinct across the bench's own rows and the children it starts (their runs are
@@ -398,10 +406,79 @@ fn bench_backend(c: &mut Criterion, name: &str, url: &DbUrl) {
     group.finish();
 }
 
+/// One row of the paired rounds: `writers` threads (or processes) at `batch`.
+fn paired_row(name: &str, url: &DbUrl, writers: usize, procs: bool, batch: usize, rounds: usize) {
+    let count: u64 = if batch == 1 { 64 } else { 512 };
+    let time = |kind| {
+        let elapsed = if procs {
+            processes(kind, url, writers, batch, count)
+        } else {
+            threads(kind, url, writers, batch, count)
+        };
+        elapsed.as_secs_f64() * 1e6 / count as f64
+    };
+    let (mut store, mut bare, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (s, b) = if round % 2 == 0 {
+            let s = time(Kind::Decide);
+            (s, time(Kind::Bare))
+        } else {
+            let b = time(Kind::Bare);
+            (time(Kind::Decide), b)
+        };
+        store.push(s);
+        bare.push(b);
+        ratios.push(b / s);
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let (low, high) = (
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
+    let writers = format!(
+        "{writers} {}",
+        if procs { "processes" } else { "connections" }
+    );
+    println!(
+        "| {name} | {writers} | {batch} | {:.0} | {:.0} | {:.2} | {low:.2}-{high:.2} |",
+        median(&mut store),
+        median(&mut bare),
+        median(&mut ratios)
+    );
+}
+
+/// Every row of one backend in paired rounds.
+fn paired_backend(name: &str, url: &DbUrl, rounds: usize) {
+    fresh(url, 4);
+    for (writers, procs) in [(1, false), (4, false), (4, true)] {
+        for batch in [1usize, 16] {
+            paired_row(name, url, writers, procs, batch, rounds);
+        }
+    }
+}
+
+/// The paired rounds of both backends, as a Markdown table.
+fn paired(rounds: usize) {
+    println!(
+        "| backend | writers | per transaction | store µs/delivery (median) | bare µs/delivery \
+         (median) | median of the rounds' bare/store | lowest-highest |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    each_backend(|name, url| paired_backend(name, url, rounds));
+}
+
 fn stores(c: &mut Criterion) {
+    each_backend(|name, url| bench_backend(c, name, url));
+}
+
+/// Runs `f` on a SQLite file of its own and on a PostgreSQL database of its own.
+fn each_backend(mut f: impl FnMut(&str, &DbUrl)) {
     let folder = std::env::temp_dir().join(format!("arrival-store-bench-{}", std::process::id()));
     std::fs::create_dir_all(&folder).expect("a temporary folder");
-    bench_backend(c, "sqlite", &DbUrl::Sqlite(folder.join("bench.db")));
+    f("sqlite", &DbUrl::Sqlite(folder.join("bench.db")));
     let _ = std::fs::remove_dir_all(&folder);
 
     let admin = std::env::var("ARRIVAL_DATABASE_URL")
@@ -418,13 +495,20 @@ fn stores(c: &mut Criterion) {
         "{}/{name}",
         &base[..base.rfind('/').expect("a database path")]
     );
-    bench_backend(c, "postgres", &DbUrl::Postgres(url));
+    f("postgres", &DbUrl::Postgres(url));
     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
 }
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
         child(&spec);
+        return;
+    }
+    if let Ok(rounds) = std::env::var(PAIRED) {
+        let rounds = rounds
+            .parse()
+            .expect("ARRIVAL_STORE_BENCH_PAIRED is a number of rounds");
+        paired(rounds);
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();
