@@ -400,6 +400,22 @@ impl Scenario {
                     .map_err(|message| bad("trace.violates".into(), message))?,
             }),
         };
+        if let Some(block) = &raw.conform {
+            if !["every-step", "end"].contains(&block.observe.as_str()) {
+                let observe = &block.observe;
+                return Err(bad(
+                    "conform.observe".into(),
+                    format!("`{observe}`: one of every-step, end"),
+                ));
+            }
+            let known = ["cards", "ack", "paused", "unresolved"];
+            if let Some(other) = block.channels.iter().find(|c| !known.contains(&c.as_str())) {
+                return Err(bad(
+                    "conform.channels".into(),
+                    format!("`{other}`: each one of cards, ack, paused, unresolved"),
+                ));
+            }
+        }
         let conform = match &raw.conform {
             None => None,
             Some(block) => Some(

@@ -390,6 +390,20 @@ fn write_plan(
     Ok(())
 }
 
+/// With `--json`, a harness failure is a document too (`verdict: harness_failure`, what
+/// failed and how), so a JSON reader gets one on exit 3 as on 0 and 1.
+fn harness_json(args: &ConformArgs, source: &str, target: &str, what: &str, message: &str) {
+    if args.json {
+        let document = serde_json::json!({
+            "source": source,
+            "target": target,
+            "verdict": "harness_failure",
+            "harness": {"what": what, "message": message},
+        });
+        print(&format!("{}\n", pretty_json(&document)));
+    }
+}
+
 /// `--target`, which running schedules needs.
 fn need_target(args: &ConformArgs) -> Result<&str, Error> {
     args.target.as_deref().ok_or_else(|| {
@@ -475,6 +489,13 @@ fn run_facts(args: &ConformArgs, kind: &FactsSource) -> Outcome {
             };
             let _ = crate::harness::junit::write_suite(file, &suite);
         }
+        harness_json(
+            args,
+            &options.source,
+            &options.target,
+            &error.what,
+            &error.message,
+        );
         EnvironmentError::new(error.what, error.message).into()
     };
     let target_fixture = crate::facts::conform::target_fixture(&raw);
@@ -610,6 +631,13 @@ pub fn run(args: &ConformArgs) -> Outcome {
             let suite = campaign::harness_suite(&options.source, &options.target, &error);
             let _ = crate::harness::junit::write_suite(file, &suite);
         }
+        harness_json(
+            args,
+            &options.source,
+            &options.target,
+            &error.what,
+            &error.message,
+        );
         EnvironmentError::new(error.what, error.message).into()
     };
     let mut target = target_file.open().map_err(harness_failed)?;

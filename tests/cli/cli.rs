@@ -129,6 +129,14 @@ const FIXTURE_CASES: &[(&str, &[&str])] = &[
         &["conform.actions[0]", "kil_after_ack"],
     ),
     (
+        "conform-observe-unknown.json",
+        &["conform.observe", "`sometimes`"],
+    ),
+    (
+        "conform-channel-unknown.json",
+        &["conform.channels", "`pasued`"],
+    ),
+    (
         "schedule-unknown-delivery.json",
         &["schedule[1]", "delivery 7", "does not have"],
     ),
@@ -836,10 +844,15 @@ fn conform_junit_is_schema_valid_with_a_case_per_property_and_a_harness_case() {
         "models/b62-15.toml",
         "--target",
         "http:true",
+        "--json",
         "--junit",
         file.to_str().unwrap(),
     ]);
     assert_eq!(broken.status.code(), Some(3), "{}", stderr(&broken));
+    // With --json, exit 3 has its document too.
+    let document: serde_json::Value = serde_json::from_slice(&broken.stdout).unwrap();
+    assert_eq!(document["verdict"], "harness_failure", "{document}");
+    assert!(document["harness"]["message"].is_string(), "{document}");
     validate_junit(&file);
     let xml = std::fs::read_to_string(&file).unwrap();
     assert_eq!(xml.matches("<testcase").count(), 1);
