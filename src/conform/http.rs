@@ -407,27 +407,9 @@ impl HttpTarget {
                 if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
-                Ok(Answer::Indefinite(self.restart_if_died(error.to_string())?))
+                Ok(Answer::Indefinite(error.to_string()))
             }
         }
-    }
-
-    /// A receiver that ended on its own while answering (it crashed on the request) is a
-    /// crash like one of arrival's kills: the answer is indefinite and the receiver is
-    /// started again on its data, as over JSON lines. Returns the answer's reason.
-    fn restart_if_died(&mut self, why: String) -> Result<String, HarnessError> {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_millis(500) {
-            if let Some(status) = self.supervisor.exited() {
-                self.supervisor.kill();
-                start_http(&mut self.supervisor, self.timeout, self.ready_timeout)?;
-                return Ok(format!(
-                    "{why}; the receiver ended on its own ({status}), restarted"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(why)
     }
 }
 
@@ -633,7 +615,7 @@ impl CardTarget for HttpTarget {
                 if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
-                Ok(Answer::Indefinite(self.restart_if_died(error.to_string())?))
+                Ok(Answer::Indefinite(error.to_string()))
             }
         }
     }
