@@ -28,12 +28,17 @@ pub fn run_command(words: &[String], timeout: std::time::Duration) -> Result<Vec
         .map_err(|error| error.to_string())?;
     let group = child.id() as libc::pid_t;
     super::groups::register(group);
+    // Each pipe is read on a thread of its own, its bytes sent when it closes. A child that
+    // left the group (a daemon in a session of its own) may hold it open for ever: its
+    // bytes are then not waited for past a short grace.
     let drain = |mut pipe: Box<dyn Read + Send>| {
+        let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
+            let _ = sender.send(bytes);
+        });
+        receiver
     };
     let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
     let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
@@ -54,9 +59,10 @@ pub fn run_command(words: &[String], timeout: std::time::Duration) -> Result<Vec
     }
     let _ = child.wait();
     super::groups::unregister(group);
+    let grace = std::time::Duration::from_millis(200);
     let (stdout, stderr) = (
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default(),
+        stdout.recv_timeout(grace).unwrap_or_default(),
+        stderr.recv_timeout(grace).unwrap_or_default(),
     );
     match status {
         None => Err(format!("did not finish within {timeout:?} (killed)")),
@@ -319,5 +325,16 @@ mod tests {
         let hung = run_command(&sh("sleep 30; echo late"), Duration::from_millis(200));
         let hung = hung.unwrap_err();
         assert!(hung.contains("did not finish within 200ms"), "{hung}");
+        // A daemon in a session of its own keeps the pipes open past the group's kill: the
+        // command still ends at its timeout, and its output is what came before.
+        let daemon = sh("echo early; (setsid sleep 3 &); sleep 30");
+        let hung = run_command(&daemon, Duration::from_millis(200)).unwrap_err();
+        assert!(hung.contains("did not finish within 200ms"), "{hung}");
+        // And one that exits 0 at once, leaving the daemon behind, gives its output.
+        let left = run_command(
+            &sh("echo early; (setsid sleep 3 > /dev/null 2>&1 &)"),
+            second,
+        );
+        assert_eq!(left.unwrap(), b"early\n");
     }
 }
