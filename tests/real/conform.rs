@@ -318,7 +318,13 @@ fn harness_fails(target: &str, says: &str) {
     assert_status(&output, 3, target);
     let stderr = crate::util::stderr(&output);
     assert!(stderr.contains(says), "{stderr}");
-    assert!(stdout(&output).is_empty());
+    // With --json, stdout holds the harness failure's document and nothing else.
+    assert_eq!(
+        json(&output)["verdict"],
+        "harness_failure",
+        "{}",
+        stdout(&output)
+    );
 }
 
 const STATE_500: &str = "import http.server, sys
