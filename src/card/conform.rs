@@ -265,6 +265,21 @@ struct Branch {
     recorded: bool,
 }
 
+/// The properties a run can name a failure by, besides `diverged`: the ones a receiver's
+/// answers and state can show broken. The others (`first-record-immutable`,
+/// `reconciliation-settles-holds`, ...) are about records and steps no channel shows one
+/// by one; a breach of them shows as one of these or as `diverged`.
+pub const NAMEABLE: [&str; 8] = [
+    "no-unknown-card",
+    "version-monotonic",
+    "paused-frozen",
+    "held-changes-nothing",
+    "ack-implies-recorded",
+    "duplicate-no-effect",
+    "evidence-retained",
+    "convergence",
+];
+
 /// Runs one schedule against a freshly reset target, then the liveness phase.
 pub fn run_schedule(
     scenario: &Scenario,
@@ -781,6 +796,13 @@ impl<'a> Runner<'a> {
             last: self.last.as_ref(),
             channels: self.settings.channels,
             final_read: last_read,
+            fetched: self
+                .run
+                .own_fetches
+                .iter()
+                .filter(|(at, _)| *at == step)
+                .map(|(_, id)| id.as_str())
+                .collect(),
         };
         let regressed_before = self.run.counts.regressed;
         let property = naming.property(&mut self.run.counts);
@@ -963,6 +985,10 @@ struct Naming<'a> {
     last: Option<&'a Observed>,
     channels: Channels,
     final_read: bool,
+    /// The cards the receiver fetched from the authority on its own during this step:
+    /// each may have been reconciled, so no rule about what a delivery may not change
+    /// names a change to it.
+    fetched: Vec<&'a str>,
 }
 
 impl Naming<'_> {
@@ -998,10 +1024,12 @@ impl Naming<'_> {
                     counts.regressed += 1;
                     return Some("version-monotonic");
                 }
+                // A card fetched during the step may have been replaced at its version.
                 let rewritten = seen.cards.iter().any(|(name, card)| {
-                    last.cards.get(name).is_some_and(|before| {
-                        card.version == before.version && card.state != before.state
-                    })
+                    !self.fetched.contains(&name.as_str())
+                        && last.cards.get(name).is_some_and(|before| {
+                            card.version == before.version && card.state != before.state
+                        })
                 });
                 if rewritten && matches!(self.action, Action::Deliver { .. }) {
                     return Some("version-monotonic");
@@ -1209,7 +1237,8 @@ impl Naming<'_> {
         ))
     }
 
-    /// A card changed where the contract says nothing may change it.
+    /// A card changed where the contract says nothing may change it (a card the receiver
+    /// fetched on its own during the step may have been reconciled, so it is not counted).
     fn changed_cards(&self) -> Option<&'static str> {
         let (seen, last) = (self.seen?, self.last?);
         let changed: Vec<&String> = seen
@@ -1217,6 +1246,7 @@ impl Naming<'_> {
             .iter()
             .filter(|(name, card)| last.cards.get(*name) != Some(card))
             .map(|(name, _)| name)
+            .filter(|name| !self.fetched.contains(&name.as_str()))
             .collect();
         if changed.is_empty() {
             return None;
@@ -1279,5 +1309,19 @@ impl Naming<'_> {
             describe_action(self.scenario, self.action),
             expected.join("\n                  or: ")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAMEABLE;
+    use crate::card::property::Property;
+
+    #[test]
+    fn every_nameable_property_is_a_contract_property() {
+        let names = Property::ALL.map(Property::name);
+        for name in NAMEABLE {
+            assert!(names.contains(&name), "{name}");
+        }
     }
 }

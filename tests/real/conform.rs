@@ -508,6 +508,64 @@ fn a_receiver_that_reconciles_on_its_own_is_judged_by_its_fetches_with_no_false_
     assert!(report["own_fetches"].as_u64().unwrap() > 0, "{report}");
 }
 
+/// The correct Python receiver, reconciling on its own, with one bug put in from outside:
+/// a snapshot that replaces a paused card leaves it paused.
+const RECONCILES_BUT_STAYS_PAUSED: &str = "import importlib.util, sys
+spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
+rx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rx)
+right = rx.Store.reconcile
+def reconcile(self, snap):
+    outcome = right(self, snap)
+    if outcome == 'replaced':
+        self.db.execute('UPDATE cards SET paused=1 WHERE object_id=?', (snap['object_id'],))
+    return outcome
+rx.Store.reconcile = reconcile
+sys.argv[0] = 'receiver.py'
+rx.main()";
+
+/// A receiver whose own reconciliation goes wrong changed the card it fetched: that is no
+/// paused card changed behind the contract's back, nor a held delivery that changed
+/// something, so no such rule names it. What is seen fits no world: `diverged`, with the
+/// diff (checked: before the fetched cards were set aside, the same run was named
+/// `held-changes-nothing`).
+#[test]
+fn a_receiver_that_reconciles_on_its_own_wrongly_is_diverged_never_a_rule_it_did_not_break() {
+    let dir = temp_dir("conform-own-fetches-wrong");
+    let target = pull_target(
+        dir.path(),
+        &[
+            "python3",
+            "-c",
+            RECONCILES_BUT_STAYS_PAUSED,
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+            "--authority",
+            "{authority}",
+            "--reconcile-on-pause",
+        ],
+    );
+    for channels in ["cards,paused,unresolved,ack", "cards,ack"] {
+        let output = conform(
+            "models/b62-15.toml",
+            &target,
+            &[
+                "--no-mutants",
+                "--no-cover",
+                "--walks",
+                "2",
+                "--channels",
+                channels,
+            ],
+        );
+        assert_status(&output, 1, channels);
+        let (property, steps, _) = found(&json(&output));
+        assert_eq!(property, "diverged", "{channels}: {steps:?}");
+    }
+}
+
 const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
 cards = json.load(open(os.path.join(sys.argv[2], 'initial.json')))
 class H(http.server.BaseHTTPRequestHandler):
