@@ -100,18 +100,15 @@ fn flag(name: &str, message: String) -> Error {
     InputError::invalid(Path::new(name), "command line", message).into()
 }
 
-/// `pass`, `diverged` or a card property's name; anything else is bad input.
+/// `pass`, `diverged` or the name of a card property a run can name; anything else
+/// (a property no observation can pin, which a run would never report) is bad input.
 fn check_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
-    use crate::card::property::Property;
-    let names = Property::ALL.map(Property::name);
-    check_expect_in(expect, &names, from_flag, target)
+    check_expect_in(expect, &crate::card::conform::NAMEABLE, from_flag, target)
 }
 
 /// [`check_expect`] for the facts protocol's properties.
 fn check_facts_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
-    use crate::facts::property::Property;
-    let names = Property::ALL.map(Property::name);
-    check_expect_in(expect, &names, from_flag, target)
+    check_expect_in(expect, &crate::facts::conform::NAMEABLE, from_flag, target)
 }
 
 fn check_expect_in(
@@ -124,7 +121,7 @@ fn check_expect_in(
         return Ok(());
     }
     let message = format!(
-        "`{expect}` is not an expectation: write pass, diverged or a property's name ({})",
+        "`{expect}` is not an expectation: write pass, diverged or a property a run can name ({})",
         names.join(", ")
     );
     Err(if from_flag {

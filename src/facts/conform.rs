@@ -588,6 +588,18 @@ impl FactsState {
     }
 }
 
+/// The properties a run can name a failure by, besides `diverged`: the ones
+/// [`name_state`] and [`name_answer`] give.
+pub const NAMEABLE: [&str; 7] = [
+    "no-loss",
+    "retry-invisible",
+    "conflict-visible",
+    "ready-sound",
+    "ready-converges",
+    "tenant-isolated",
+    "correlated",
+];
+
 /// The property an observed state breaks against every expected one, or `diverged`. A
 /// name is given only when every candidate world agrees on what pins it.
 pub fn name_state(real: &FactsState, expected: &[FactsState]) -> &'static str {
@@ -968,4 +980,18 @@ pub fn walk_actions(requests: &[u32], budgets: WalkBudgets, seed: u64, walk: usi
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAMEABLE;
+    use crate::facts::property::Property;
+
+    #[test]
+    fn every_nameable_property_is_a_contract_property() {
+        let names = Property::ALL.map(Property::name);
+        for name in NAMEABLE {
+            assert!(names.contains(&name), "{name}");
+        }
+    }
 }

@@ -1576,3 +1576,31 @@ fn a_malformed_or_foreign_facts_plan_exits_2_naming_the_file_and_the_field() {
     let said = run(&good.to_string(), "models/acmeflow-conflict.toml");
     assert!(said.contains("fixture_digest"), "{said}");
 }
+
+/// `--expect` takes only what a run can report: `pass`, `diverged` or a property a
+/// conform run names. A property no observation can pin would never be met: exit 2.
+#[test]
+fn conform_expect_refuses_a_property_no_run_can_name() {
+    let cases = [
+        ("models/b62-15.toml", "http:true", "first-record-immutable"),
+        (
+            "models/b62-15.toml",
+            "http:true",
+            "reconciliation-settles-holds",
+        ),
+        (
+            "models/acmeflow-retries.toml",
+            "examples/targets/pipeline-serve.toml",
+            "fact-once",
+        ),
+    ];
+    for (model, target, property) in cases {
+        let out = arrival(&["conform", model, "--target", target, "--expect", property]);
+        assert_eq!(out.status.code(), Some(2), "{property}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains("--expect") && said.contains(property),
+            "{property}: {said}"
+        );
+    }
+}
