@@ -701,6 +701,30 @@ pub fn campaign(
         ));
     }
     warnings.extend(wide_numbers(scenario));
+    // After a run without a failure, the header names the channels that were asked for
+    // and reported; one asked for and never reported is a warning (its properties are
+    // `unobserved`). A failure may have come before a channel could show.
+    let complete = found.is_none() && schedules > 0;
+    let reported = crate::card::conform::Channels {
+        ack: channels.ack && (seen.ack || !complete),
+        paused: channels.paused && (seen.paused || !complete),
+        unresolved: channels.unresolved && (seen.unresolved || !complete),
+        every_step: channels.every_step,
+    };
+    let silent: Vec<String> = channels
+        .names()
+        .into_iter()
+        .filter(|name| !reported.names().contains(name))
+        .collect();
+    if !silent.is_empty() {
+        warnings.push(format!(
+            "asked to compare {} but the target never reported {}: not compared, and the \
+             properties only {} show are unobserved",
+            silent.join(", "),
+            if silent.len() == 1 { "it" } else { "them" },
+            if silent.len() == 1 { "it" } else { "they" },
+        ));
+    }
     if !channels.every_step {
         warnings.push(
             "the state is read only at the end: reconciliation heals most wrong decisions \
@@ -717,7 +741,7 @@ pub fn campaign(
         } else {
             "end"
         },
-        channels: channels.names(),
+        channels: reported.names(),
         verdict,
         schedules,
         passed,

@@ -526,6 +526,16 @@ fn what_the_target_never_shows_is_unobserved_and_nothing_run_is_not_exercised() 
         ],
         ["unobserved", "unobserved", "sampled"]
     );
+    // The header names what was compared: acknowledgements carried no meaning.
+    assert_eq!(report.channels, ["paused", "unresolved"]);
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("asked to compare ack but the target never reported it")),
+        "{:?}",
+        report.warnings
+    );
     let none = campaign(&b62_15(), &[], &mut target, &fixed(Channels::ALL)).unwrap();
     assert_eq!(none.verdict, Verdict::Incomplete);
     assert!(none
