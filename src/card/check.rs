@@ -77,8 +77,8 @@ pub fn build_model(loaded: &LoadedModel, checked: Properties) -> ReceiverModel {
     model
 }
 
-/// What the harness reports this model as.
-fn subject(loaded: &LoadedModel) -> Subject {
+/// What the harness reports this model as, run by `engine` as `mode` says.
+fn subject(loaded: &LoadedModel, engine: Engine, mode: &Mode) -> Subject {
     Subject {
         model: loaded.path.display().to_string(),
         protocol: "card".into(),
@@ -89,13 +89,13 @@ fn subject(loaded: &LoadedModel) -> Subject {
             Expectation::Violates(property) => Some(property.name()),
         },
         bytes_per_state: full_state_bytes(&loaded.scenario),
-        settings: settings_text(loaded),
+        settings: settings_text(loaded, engine, mode),
     }
 }
 
 /// The model file's keys that shape the state space, after command-line overrides and as
-/// they take effect, in words (a report's `settings`).
-fn settings_text(loaded: &LoadedModel) -> String {
+/// they take effect under `engine` and `mode`, in words (a report's `settings`).
+fn settings_text(loaded: &LoadedModel, engine: Engine, mode: &Mode) -> String {
     let file = &loaded.file;
     let per_delivery = loaded
         .per_delivery
@@ -127,10 +127,14 @@ fn settings_text(loaded: &LoadedModel) -> String {
     let symmetry = file.symmetry && loaded.per_delivery.is_none();
     let merge_paused =
         file.merge_settled && file.merge_paused && loaded.policy.0.is_none() && file.expiries == 0;
+    // Only arrival's own depth-first search settles eager steps; random walks and
+    // stateright's checkers take every step as it comes.
     let eager_redeliveries = file.eager_redeliveries
         && loaded.policy.0.is_none()
         && file.expiries == 0
-        && file.strategy == Strategy::Dfs;
+        && file.strategy == Strategy::Dfs
+        && engine == Engine::Arrival
+        && !matches!(mode, Mode::Simulate(_));
     format!(
         "duplicates={} lost_acks={} crashes={} expiries={} reencodings={} \
          per_delivery={per_delivery} reconciliation={reconciliation} split={} symmetry={symmetry} merge_settled={} \
@@ -161,7 +165,7 @@ pub fn run_with(
         if let Some(behind) = crate::card::properties::authority_behind(&loaded.scenario) {
             let checked = loaded.checked;
             return Ok(harness::check::precondition_failed::<ReceiverModel>(
-                subject(loaded),
+                subject(loaded, options.engine, mode),
                 mode,
                 |index| checked.contains(Property::ALL[index]),
                 Property::AuthorityCurrent.name(),
@@ -193,7 +197,7 @@ pub fn run_with(
         engine: options.engine,
     };
     let mut report = harness::check::check_parts_with(
-        subject(loaded),
+        subject(loaded, options.engine, mode),
         &models,
         &settings,
         mode,

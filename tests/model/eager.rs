@@ -502,3 +502,39 @@ fn redeliveries_taken_alone_keep_every_model_files_verdict_and_leave_breadth_fir
         eager.settings
     );
 }
+
+/// The settings line says what took effect: depth first under arrival's checker it takes
+/// redeliveries alone; under stateright's checkers and in random walks it does not, and
+/// says so.
+#[test]
+fn the_settings_line_claims_eager_redeliveries_only_where_they_take_effect() {
+    use arrival::card::check::{Engine, Mode};
+    use arrival::harness::simulate::Simulation;
+    let mut loaded = check::load_model(Path::new("models/b62-15.toml"), None).expect("loads");
+    loaded.file.strategy = Strategy::Dfs;
+    loaded.file.eager_redeliveries = true;
+    let settings = |engine: Engine, mode: &Mode| {
+        let options = CheckOptions {
+            engine,
+            ..CheckOptions::default()
+        };
+        check::run_with(&loaded, &options, mode)
+            .unwrap_or_else(|error| panic!("{error}"))
+            .settings
+    };
+    let walks = Mode::Simulate(Simulation {
+        walks: 2,
+        seed: 1,
+        max_depth: 200,
+    });
+    let cases = [
+        (Engine::Arrival, Mode::Exhaustive, true),
+        (Engine::Stateright, Mode::Exhaustive, false),
+        (Engine::Arrival, walks, false),
+    ];
+    for (engine, mode, eager) in cases {
+        let line = settings(engine, &mode);
+        let claimed = line.contains("eager_redeliveries=true");
+        assert_eq!(claimed, eager, "{engine:?} {mode:?}: {line}");
+    }
+}
