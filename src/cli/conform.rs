@@ -103,12 +103,14 @@ fn flag(name: &str, message: String) -> Error {
 /// `pass`, `diverged` or the name of a card property a run can name; anything else
 /// (a property no observation can pin, which a run would never report) is bad input.
 fn check_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
-    check_expect_in(expect, &crate::card::conform::NAMEABLE, from_flag, target)
+    let names = crate::card::conform::NAMEABLE.map(crate::card::property::Property::name);
+    check_expect_in(expect, &names, from_flag, target)
 }
 
 /// [`check_expect`] for the facts protocol's properties.
 fn check_facts_expect(expect: &str, from_flag: bool, target: &str) -> Result<(), Error> {
-    check_expect_in(expect, &crate::facts::conform::NAMEABLE, from_flag, target)
+    let names = crate::facts::conform::NAMEABLE.map(crate::facts::property::Property::name);
+    check_expect_in(expect, &names, from_flag, target)
 }
 
 fn check_expect_in(

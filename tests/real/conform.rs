@@ -438,6 +438,22 @@ fn a_plan_written_without_a_target_runs_the_same_schedules_and_verdict_and_one_r
 }
 
 /// A target file of an HTTP receiver that reconciles in pull mode, started by `command`.
+/// The arguments every pull-mode Python receiver here takes.
+const PULL_ARGS: [&str; 6] = [
+    "--port",
+    "{port}",
+    "--data",
+    "{data_dir}",
+    "--authority",
+    "{authority}",
+];
+
+/// The correct Python receiver in pull mode, with `extra` flags.
+fn python_sqlite_pull<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let program = ["python3", "examples/receivers/python-sqlite/receiver.py"];
+    [&program[..], &PULL_ARGS, extra].concat()
+}
+
 fn pull_target(dir: &Path, command: &[&str]) -> String {
     let file = dir.join("pull.toml");
     let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
@@ -452,19 +468,7 @@ fn pull_target(dir: &Path, command: &[&str]) -> String {
 #[test]
 fn the_python_receiver_in_pull_mode_fetches_the_authority_and_passes_with_no_false_alarm() {
     let dir = temp_dir("conform-pull");
-    let target = pull_target(
-        dir.path(),
-        &[
-            "python3",
-            "examples/receivers/python-sqlite/receiver.py",
-            "--port",
-            "{port}",
-            "--data",
-            "{data_dir}",
-            "--authority",
-            "{authority}",
-        ],
-    );
+    let target = pull_target(dir.path(), &python_sqlite_pull(&[]));
     // Both walks of seed 1 reconcile cards; the liveness phase reconciles every paused card.
     let output = conform(
         "models/b62-15.toml",
@@ -483,20 +487,7 @@ fn the_python_receiver_in_pull_mode_fetches_the_authority_and_passes_with_no_fal
 #[test]
 fn a_receiver_that_reconciles_on_its_own_is_judged_by_its_fetches_with_no_false_alarm() {
     let dir = temp_dir("conform-own-fetches");
-    let target = pull_target(
-        dir.path(),
-        &[
-            "python3",
-            "examples/receivers/python-sqlite/receiver.py",
-            "--port",
-            "{port}",
-            "--data",
-            "{data_dir}",
-            "--authority",
-            "{authority}",
-            "--reconcile-on-pause",
-        ],
-    );
+    let target = pull_target(dir.path(), &python_sqlite_pull(&["--reconcile-on-pause"]));
     let output = conform(
         "models/b62-15.toml",
         &target,
@@ -535,17 +526,11 @@ fn a_receiver_that_reconciles_on_its_own_wrongly_is_diverged_never_a_rule_it_did
     let target = pull_target(
         dir.path(),
         &[
-            "python3",
-            "-c",
-            RECONCILES_BUT_STAYS_PAUSED,
-            "--port",
-            "{port}",
-            "--data",
-            "{data_dir}",
-            "--authority",
-            "{authority}",
-            "--reconcile-on-pause",
-        ],
+            &["python3", "-c", RECONCILES_BUT_STAYS_PAUSED][..],
+            &PULL_ARGS,
+            &["--reconcile-on-pause"],
+        ]
+        .concat(),
     );
     for channels in ["cards,paused,unresolved,ack", "cards,ack"] {
         let output = conform(
