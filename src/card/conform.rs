@@ -490,7 +490,7 @@ impl<'a> Runner<'a> {
                         step_branch(self.scenario, from, world, self.readings[from], step)
                     }
                 };
-                if !out.iter().any(|other| other.same_as(&branch)) {
+                if !out.iter().any(|other| other.same_expectation(&branch)) {
                     out.push(branch);
                 }
             }
@@ -529,11 +529,17 @@ impl<'a> Runner<'a> {
                         steps,
                         ..branch.clone()
                     };
-                    if !next.iter().any(|other: &Branch| other.same_as(&reconciled)) {
+                    if !next
+                        .iter()
+                        .any(|other: &Branch| other.same_expectation(&reconciled))
+                    {
                         next.push(reconciled);
                     }
                 }
-                if !next.iter().any(|other: &Branch| other.same_as(&branch)) {
+                if !next
+                    .iter()
+                    .any(|other: &Branch| other.same_expectation(&branch))
+                {
                     next.push(branch);
                 }
             }
@@ -878,6 +884,18 @@ impl Branch {
     /// The same world under the same reading.
     fn same_as(&self, other: &Branch) -> bool {
         self.reading == other.reading && self.world == other.world
+    }
+
+    /// The same world under the same reading, reached with the same answer, decision and
+    /// record: two ways to one world that answer differently are two expectations (an
+    /// indefinite reconciliation followed by another reaches one world whether the first
+    /// landed or not, answered `confirmed` or `replaced`; keeping only the first was a
+    /// false `diverged`).
+    fn same_expectation(&self, other: &Branch) -> bool {
+        self.same_as(other)
+            && self.word == other.word
+            && self.verdict == other.verdict
+            && self.recorded == other.recorded
     }
 }
 

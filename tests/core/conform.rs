@@ -37,6 +37,9 @@ struct InProcess {
     /// File a changed payload's hold under its id's first card (the contract's other
     /// reading), not the variant's.
     first_card: bool,
+    /// Drop the next reconciliation unheard and answer it indefinite (a receiver that
+    /// died before it read the request).
+    lose_next_reconcile: bool,
 }
 
 impl InProcess {
@@ -48,6 +51,7 @@ impl InProcess {
             misword_changed_payloads: false,
             bare_acks: false,
             first_card: false,
+            lose_next_reconcile: false,
         }
     }
 }
@@ -102,6 +106,9 @@ impl CardTarget for InProcess {
     }
 
     fn reconcile(&mut self, snapshot: &Value) -> Result<Answer, HarnessError> {
+        if std::mem::take(&mut self.lose_next_reconcile) {
+            return Ok(Answer::Indefinite("connection refused".into()));
+        }
         let snapshot = Snapshot {
             object_id: self.catalog.sym(snapshot["object_id"].as_str().unwrap()),
             version: snapshot["version"].as_u64().unwrap(),
@@ -542,6 +549,37 @@ fn what_the_target_never_shows_is_unobserved_and_nothing_run_is_not_exercised() 
         .properties
         .iter()
         .all(|(_, status)| matches!(status, Status::NotExercised(_))));
+}
+
+#[test]
+fn an_indefinite_reconciliation_then_another_keeps_both_answers_open() {
+    // Found by review: deliver #4, #5, #9 (card-8 paused), a reconciliation of card-8 the
+    // receiver never heard (indefinite), then the same again. Whether the first landed or
+    // not, the second reaches one world, answered `confirmed` or `replaced`; the oracle
+    // kept only the first way there, and the receiver's `replaced` was a false `diverged`.
+    let scenario = b62_15();
+    let card = scenario.catalog.find("card-8").unwrap();
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![
+            deliver(4, None),
+            deliver(5, None),
+            deliver(9, None),
+            Action::Reconcile(card),
+            Action::Reconcile(card),
+        ],
+    };
+    for every_step in [false, true] {
+        let mut target = InProcess::new(None);
+        target.lose_next_reconcile = true;
+        let channels = Channels {
+            every_step,
+            ..Channels::ALL
+        };
+        let report = campaign(&scenario, &[plan.clone()], &mut target, &fixed(channels)).unwrap();
+        assert_eq!(report.verdict, Verdict::Sampled, "{:?}", report.failure);
+        assert_eq!(report.counts.indefinite, 1);
+    }
 }
 
 #[test]
