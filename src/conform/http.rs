@@ -407,9 +407,27 @@ impl HttpTarget {
                 if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
-                Ok(Answer::Indefinite(error.to_string()))
+                Ok(Answer::Indefinite(self.restart_if_died(error.to_string())?))
             }
         }
+    }
+
+    /// A receiver that ended on its own while answering (it crashed on the request) is a
+    /// crash like one of arrival's kills: the answer is indefinite and the receiver is
+    /// started again on its data, as over JSON lines. Returns the answer's reason.
+    fn restart_if_died(&mut self, why: String) -> Result<String, HarnessError> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(500) {
+            if let Some(status) = self.supervisor.exited() {
+                self.supervisor.kill();
+                start_http(&mut self.supervisor, self.timeout, self.ready_timeout)?;
+                return Ok(format!(
+                    "{why}; the receiver ended on its own ({status}), restarted"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(why)
     }
 }
 
@@ -615,7 +633,7 @@ impl CardTarget for HttpTarget {
                 if timed_out(&error) {
                     self.settle_in_flight()?;
                 }
-                Ok(Answer::Indefinite(error.to_string()))
+                Ok(Answer::Indefinite(self.restart_if_died(error.to_string())?))
             }
         }
     }
@@ -631,11 +649,19 @@ impl CardTarget for HttpTarget {
             Ok(observed) => return Ok(observed),
             Err(error) => error,
         };
-        // A receiver that died on the last request may still be closing down.
+        // A receiver that died on its own after its last answer (it may still be closing
+        // down) is restarted on its data, which the model takes as nothing, and read
+        // once more; one that dies again, or on the read itself, is a harness failure.
         let started = Instant::now();
         while started.elapsed() < Duration::from_millis(500) {
             if let Some(status) = self.supervisor.exited() {
-                return Err(self.supervisor.died(&status));
+                self.supervisor.kill();
+                start_http(&mut self.supervisor, self.timeout, self.ready_timeout)?;
+                let again = read_cards(&self.state, &self.supervisor, self.timeout);
+                return again.map_err(|error| match self.supervisor.exited() {
+                    Some(status) => self.supervisor.died(&status),
+                    None => error,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

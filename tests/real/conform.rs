@@ -673,6 +673,49 @@ fn sigterm_to_arrival_takes_the_receiver_s_process_group_with_it() {
     assert!(gone(last), "receiver {last} still runs after arrival ended");
 }
 
+/// A receiver that crashes on a request (it commits e-203, then ends before answering,
+/// once) is a crash like arrival's own kills: the answer is indefinite, the receiver is
+/// started again on its data, and the contract's receiver passes, over HTTP as over JSON
+/// lines. It was a harness failure (exit 3) over HTTP.
+#[test]
+fn a_receiver_that_ends_on_its_own_mid_request_is_restarted_as_after_a_crash() {
+    let dir = temp_dir("conform-self-crash");
+    let source =
+        std::fs::read_to_string(root().join("examples/receivers/python-sqlite/receiver.py"))
+            .unwrap();
+    let answer = "                self.store.transact(lambda: self.store.deliver(raw, delivery),\n\
+                  \x20                                   self.answer_delivery)";
+    assert!(
+        source.contains(answer),
+        "the example receiver's delivery call moved"
+    );
+    let dying = "                def answer(ack):\n\
+                  \x20                   marker = os.path.join(self.store.data_dir, 'died-once')\n\
+                  \x20                   if b'\"e-203\"' in raw and not os.path.exists(marker):\n\
+                  \x20                       open(marker, 'w').close()\n\
+                  \x20                       os._exit(1)\n\
+                  \x20                   self.answer_delivery(ack)\n\
+                  \x20               self.store.transact(lambda: self.store.deliver(raw, delivery), answer)";
+    let receiver = dir.path().join("dies-once.py");
+    std::fs::write(&receiver, source.replace(answer, dying)).unwrap();
+    let target = format!(
+        "http:python3 {} --port {{port}} --data {{data_dir}}",
+        receiver.display()
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-traces", "--no-mutants", "--no-cover", "--walks", "3"],
+    );
+    assert_status(&output, 0, "a receiver that ends on its own once");
+    let report = json(&output);
+    assert_eq!(report["verdict"], "sampled");
+    assert!(
+        report["counts"]["indefinite"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}
+
 /// A receiver whose storage lives outside `{data_dir}` keeps it across schedules, so
 /// the second reset is not verified (exit 3); the target file's `reset` command empties it
 /// and hands the initial cards over (`{initial}`), and the same receiver passes. A `reset`
