@@ -654,7 +654,7 @@ impl CardTarget for HttpTarget {
         // once more; one that dies again, or on the read itself, is a harness failure.
         let started = Instant::now();
         while started.elapsed() < Duration::from_millis(500) {
-            if let Some(status) = self.supervisor.exited() {
+            if self.supervisor.exited().is_some() {
                 self.supervisor.kill();
                 start_http(&mut self.supervisor, self.timeout, self.ready_timeout)?;
                 let again = read_cards(&self.state, &self.supervisor, self.timeout);
