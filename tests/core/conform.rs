@@ -576,7 +576,13 @@ fn an_indefinite_reconciliation_then_another_keeps_both_answers_open() {
             every_step,
             ..Channels::ALL
         };
-        let report = campaign(&scenario, &[plan.clone()], &mut target, &fixed(channels)).unwrap();
+        let report = campaign(
+            &scenario,
+            std::slice::from_ref(&plan),
+            &mut target,
+            &fixed(channels),
+        )
+        .unwrap();
         assert_eq!(report.verdict, Verdict::Sampled, "{:?}", report.failure);
         assert_eq!(report.counts.indefinite, 1);
     }
