@@ -631,6 +631,7 @@ pub fn campaign(
     let mut not_allowed = Vec::new();
     let mut unknown_words = std::collections::BTreeSet::new();
     let mut own_fetches = 0;
+    let mut reconciles_not_sent = 0;
     target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/", "states/"]
@@ -656,6 +657,7 @@ pub fn campaign(
         seen.unresolved |= run.unresolved_reported;
         seen.ack |= run.ack_reported;
         own_fetches += run.own_fetches.len();
+        reconciles_not_sent += run.reconciles_not_sent;
         unknown_words.extend(run.unknown_words.iter().cloned());
         match run.failure {
             None => passed += 1,
@@ -723,6 +725,12 @@ pub fn campaign(
             silent.join(", "),
             if silent.len() == 1 { "it" } else { "them" },
             if silent.len() == 1 { "it" } else { "they" },
+        ));
+    }
+    if reconciles_not_sent > 0 {
+        warnings.push(format!(
+            "{reconciles_not_sent} reconciliation(s) of the schedules were not sent: the \
+             receiver had reconciled the card on its own, so no world allowed another"
         ));
     }
     if !channels.every_step {

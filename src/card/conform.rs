@@ -226,6 +226,9 @@ pub struct Run {
     /// The cards the receiver fetched from the authority on its own, by the action after
     /// which arrival saw the fetch (each taken as a reconciliation it may have done).
     pub own_fetches: Vec<(usize, String)>,
+    /// Reconciliations of the schedule not sent: no world allowed them, because the
+    /// receiver had already reconciled the card on its own (a fetch of it seen earlier).
+    pub reconciles_not_sent: usize,
 }
 
 /// The meanings a delivery's acknowledgement may carry.
@@ -352,6 +355,10 @@ impl<'a> Runner<'a> {
             Action::Deliver { delivery, fault } => self.deliver(delivery, fault)?,
             Action::Reconcile(card) => match self.reconcile(card)? {
                 Some(outcome) => outcome,
+                None if self.fetched_before(card) => {
+                    self.run.reconciles_not_sent += 1;
+                    return Ok(true);
+                }
                 None => {
                     self.run.valid = false;
                     return Ok(false);
@@ -408,6 +415,13 @@ impl<'a> Runner<'a> {
         let steps = delivery_branches(delivery, fault, &answer);
         let branches = self.branch(&steps);
         Ok((answer, branches))
+    }
+
+    /// Whether the receiver fetched `card` from the authority on its own earlier in this
+    /// schedule.
+    fn fetched_before(&self, card: crate::card::wire::Sym) -> bool {
+        let name = self.scenario.catalog.name(card);
+        self.run.own_fetches.iter().any(|(_, id)| id == name)
     }
 
     /// An acknowledgement whose word is not one of `words` carries no meaning: the word is
@@ -514,10 +528,10 @@ impl<'a> Runner<'a> {
             self.run.own_fetches.push((step, id));
             let mut next = Vec::with_capacity(branches.len() * 2);
             for branch in branches {
-                // Any card with a snapshot: the contract lets a receiver reconcile when it
-                // likes, though the model's own schedules reconcile only paused or unknown
-                // cards.
-                {
+                // The contract lets a receiver reconcile only a paused card or one it does
+                // not know yet: a fetch of any other changes nothing (what the receiver
+                // did with it shows in its state).
+                if branch.world.reconcilable(scenario, card) {
                     let (world, _) =
                         branch
                             .reading
@@ -1051,7 +1065,18 @@ impl Naming<'_> {
                         })
                 });
                 if rewritten && matches!(self.action, Action::Deliver { .. }) {
-                    return Some("version-monotonic");
+                    // A delivery every world takes for a duplicate may change nothing at
+                    // all: that is the rule it broke, whichever card it rewrote.
+                    let duplicate = !self.branches.is_empty()
+                        && self
+                            .branches
+                            .iter()
+                            .all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_))));
+                    return Some(if duplicate {
+                        "duplicate-no-effect"
+                    } else {
+                        "version-monotonic"
+                    });
                 }
             }
         }

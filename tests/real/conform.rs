@@ -497,6 +497,60 @@ fn a_receiver_that_reconciles_on_its_own_is_judged_by_its_fetches_with_no_false_
     let report = json(&output);
     assert_eq!(report["verdict"], "sampled");
     assert!(report["own_fetches"].as_u64().unwrap() > 0, "{report}");
+    // Found by review: walks alone. A walk's reconciliation of a card the receiver had
+    // already reconciled on its own is not sent (no world allows it), and the walk goes
+    // on; it used to drop the whole walk, and a run of walks alone ran nothing (exit 1).
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-traces", "--no-mutants", "--no-cover", "--walks", "2"],
+    );
+    assert_status(&output, 0, "walks alone");
+    let report = json(&output);
+    assert_eq!(
+        (report["schedules"].as_u64(), report["passed"].as_u64()),
+        (Some(2), Some(2))
+    );
+}
+
+/// The correct Python receiver reconciling on its own, with one bug put in from outside:
+/// after a held delivery it reconciles every card, paused or not.
+const RECONCILES_EVERY_CARD: &str = "import importlib.util, sys
+spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
+rx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rx)
+def reconcile_paused(self):
+    for (oid,) in self.store.db.execute('SELECT object_id FROM cards').fetchall():
+        snap = rx.fetch_snapshot(self.authority, oid)
+        if snap is not None and rx.is_valid_version(snap.get('version')) and 'state' in snap:
+            self.store.transact(lambda: self.store.reconcile(snap), lambda _: None)
+rx.Handler.reconcile_paused = reconcile_paused
+sys.argv[0] = 'receiver.py'
+rx.main()";
+
+/// Found by review: the contract lets a receiver reconcile only a paused card or one it
+/// does not know; a fetch of any other card is no reconciliation, and one that changes it
+/// anyway is caught (it passed as `sampled`).
+#[test]
+fn a_receiver_that_reconciles_cards_that_are_not_paused_is_caught() {
+    let dir = temp_dir("conform-own-fetches-all");
+    let target = pull_target(
+        dir.path(),
+        &[
+            &["python3", "-c", RECONCILES_EVERY_CARD][..],
+            &PULL_ARGS,
+            &["--reconcile-on-pause"],
+        ]
+        .concat(),
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-mutants", "--no-cover", "--walks", "2"],
+    );
+    assert_status(&output, 1, "a receiver that reconciles every card");
+    let (property, steps, _) = found(&json(&output));
+    assert_eq!(property, "diverged", "{steps:?}");
 }
 
 /// The correct Python receiver, reconciling on its own, with one bug put in from outside:
@@ -549,6 +603,50 @@ fn a_receiver_that_reconciles_on_its_own_wrongly_is_diverged_never_a_rule_it_did
         let (property, steps, _) = found(&json(&output));
         assert_eq!(property, "diverged", "{channels}: {steps:?}");
     }
+}
+
+/// The correct Python receiver with one bug put in from outside: a duplicate rewrites
+/// card-8's state at its version, whichever card it names.
+const DUPLICATE_TOUCHES_A_CARD: &str = "import importlib.util, sys
+spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
+rx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rx)
+right = rx.Store.audit
+def audit(self, kind, *rest):
+    right(self, kind, *rest)
+    if kind == 'duplicate':
+        self.db.execute('UPDATE cards SET state=? WHERE object_id=?', ('{\"touched\":true}', 'card-8'))
+rx.Store.audit = audit
+sys.argv[0] = 'receiver.py'
+rx.main()";
+
+/// Found by review: a duplicate that rewrites a card at its version was named
+/// `version-monotonic`; every world takes the delivery for a duplicate, so the rule it
+/// broke is `duplicate-no-effect`.
+#[test]
+fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
+    let dir = temp_dir("conform-dup-touches");
+    let target = target_file(
+        dir.path(),
+        "http",
+        &[
+            "python3",
+            "-c",
+            DUPLICATE_TOUCHES_A_CARD,
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+        ],
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &["--no-mutants", "--no-cover", "--walks", "0"],
+    );
+    assert_status(&output, 1, "a duplicate that touches card-8");
+    let (property, steps, _) = found(&json(&output));
+    assert_eq!(property, "duplicate-no-effect", "{steps:?}");
 }
 
 const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
