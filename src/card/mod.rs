@@ -28,5 +28,6 @@ pub mod step;
 pub mod sweep;
 pub mod table;
 pub mod trace;
+pub mod variants;
 pub mod wire;
 pub mod world;

@@ -9,6 +9,7 @@
 //! of holds) lives in [`crate::card::audit`].
 
 use crate::card::cache::FingerprintCache;
+use crate::card::variants::Variants;
 use crate::card::wire::{ContentId, Event, Snapshot, StateId, Sym, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -130,7 +131,7 @@ pub struct Identity {
     /// The first record; never overwritten.
     pub first: Record,
     /// Every later content that differed from all earlier ones, in arrival order.
-    pub variants: Vec<Record>,
+    pub variants: Variants<Record>,
 }
 
 impl Identity {
@@ -229,8 +230,14 @@ impl<V> SymTable<V> {
 
     fn insert(&mut self, id: Sym, value: V) {
         let index = id.0 as usize;
-        // Names are interned in arrival order: most inserts grow the table by one slot.
-        if index >= self.slots.len() {
+        // Names are interned in arrival order: most inserts grow the table by one slot,
+        // a push (no filler slots to write, no old slot to read).
+        if index == self.slots.len() {
+            self.slots.push(Some((id, value)));
+            self.len += 1;
+            return;
+        }
+        if index > self.slots.len() {
             self.slots.resize_with(index + 1, || None);
         }
         if self.slots[index].replace((id, value)).is_none() {
@@ -754,7 +761,7 @@ impl Receiver {
             id,
             Identity {
                 first,
-                variants: Vec::new(),
+                variants: Variants::new(),
             },
         );
         if decision.is_hold() {

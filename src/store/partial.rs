@@ -118,7 +118,7 @@ impl Partial {
             id,
             Identity {
                 first,
-                variants: records,
+                variants: records.into(),
             },
         );
         if waiting {
@@ -281,7 +281,7 @@ impl Partial {
                 id,
                 Identity {
                     first,
-                    variants: records,
+                    variants: records.into(),
                 },
             );
         }
@@ -432,7 +432,7 @@ pub(super) fn load_all_in(db: &mut dyn Database) -> Result<Loaded, DbError> {
             id,
             Identity {
                 first,
-                variants: records,
+                variants: records.into(),
             },
         );
     }
