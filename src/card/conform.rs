@@ -231,6 +231,13 @@ pub struct Run {
     pub reconciles_not_sent: usize,
 }
 
+/// The cards a receiver fetched on its own during action `step` (of a run's
+/// `own_fetches`).
+fn fetched_at(own_fetches: &[(usize, String)], step: usize) -> Vec<&str> {
+    let at_step = own_fetches.iter().filter(|(at, _)| *at == step);
+    at_step.map(|(_, id)| id.as_str()).collect()
+}
+
 /// The meanings a delivery's acknowledgement may carry.
 const ACKS: &[&str] = &["applied", "ignored", "held"];
 
@@ -609,13 +616,7 @@ impl<'a> Runner<'a> {
             })
             .collect();
         self.log(step, action, answer, seen.as_ref());
-        let fetched: Vec<&str> = self
-            .run
-            .own_fetches
-            .iter()
-            .filter(|(at, _)| *at == step)
-            .map(|(_, id)| id.as_str())
-            .collect();
+        let fetched = fetched_at(&self.run.own_fetches, step);
         if !fetched.is_empty() {
             let entry = self.run.log.last_mut().expect("just logged");
             entry["own_fetches"] = json!(fetched);
@@ -817,13 +818,7 @@ impl<'a> Runner<'a> {
             last: self.last.as_ref(),
             channels: self.settings.channels,
             final_read: last_read,
-            fetched: self
-                .run
-                .own_fetches
-                .iter()
-                .filter(|(at, _)| *at == step)
-                .map(|(_, id)| id.as_str())
-                .collect(),
+            fetched: fetched_at(&self.run.own_fetches, step),
         };
         let regressed_before = self.run.counts.regressed;
         let property = naming.property(&mut self.run.counts);
