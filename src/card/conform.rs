@@ -12,6 +12,7 @@ use crate::card::receiver::FirstCardReading;
 use crate::card::receiver::{Decision, Verdict};
 use crate::card::replay::CardReport;
 use crate::card::step::{Action, Budgets, External, Fault, Step};
+use crate::card::wire::Event;
 use crate::card::world::{transition, Effect, World};
 use crate::harness::conform::{Candidates, Counts};
 use serde::Serialize;
@@ -260,6 +261,15 @@ impl Reading {
             Reading::Arrival => transition(scenario, Spec, world, step),
             Reading::FirstCard => transition(scenario, FirstCardReading, world, step),
         }
+    }
+
+    /// The acknowledgement a receiver that had no record of this content would give.
+    fn afresh(self, world: &World, event: &Event) -> &'static str {
+        let decision = match self {
+            Reading::Arrival => world.receiver.decide_afresh(Spec, event),
+            Reading::FirstCard => world.receiver.decide_afresh(FirstCardReading, event),
+        };
+        decision.ack().name()
     }
 }
 
@@ -828,11 +838,14 @@ impl<'a> Runner<'a> {
             None if last_read => "convergence".to_owned(),
             None => "diverged".to_owned(),
         };
-        let detail = match naming.redecided_note() {
-            Some(note) if property == "ack-implies-recorded" => {
-                format!("{note}\n{}", naming.diff())
-            }
-            _ => naming.diff(),
+        let note = match property.as_str() {
+            "ack-implies-recorded" => naming.redecided_note(),
+            "diverged" => naming.misanswered_duplicate(),
+            _ => None,
+        };
+        let detail = match note {
+            Some(note) => format!("{note}\n{}", naming.diff()),
+            None => naming.diff(),
         };
         Failure {
             property,
@@ -1062,12 +1075,7 @@ impl Naming<'_> {
                 if rewritten && matches!(self.action, Action::Deliver { .. }) {
                     // A delivery every world takes for a duplicate may change nothing at
                     // all: that is the rule it broke, whichever card it rewrote.
-                    let duplicate = !self.branches.is_empty()
-                        && self
-                            .branches
-                            .iter()
-                            .all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_))));
-                    return Some(if duplicate {
+                    return Some(if self.all_duplicates() {
                         "duplicate-no-effect"
                     } else {
                         "version-monotonic"
@@ -1148,13 +1156,7 @@ impl Naming<'_> {
         let Some(last) = self.last else {
             return false;
         };
-        let delivered = match self.action {
-            Action::Deliver { delivery, .. } => self
-                .scenario
-                .delivery_index(delivery)
-                .map(|index| &self.scenario.deliveries[index].event),
-            _ => None,
-        };
+        let delivered = self.delivered_event();
         last.cards
             .iter()
             .any(|(name, before)| match seen.cards.get(name) {
@@ -1225,16 +1227,66 @@ impl Naming<'_> {
     /// the meaning its record holds now) acknowledged with another meaning: the
     /// acknowledgement matches no decision recorded for that content. A receiver whose
     /// decision's effect was stored without its record decides the content again.
+    ///
+    /// Only when deciding the content afresh, in a world before the step, gives that
+    /// meaning: a duplicate answered with a meaning its record no longer holds (the one it
+    /// held before a reconciliation re-evaluated it, say) is a wrong answer with its record
+    /// kept, which no property names ([`Naming::misanswered_duplicate`]).
     fn redecided(&self) -> bool {
         let Answer::Ack(Some(word)) = self.answer else {
             return false;
         };
-        self.channels.ack
-            && !self.branches.is_empty()
-            && self.branches.iter().all(|branch| {
-                matches!(branch.verdict, Some(Verdict::Duplicate(_)))
-                    && branch.word != Some(word.as_str())
+        self.all_duplicates_answered_otherwise(word)
+            && self.branches.iter().any(|branch| {
+                self.delivered_event().is_some_and(|event| {
+                    branch.reading.afresh(&self.before[branch.from], event) == word.as_str()
+                })
             })
+    }
+
+    /// Every candidate took this delivery for a duplicate, and the receiver acknowledged it
+    /// with a meaning none of their records holds now.
+    fn all_duplicates_answered_otherwise(&self, word: &str) -> bool {
+        self.channels.ack
+            && self.all_duplicates()
+            && self.branches.iter().all(|branch| branch.word != Some(word))
+    }
+
+    /// Whether every candidate took this step for a duplicate delivery.
+    fn all_duplicates(&self) -> bool {
+        !self.branches.is_empty()
+            && self
+                .branches
+                .iter()
+                .all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_))))
+    }
+
+    /// The event this step delivered, if it is a delivery.
+    fn delivered_event(&self) -> Option<&Event> {
+        let Action::Deliver { delivery, .. } = self.action else {
+            return None;
+        };
+        let index = self.scenario.delivery_index(delivery)?;
+        Some(&self.scenario.deliveries[index].event)
+    }
+
+    /// Why a duplicate answered with a meaning its record does not hold, and that deciding
+    /// its content afresh would not give either, is `diverged`: protocol section 4 answers
+    /// a duplicate with its record's meaning now.
+    fn misanswered_duplicate(&self) -> Option<String> {
+        let Answer::Ack(Some(word)) = self.answer else {
+            return None;
+        };
+        if !self.all_duplicates_answered_otherwise(word) || self.redecided() {
+            return None;
+        }
+        let recorded = self.branches[0].word.unwrap_or("-");
+        Some(format!(
+            "a delivery every world consistent with what was seen has recorded (a duplicate, \
+             to be answered with its record's meaning now: {recorded}) was acknowledged \
+             {word}, which is neither that meaning nor what deciding it afresh would give: \
+             its record is kept, its answer is wrong (protocol section 4)"
+        ))
     }
 
     /// A delivery every candidate takes for a duplicate changed the paused cards or the
@@ -1250,12 +1302,7 @@ impl Naming<'_> {
             };
         let changed = differs(self.channels.paused, &seen.paused, &last.paused)
             || differs(self.channels.unresolved, &seen.unresolved, &last.unresolved);
-        changed
-            && !self.branches.is_empty()
-            && self
-                .branches
-                .iter()
-                .all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_))))
+        changed && self.all_duplicates()
     }
 
     /// Why [`Naming::redecided`] names `ack-implies-recorded`, when that rule (and no
@@ -1309,7 +1356,7 @@ impl Naming<'_> {
         }
         let all =
             |want: fn(&Branch) -> bool| !self.branches.is_empty() && self.branches.iter().all(want);
-        if all(|branch| matches!(branch.verdict, Some(Verdict::Duplicate(_)))) {
+        if self.all_duplicates() {
             return Some("duplicate-no-effect");
         }
         let held = matches!(self.answer, Answer::Ack(Some(word)) if word == "held");
@@ -1321,22 +1368,27 @@ impl Naming<'_> {
 
     /// The model's expectation beside what was seen.
     fn diff(&self) -> String {
-        let expected: Vec<String> = self
-            .branches
-            .iter()
-            .take(2)
-            .map(|branch| {
-                let mut shown = project(self.scenario, &branch.world);
-                if !self.channels.paused {
-                    shown.paused = None;
-                }
-                if !self.channels.unresolved {
-                    shown.unresolved = None;
-                }
-                let word = branch.word.unwrap_or("-");
-                format!("answer {word}, state {}", compact(&shown))
-            })
-            .collect();
+        let mut expected: Vec<String> = Vec::new();
+        let shown = self.branches.iter().map(|branch| {
+            let mut shown = project(self.scenario, &branch.world);
+            if !self.channels.paused {
+                shown.paused = None;
+            }
+            if !self.channels.unresolved {
+                shown.unresolved = None;
+            }
+            let word = branch.word.unwrap_or("-");
+            format!("answer {word}, state {}", compact(&shown))
+        });
+        // Two paths to one world read the same: each expectation is shown once.
+        for line in shown {
+            if expected.len() == 2 {
+                break;
+            }
+            if !expected.contains(&line) {
+                expected.push(line);
+            }
+        }
         let answer = match self.answer {
             Answer::Ack(word) => word.clone().unwrap_or_else(|| "2xx".into()),
             Answer::Definite(why) => format!("definite refusal ({why})"),

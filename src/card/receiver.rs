@@ -730,6 +730,14 @@ impl Receiver {
         Some(verdict(Verdict::Duplicate(recorded.decision)))
     }
 
+    /// What rules 2-6 would decide for this event if nothing of its content were recorded,
+    /// decided on a copy (read only). It tells a receiver that lost a record and decided
+    /// the content again from one that answers a duplicate some other way.
+    pub fn decide_afresh<P: Policy>(&self, policy: P, event: &Event) -> Decision {
+        let mut copy = self.clone();
+        copy.judge(policy, event)
+    }
+
     /// Decides and records a delivery that [`Receiver::recognise`] did not recognise.
     pub fn decide<P: Policy>(
         &mut self,

@@ -649,6 +649,75 @@ fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
     assert_eq!(property, "duplicate-no-effect", "{steps:?}");
 }
 
+/// The correct Python receiver with one bug put in from outside: a duplicate is answered
+/// with the meaning its record had before a reconciliation re-evaluated it (kept in its
+/// `meta` table, so a reset forgets it).
+const DUPLICATE_ANSWERS_OLD_MEANING: &str = "import importlib.util, sys
+spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
+rx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rx)
+right_audit = rx.Store.audit
+def audit(self, entry, subject, decision=None, previous=None):
+    right_audit(self, entry, subject, decision, previous)
+    self.last_entry = (entry, subject)
+    if entry == 're_evaluated' and self.meta('old:' + subject) is None:
+        self.set_meta('old:' + subject, previous)
+rx.Store.audit = audit
+right_deliver = rx.Store.deliver
+def deliver(self, raw, delivery):
+    self.last_entry = None
+    word = right_deliver(self, raw, delivery)
+    entry = self.last_entry
+    if entry is not None and entry[0] == 'duplicate':
+        old = self.meta('old:' + entry[1])
+        if old is not None:
+            return rx.ack_of(old)
+    return word
+rx.Store.deliver = deliver
+sys.argv[0] = 'receiver.py'
+rx.main()";
+
+/// Found by review: a duplicate answered `held`, the meaning its record had before a
+/// reconciliation re-evaluated it to `ignored`, was named `ack-implies-recorded`. Its record
+/// is kept; deciding it afresh would not answer `held` either: `diverged`, and the report
+/// says why (checked: without the afresh test the same run names `ack-implies-recorded`).
+#[test]
+fn a_duplicate_answered_with_its_record_s_old_meaning_is_diverged() {
+    let dir = temp_dir("conform-dup-old-meaning");
+    let target = target_file(
+        dir.path(),
+        "http",
+        &[
+            "python3",
+            "-c",
+            DUPLICATE_ANSWERS_OLD_MEANING,
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+        ],
+    );
+    let output = conform(
+        "models/b62-15.toml",
+        &target,
+        &[
+            "--no-mutants",
+            "--no-traces",
+            "--no-cover",
+            "--walks",
+            "1",
+            "--seed",
+            "2",
+        ],
+    );
+    assert_status(&output, 1, "a duplicate answered with its old meaning");
+    let report = json(&output);
+    let (property, steps, _) = found(&report);
+    assert_eq!(property, "diverged", "{steps:?}");
+    let detail = report["failure"]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("protocol section 4"), "{detail}");
+}
+
 const ACKS_WITHOUT_FETCHING: &str = "import http.server, json, os, sys
 cards = json.load(open(os.path.join(sys.argv[2], 'initial.json')))
 class H(http.server.BaseHTTPRequestHandler):
