@@ -420,6 +420,29 @@ pub fn opening_allowed(scenario: &Scenario, actions: &[Action]) -> Result<(), (u
     Ok(())
 }
 
+/// A network copy (`duplicate`, `reencoded`) is of a delivery sent before it in the
+/// schedule: a copy of one never sent is no fault the model has.
+pub fn copies_follow_their_delivery(actions: &[Action]) -> Result<(), (usize, String)> {
+    let mut sent = std::collections::BTreeSet::new();
+    for (index, action) in actions.iter().enumerate() {
+        let Action::Deliver { delivery, fault } = *action else {
+            continue;
+        };
+        let copy = matches!(fault, Some(External::Duplicate | External::Reencoded));
+        if copy && !sent.contains(&delivery) {
+            return Err((
+                index,
+                format!(
+                    "a copy of delivery #{delivery}, which the schedule has not sent before: \
+                     send it first, or drop the copy"
+                ),
+            ));
+        }
+        sent.insert(delivery);
+    }
+    Ok(())
+}
+
 /// The kinds of transition the `cover/` plans among `plans` witness.
 pub fn covered_kinds(plans: &[Plan]) -> Vec<String> {
     let mut kinds: Vec<String> = plans
@@ -641,17 +664,19 @@ pub fn campaign(
             break;
         }
         let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;
+        // The requests were sent whether or not the schedule counts: the counts keep them.
+        counts.add(&run.counts);
         if !run.valid {
             // Neither a pass nor a failure: the schedule is not one of the model's.
             not_allowed.push(format!(
                 "{}: a reconciliation the model does not allow there (the card is neither \
-                 paused nor unknown in any world consistent with what was seen)",
-                plan.id
+                 paused nor unknown in any world consistent with what was seen){}",
+                plan.id,
+                indefinite_note(&run.counts)
             ));
             continue;
         }
         schedules += 1;
-        counts.add(&run.counts);
         killed |= run.killed;
         seen.paused |= run.paused_reported;
         seen.unresolved |= run.unresolved_reported;
@@ -703,14 +728,22 @@ pub fn campaign(
         ));
     }
     warnings.extend(wide_numbers(scenario));
-    // After a run without a failure, the header names the channels that were asked for
-    // and reported; one asked for and never reported is a warning (its properties are
-    // `unobserved`). A failure may have come before a channel could show.
+    if let Some(behind) = crate::card::properties::authority_behind(scenario) {
+        warnings.push(format!(
+            "{}: {} (the fixture breaks convergence's precondition, so a receiver may fail \
+             `convergence` on it through no fault of its own)",
+            crate::card::property::Property::AuthorityCurrent,
+            behind.describe(scenario)
+        ));
+    }
+    // The header names the channels that were asked for and reported; one asked for and
+    // never reported is a warning (its properties are `unobserved`, and a failure was
+    // found without it).
     let complete = found.is_none() && schedules > 0;
     let reported = crate::card::conform::Channels {
-        ack: channels.ack && (seen.ack || !complete),
-        paused: channels.paused && (seen.paused || !complete),
-        unresolved: channels.unresolved && (seen.unresolved || !complete),
+        ack: channels.ack && seen.ack,
+        paused: channels.paused && seen.paused,
+        unresolved: channels.unresolved && seen.unresolved,
         every_step: channels.every_step,
     };
     let silent: Vec<String> = channels
@@ -719,13 +752,24 @@ pub fn campaign(
         .filter(|name| !reported.names().contains(name))
         .collect();
     if !silent.is_empty() {
-        warnings.push(format!(
-            "asked to compare {} but the target never reported {}: not compared, and the \
-             properties only {} show are unobserved",
-            silent.join(", "),
-            if silent.len() == 1 { "it" } else { "them" },
-            if silent.len() == 1 { "it" } else { "they" },
-        ));
+        let (it, they) = if silent.len() == 1 {
+            ("it", "it")
+        } else {
+            ("them", "they")
+        };
+        warnings.push(if complete {
+            format!(
+                "asked to compare {} but the target never reported {it}: not compared, and \
+                 the properties only {they} show are unobserved",
+                silent.join(", "),
+            )
+        } else {
+            format!(
+                "asked to compare {} but the target had not reported {it} by the end of the \
+                 run: not compared, so the failure below was found without {it}",
+                silent.join(", "),
+            )
+        });
     }
     if reconciles_not_sent > 0 {
         warnings.push(format!(
@@ -983,7 +1027,19 @@ fn wide_numbers(scenario: &Scenario) -> Vec<String> {
         .collect()
 }
 
-/// The properties a conformance run can speak of, and where each stands.
+/// What a skipped schedule's answers said before it was set aside, when some were not
+/// answers: a receiver that hung there is reported, not hidden.
+fn indefinite_note(counts: &Counts) -> String {
+    match counts.indefinite {
+        0 => String::new(),
+        n => format!(
+            "; before that, {n} of its {} request(s) had no definite answer (timeouts, \
+             resets, kills)",
+            counts.attempted
+        ),
+    }
+}
+
 /// What the target showed in any schedule: without it, a property that needs it is
 /// `unobserved`, not `sampled`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -993,6 +1049,7 @@ struct Seen {
     ack: bool,
 }
 
+/// The properties a conformance run can speak of, and where each stands.
 fn statuses(
     found: &Option<Found>,
     channels: crate::card::conform::Channels,

@@ -146,9 +146,18 @@ pub fn load(file: &Path, scenario: &Scenario) -> Result<Loaded, InputError> {
             .map_err(|(at, message)| {
                 InputError::invalid(file, format!("schedules[{index}].actions[{at}]"), message)
             })?;
-        crate::card::campaign::opening_allowed(scenario, &actions).map_err(|(at, message)| {
-            InputError::invalid(file, format!("schedules[{index}].actions[{at}]"), message)
-        })?;
+        if actions.is_empty() {
+            return Err(InputError::invalid(
+                file,
+                format!("schedules[{index}].actions"),
+                "empty: a schedule needs at least one action",
+            ));
+        }
+        crate::card::campaign::opening_allowed(scenario, &actions)
+            .and_then(|()| crate::card::campaign::copies_follow_their_delivery(&actions))
+            .map_err(|(at, message)| {
+                InputError::invalid(file, format!("schedules[{index}].actions[{at}]"), message)
+            })?;
         plans.push(Plan {
             id: schedule.origin.clone(),
             actions,

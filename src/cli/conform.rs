@@ -158,7 +158,23 @@ fn channels(args: &ConformArgs, found_with: Option<(&str, String)>) -> Result<Ch
         unresolved: false,
         every_step,
     };
+    let flagged = args.channels.is_some();
+    let mut taken: Vec<&str> = Vec::new();
     for word in list.split(',').map(str::trim) {
+        if flagged && (word.is_empty() || taken.contains(&word)) {
+            let why = match word {
+                "" => "an empty name".to_owned(),
+                _ => format!("`{word}` twice"),
+            };
+            return Err(flag(
+                "--channels",
+                format!(
+                    "`{list}` has {why}: name each of cards, ack, paused, unresolved at most \
+                     once, comma separated (`cards` alone compares the cards only)"
+                ),
+            ));
+        }
+        taken.push(word);
         match word {
             "" | "cards" => {}
             "ack" => chosen.ack = true,
@@ -212,9 +228,11 @@ fn plans(args: &ConformArgs) -> Result<Planned, Error> {
             )
             .into());
         };
-        campaign::opening_allowed(&scenario, &actions).map_err(|(at, message)| {
-            InputError::invalid(&args.source, format!("conform.actions[{at}]"), message)
-        })?;
+        campaign::opening_allowed(&scenario, &actions)
+            .and_then(|()| campaign::copies_follow_their_delivery(&actions))
+            .map_err(|(at, message)| {
+                InputError::invalid(&args.source, format!("conform.actions[{at}]"), message)
+            })?;
         let plan = Plan {
             id: "fixture".into(),
             actions,

@@ -54,6 +54,7 @@ pub struct TargetFile {
     /// `http` or `stdio`.
     pub kind: Kind,
     /// The command and its arguments, with `{port}` and `{data_dir}`.
+    #[serde(deserialize_with = "command_words")]
     pub command: Vec<String>,
     /// How long one request may take (milliseconds).
     #[serde(default = "default_timeout")]
@@ -174,6 +175,34 @@ impl TargetFile {
     }
 }
 
+/// The `command` setting: an array of its words. A string is refused with the way to write
+/// it, since arrival runs no shell to split it.
+fn command_words<'de, D: serde::Deserializer<'de>>(input: D) -> Result<Vec<String>, D::Error> {
+    use serde::de::Error;
+    let example = "e.g. [\"python3\", \"receiver.py\", \"--port\", \"{port}\"]";
+    match toml::Value::deserialize(input)? {
+        toml::Value::Array(words) => words
+            .into_iter()
+            .enumerate()
+            .map(|(index, word)| match word {
+                toml::Value::String(word) => Ok(word),
+                other => Err(D::Error::custom(format!(
+                    "word {index} is of type {}: each word of a command is a string, {example}",
+                    other.type_str()
+                ))),
+            })
+            .collect(),
+        toml::Value::String(text) => Err(D::Error::custom(format!(
+            "`{text}` is one string: write the command as an array of its words, {example} \
+             (arrival runs no shell to split it)"
+        ))),
+        other => Err(D::Error::custom(format!(
+            "a value of type {}: write the command as an array of its words, {example}",
+            other.type_str()
+        ))),
+    }
+}
+
 /// The `reset` setting: an array is a command, a string a URL (a path on the receiver, or
 /// `http://HOST:PORT/PATH`; absolute for a JSON-lines target).
 fn reset_setting(value: &toml::Value, path: &Path, kind: Kind) -> Result<Reset, InputError> {
@@ -243,6 +272,24 @@ mod tests {
         ] {
             let error = read(text, kind).unwrap_err().to_string();
             assert!(error.contains("reset"), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_an_array_of_strings_and_a_string_says_how_to_write_it() {
+        let read = |command: &str| {
+            toml::from_str::<super::TargetFile>(&format!("kind = \"http\"\ncommand = {command}"))
+                .map(|file| file.command)
+                .map_err(|error| error.to_string())
+        };
+        assert_eq!(read("[\"rx\", \"-v\"]").unwrap(), ["rx", "-v"]);
+        for (command, says) in [
+            ("\"rx -v\"", "is one string: write the command as an array"),
+            ("[\"rx\", 3]", "word 1 is of type integer"),
+            ("3", "a value of type integer"),
+        ] {
+            let error = read(command).unwrap_err();
+            assert!(error.contains(says), "{command}: {error}");
         }
     }
 }

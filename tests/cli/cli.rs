@@ -1492,6 +1492,22 @@ fn a_malformed_or_foreign_plan_exits_2_naming_the_file_and_the_field() {
         said.contains("schedules[0].actions[0]") && said.contains("never allows"),
         "{said}"
     );
+    // A copy of a delivery the schedule never sent is no fault the model has.
+    let mut copy = good.clone();
+    copy["schedules"][0]["actions"] = serde_json::json!([{"deliver": 3, "duplicate": true}]);
+    let said = run(&copy.to_string(), "models/b62-15.toml");
+    assert!(
+        said.contains("schedules[0].actions[0]") && said.contains("has not sent before"),
+        "{said}"
+    );
+    // A schedule with nothing to do.
+    let mut empty = good.clone();
+    empty["schedules"][1]["actions"] = serde_json::json!([]);
+    let said = run(&empty.to_string(), "models/b62-15.toml");
+    assert!(
+        said.contains("schedules[1].actions") && said.contains("at least one action"),
+        "{said}"
+    );
     // The same plan for another fixture: its deliveries would mean something else.
     let said = run(&good.to_string(), "models/every-decision.toml");
     assert!(said.contains("fixture_digest"), "{said}");
@@ -1601,6 +1617,28 @@ fn conform_expect_refuses_a_property_no_run_can_name() {
         assert!(
             said.contains("--expect") && said.contains(property),
             "{property}: {said}"
+        );
+    }
+}
+
+/// `--channels` names each channel at most once: an empty list or item, or a channel
+/// twice, is a typo, not a choice (found by review: both were accepted).
+#[test]
+fn conform_channels_refuse_empty_names_and_repeats() {
+    for list in ["", "ack,ack", "ack,,paused", "cards,"] {
+        let out = arrival(&[
+            "conform",
+            "models/b62-15.toml",
+            "--target",
+            "http:true",
+            "--channels",
+            list,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{list:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains("--channels") && said.contains("at most once"),
+            "{list:?}: {said}"
         );
     }
 }

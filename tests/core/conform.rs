@@ -40,6 +40,8 @@ struct InProcess {
     /// Drop the next reconciliation unheard and answer it indefinite (a receiver that
     /// died before it read the request).
     lose_next_reconcile: bool,
+    /// Never answer this delivery (a receiver that hangs on it): indefinite.
+    hang_on: Option<u32>,
 }
 
 impl InProcess {
@@ -52,6 +54,7 @@ impl InProcess {
             bare_acks: false,
             first_card: false,
             lose_next_reconcile: false,
+            hang_on: None,
         }
     }
 }
@@ -82,6 +85,9 @@ impl CardTarget for InProcess {
         body: &[u8],
         send: Sending,
     ) -> Result<Answer, HarnessError> {
+        if self.hang_on == Some(delivery) {
+            return Ok(Answer::Indefinite("timed out".into()));
+        }
         let event = self
             .catalog
             .event_from_bytes(body)
@@ -606,6 +612,54 @@ fn a_schedule_the_model_does_not_allow_is_skipped_not_passed() {
 }
 
 #[test]
+fn a_skipped_schedule_s_requests_are_counted_and_its_timeouts_named() {
+    // Found by review: a receiver that hung inside a schedule later skipped showed
+    // `attempted 0`, and nothing said it had hung.
+    let scenario = b62_15();
+    let card = scenario.catalog.find("card-7").unwrap();
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![deliver(1, None), Action::Reconcile(card)],
+    };
+    let mut target = InProcess::new(None);
+    target.hang_on = Some(1);
+    let report = campaign(&scenario, &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    assert_eq!((report.schedules, report.passed), (0, 0));
+    assert_eq!((report.counts.attempted, report.counts.indefinite), (1, 1));
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert!(
+        report.skipped[0].ends_with(
+            "; before that, 1 of its 1 request(s) had no definite answer (timeouts, resets, \
+             kills)"
+        ),
+        "{:?}",
+        report.skipped
+    );
+}
+
+#[test]
+fn a_failing_run_s_header_names_only_the_channels_the_target_reported() {
+    // Found by review: after a failure the header still listed every channel asked for.
+    let mut target = InProcess::new(Some(Mutant::LastArrivalWins));
+    target.bare_acks = true;
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![deliver(1, None), deliver(3, None)],
+    };
+    let report = campaign(&b62_15(), &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    let found = report.failure.as_ref().expect("caught");
+    assert_eq!(found.property, "version-monotonic");
+    assert_eq!(report.channels, ["paused", "unresolved"]);
+    assert!(
+        report.warnings.iter().any(|w| w.starts_with(
+            "asked to compare ack but the target had not reported it by the end of the run"
+        )),
+        "{:?}",
+        report.warnings
+    );
+}
+
+#[test]
 fn the_transition_cover_of_b62_15_takes_fifteen_kinds_by_fourteen_schedules_and_passes() {
     use arrival::card::campaign::{cover_plans, covered_kinds};
     let loaded = load_model(&root().join("models/b62-15.toml"), None).unwrap();
@@ -877,4 +931,36 @@ fn either_reading_of_where_a_changed_payload_is_held_passes() {
         );
         assert_eq!(report.schedules, plans.len());
     }
+}
+
+#[test]
+fn a_fixture_whose_authority_is_behind_is_warned_about_as_replay_does() {
+    // Found by review: replay warns, conform did not, and its `convergence` could then
+    // fail a correct receiver with nothing said about the fixture.
+    let scenario = Scenario::load(&root().join("fixtures/authority-behind.json")).unwrap();
+    let report = campaign(
+        &scenario,
+        &[],
+        &mut InProcess::new(None),
+        &fixed(Channels::ALL),
+    )
+    .unwrap();
+    let warned: Vec<&String> = report
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("authority-current: authority for "))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", report.warnings);
+    let b62 = campaign(
+        &b62_15(),
+        &[],
+        &mut InProcess::new(None),
+        &fixed(Channels::ALL),
+    )
+    .unwrap();
+    assert!(
+        !b62.warnings.iter().any(|w| w.contains("authority-current")),
+        "{:?}",
+        b62.warnings
+    );
 }
