@@ -1002,3 +1002,61 @@ backend_test! {
         assert_eq!(one.3, all.3, "the final state");
     }
 }
+
+/// Two cards and a changed payload that pauses both: `e-1` applied to card-b, then `e-1`
+/// again with other content naming card-a. Deciding the second delivery alone meets
+/// card-a before card-b (the variant names it); in one batch with the first, card-b comes
+/// first. Then a delivery held on the paused card-a, and one for a card nobody knows.
+const TWO_CARD_PAUSE: &str = r#"{
+  "name": "two-card-pause",
+  "initial": {
+    "card-a": {"version": 1, "state": {"stage": "open"}},
+    "card-b": {"version": 1, "state": {"stage": "open"}}
+  },
+  "deliveries": [
+    {"delivery": 1, "event": {"event_id": "e-1", "object_id": "card-b", "object_version": 2, "type": "card.snapshot", "state": {"stage": "done"}}},
+    {"delivery": 2, "event": {"event_id": "e-1", "object_id": "card-a", "object_version": 2, "type": "card.snapshot", "state": {"stage": "done"}}},
+    {"delivery": 3, "event": {"event_id": "e-2", "object_id": "card-a", "object_version": 3, "type": "card.snapshot", "state": {"stage": "late"}}},
+    {"delivery": 4, "event": {"event_id": "e-3", "object_id": "card-z", "object_version": 1, "type": "card.snapshot", "state": {"stage": "new"}}}
+  ]
+}"#;
+
+backend_test! {
+    /// A step that changes two card rows audits them by card id, whatever else its
+    /// transaction met first: the audit of the whole fixture in one batch equals the
+    /// audit of one transaction per delivery, row by row.
+    fn a_step_that_pauses_two_cards_audits_them_in_card_order_at_any_batch(backend) {
+        let mut runs = Vec::new();
+        for (name, batch) in [("one.db", "1"), ("four.db", "4")] {
+            let db = backend.fresh(name);
+            let fixture = db.folder.path().join("two-card-pause.json");
+            std::fs::write(&fixture, TWO_CARD_PAUSE).expect("write the fixture");
+            let fixture = fixture.to_str().expect("a UTF-8 path");
+            ok(&["store", "init", "--db", &db.url, "--fixture", fixture]);
+            let acks = ok(&["store", "ingest", "--db", &db.url, "--fixture", fixture, "--batch", batch]);
+            let (audit, holds) = audit_and_holds(&db.url);
+            runs.push((acks, audit, holds, db));
+        }
+        let (one, four) = (&runs[0], &runs[1]);
+        let decisions: Vec<String> = one.0.lines().map(|line| {
+            let ack: Value = serde_json::from_str(line).expect("JSON");
+            ack["decision"].as_str().expect("a decision").to_owned()
+        }).collect();
+        assert_eq!(
+            decisions,
+            ["applied", "conflict_changed_payload", "held_paused", "held_unknown_object"]
+        );
+        assert_eq!(one.0, four.0, "the acknowledgements");
+        // The card rows of delivery 2's step: card-a, then card-b.
+        let cards: Vec<String> = one.1.iter().filter(|row| row[0].text() == Some("card"))
+            .map(|row| format!("{}:{}", row[1].text().expect("subject"), row[6].text().expect("paused or active")))
+            .collect();
+        assert_eq!(cards, ["card-b:active", "card-a:paused", "card-b:paused"]);
+        assert_eq!(one.1.len(), 7, "4 decisions and 3 card changes");
+        for (at, (row_one, row_four)) in one.1.iter().zip(&four.1).enumerate() {
+            assert_eq!(row_one, row_four, "audit row {at}");
+        }
+        assert_eq!(one.1, four.1, "the audit rows");
+        assert_eq!(one.2, four.2, "the holds, in order");
+    }
+}
