@@ -1060,3 +1060,67 @@ backend_test! {
         assert_eq!(one.2, four.2, "the holds, in order");
     }
 }
+
+/// The next line the child printed, or the test fails after `seconds` (the child killed
+/// first, so that a store that waits for a full batch fails the test rather than hangs it).
+fn answer_within(
+    answers: &std::sync::mpsc::Receiver<String>,
+    child: &mut std::process::Child,
+    seconds: u64,
+    what: &str,
+) -> Value {
+    match answers.recv_timeout(std::time::Duration::from_secs(seconds)) {
+        Ok(line) => serde_json::from_str(&line).expect("an answer line is JSON"),
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no answer to {what} within {seconds} s ({error})");
+        }
+    }
+}
+
+/// A sender that waits for each answer before it sends the next delivery gets each answer
+/// at once, `--batch 16` or not: the store commits what it has as soon as nothing more
+/// is waiting on its input.
+#[test]
+fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
+    let store = Backend::Sqlite.b62_store("quiet.db");
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", &store.url, "--batch", "16"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (send, answers) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { return };
+            if send.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    for (at, version) in [(1, 20), (2, 21)] {
+        let line = snapshot_line(&format!("e-q{at}"), version);
+        std::io::Write::write_all(&mut stdin, line.as_bytes()).expect("write a line");
+        std::io::Write::flush(&mut stdin).expect("flush");
+        let answer = answer_within(&answers, &mut child, 30, &format!("line {at}"));
+        assert_eq!(answer["delivery"], version, "{answer}");
+        assert_eq!(answer["decision"], "applied", "{answer}");
+        // Committed before it was answered.
+        assert_eq!(card_7_version(&store.url), version);
+    }
+    drop(stdin);
+    let output = child.wait_with_output().expect("ends");
+    reader.join().expect("the reader");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(answers.try_recv().is_err(), "two lines, two answers");
+}
