@@ -17,7 +17,6 @@ use crate::store::{
     unkeepable_name, Acknowledgement, DbUrl, Incoming, Store, StoreError, StoreMutant,
 };
 use clap::Subcommand;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 /// `arrival store ...`
@@ -35,8 +34,8 @@ pub enum StoreCommand {
         #[arg(long)]
         reset: bool,
     },
-    /// Decide deliveries, one transaction each; one acknowledgement JSON line out per
-    /// delivery, in order, each written after its commit.
+    /// Decide deliveries, one transaction each (or per `--batch`); one acknowledgement JSON
+    /// line out per delivery, in order, each written after its commit.
     Ingest {
         /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DATABASE`.
         #[arg(long, default_value = DEFAULT_DB)]
@@ -48,7 +47,9 @@ pub enum StoreCommand {
         /// Take the deliveries of this fixture, in array order.
         #[arg(long)]
         fixture: Option<PathBuf>,
-        /// Deliveries per transaction (acknowledgements still only after the commit).
+        /// At most this many deliveries per transaction (acknowledgements still only after
+        /// the commit). A batch groups only lines already arrived: when no further line is
+        /// ready on the input, the store commits and answers what it has.
         #[arg(long, default_value_t = 1)]
         batch: usize,
         /// Run a deliberately broken store (for the drills): ack-before-commit,
@@ -251,7 +252,7 @@ fn init(db: &str, fixture: Option<&Path>, reset: bool) -> Outcome {
     Ok(true)
 }
 
-/// Deliveries decided in batches of `batch`, each acknowledged after its commit.
+/// Deliveries decided in batches of at most `batch`, each acknowledged after its commit.
 struct Batcher {
     url: DbUrl,
     store: Store,
@@ -330,24 +331,28 @@ fn ingest(
     Ok(true)
 }
 
-/// Ingests JSON lines from `file` or standard input.
+/// Ingests JSON lines from `file` or standard input. A batch takes only lines that have
+/// already arrived: before a read that would wait for the writer, what is pending is
+/// committed and answered (a sender that waits for each answer is answered at once).
 fn ingest_lines(batcher: &mut Batcher, file: Option<PathBuf>) -> Result<(), Error> {
-    let (source, reader): (PathBuf, Box<dyn BufRead>) = match file {
-        Some(path) => {
-            let opened = std::fs::File::open(&path).map_err(|source| InputError::Io {
-                file: path.clone(),
-                source,
-            })?;
-            (path, Box::new(std::io::BufReader::new(opened)))
-        }
-        None => (PathBuf::from("stdin"), Box::new(std::io::stdin().lock())),
+    let source = file.clone().unwrap_or_else(|| PathBuf::from("stdin"));
+    let opened = match file {
+        Some(path) => std::fs::File::open(&path).map(|file| JsonLines::new(&source, file)),
+        None => JsonLines::stdin(&source),
     };
-    let mut lines = JsonLines::new(&source, reader);
+    let mut lines = opened.map_err(|source_error| InputError::Io {
+        file: source.clone(),
+        source: source_error,
+    })?;
     loop {
+        if !batcher.pending.is_empty() && !lines.line_waiting() {
+            batcher.flush()?;
+        }
         // Bad input ends the run, but only after what came before it is committed and
         // answered.
         match lines.next_delivery() {
-            Ok(Some(incoming)) => batcher.push(incoming)?,
+            Ok(Some(Some(incoming))) => batcher.push(incoming)?,
+            Ok(Some(None)) => {}
             Ok(None) => return Ok(()),
             Err(error) => {
                 batcher.flush()?;

@@ -9,7 +9,9 @@ use crate::harness::timestamp::parse_rfc3339;
 use crate::harness::InputError;
 use crate::store::{unkeepable_name, AuthoritySnapshot, DbUrl, Incoming};
 use serde_json::Value;
-use std::io::BufRead;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// The default database.
@@ -174,23 +176,42 @@ pub fn shown_id(name: &str) -> String {
 
 /// Reads JSON lines one at a time, as bytes: a line that is not UTF-8 is bad input naming
 /// that line (the lines before it are already handed out), and a UTF-8 byte order mark at
-/// the start of the input is skipped.
+/// the start of the input is skipped. It can also tell whether the next line is already
+/// there ([`JsonLines::line_waiting`]), so that `ingest --batch` never waits for a line
+/// while holding answers back.
 pub struct JsonLines<'a> {
     source: &'a Path,
-    reader: Box<dyn BufRead + 'a>,
+    reader: BufReader<File>,
     number: usize,
     buffer: Vec<u8>,
 }
 
 impl<'a> JsonLines<'a> {
-    /// Lines of `reader`, named `source` in errors.
-    pub fn new(source: &'a Path, reader: Box<dyn BufRead + 'a>) -> JsonLines<'a> {
+    /// Lines of `file`, named `source` in errors.
+    pub fn new(source: &'a Path, file: File) -> JsonLines<'a> {
         JsonLines {
             source,
-            reader,
+            reader: BufReader::new(file),
             number: 0,
             buffer: Vec::new(),
         }
+    }
+
+    /// Lines of standard input. The file is a duplicate of descriptor 0, read without
+    /// the standard library's own stdin buffer, so that what is buffered is all in
+    /// [`JsonLines::line_waiting`]'s view.
+    pub fn stdin(source: &'a Path) -> std::io::Result<JsonLines<'a>> {
+        let file = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+        Ok(JsonLines::new(source, file))
+    }
+
+    /// Whether reading the next line can start without waiting for the writer: a whole
+    /// line is buffered, or the input has more bytes (or its end) ready now. A regular
+    /// file is always ready; a pipe whose writer is waiting for an answer is not. (A line
+    /// the writer is still in the middle of writing may be read in part and then waited
+    /// for: a writer that stops mid-line waits for nothing from us.)
+    pub fn line_waiting(&self) -> bool {
+        self.reader.buffer().contains(&b'\n') || ready_now(self.reader.get_ref().as_fd())
     }
 
     /// The next line and its number (from 1), without its line ending; `None` at the end.
@@ -226,15 +247,30 @@ impl<'a> JsonLines<'a> {
         Ok(Some((self.number, line.to_owned())))
     }
 
-    /// The next delivery ([`parse_delivery`]), skipping blank lines; `None` at the end.
-    pub fn next_delivery(&mut self) -> Result<Option<Incoming>, InputError> {
-        while let Some((number, line)) = self.next_line()? {
-            if let Some(incoming) = parse_delivery(self.source, number, &line)? {
-                return Ok(Some(incoming));
-            }
+    /// The next line as a delivery ([`parse_delivery`]): `Some(None)` for a blank line,
+    /// `None` at the end.
+    pub fn next_delivery(&mut self) -> Result<Option<Option<Incoming>>, InputError> {
+        match self.next_line()? {
+            Some((number, line)) => parse_delivery(self.source, number, &line).map(Some),
+            None => Ok(None),
         }
-        Ok(None)
     }
+}
+
+/// Whether a read of `fd` would return at once (bytes, the end, or an error) rather than
+/// wait: `poll` with no timeout (`POLLHUP` and `POLLERR` count, as `poll` always reports
+/// them).
+fn ready_now(fd: BorrowedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, borrowed for the call; a zero timeout never blocks.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    // An error of poll itself (-1) counts as not ready: the caller answers what it holds
+    // first, and the read that follows reports whatever is wrong.
+    ready > 0
 }
 
 /// One line's JSON value. An object with the same key twice (at any depth) is refused:
@@ -320,7 +356,7 @@ pub fn read_snapshots(path: &Path) -> Result<Vec<AuthoritySnapshot>, InputError>
         file: path.to_owned(),
         source,
     })?;
-    let mut lines = JsonLines::new(path, Box::new(std::io::BufReader::new(file)));
+    let mut lines = JsonLines::new(path, file);
     let mut snapshots = Vec::new();
     // Every line is read and checked before the caller writes anything.
     while let Some((number, line)) = lines.next_line()? {

@@ -3,7 +3,7 @@
 //! processes).
 //!
 //! One batch of deliveries (one delivery by default) is one transaction: the store loads,
-//! in one query per table for the whole batch, what the decisions read (the event ids'
+//! table by table for the whole batch (one query per 500 names), what the decisions read (the event ids'
 //! records or the deliveries' anonymous records, the cards they name, the holds of the
 //! waiting records among them), builds one [`Receiver`] from those parts, runs the real
 //! [`Receiver::deliver`] on it for each delivery in order, writes back what changed
@@ -17,7 +17,7 @@
 //! |---|---|
 //! | `mod.rs` | the types a caller sees ([`Incoming`], [`Acknowledgement`], [`StoreReport`], ...) and [`Store`]: migrations, retries, one transaction per call |
 //! | `rows` | the row codec: values to and from database parameters and columns, and the audit row |
-//! | `partial` | the partial-receiver loading: the parts a batch of decisions reads, one query per table (and the whole state for [`Store::load_all`]) |
+//! | `partial` | the partial-receiver loading: the parts a batch of decisions reads, table by table in lists of at most 500 names (and the whole state for [`Store::load_all`]) |
 //! | `transaction` | one batch's transaction: decide each delivery in memory, write the cards, write the records (the steps [`mutants`] wraps); one reconciliation |
 //! | `write` | the set-based write-back: a transaction's changes as one multi-row statement per table |
 //! | [`db`] | the two backends behind one [`Database`] trait |

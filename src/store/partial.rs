@@ -195,7 +195,8 @@ impl Partial {
     }
 }
 
-/// The most names one `IN (...)` list carries.
+/// The most names one `IN (...)` list carries: one parameter each, far below SQLite's
+/// 32,766 parameters per statement and PostgreSQL's 65,535, however big the batch.
 const NAMES_PER_QUERY: usize = 500;
 
 /// `$first, $first+1, ...` for `count` parameters.
@@ -206,8 +207,8 @@ fn list(first: usize, count: usize) -> String {
         .join(", ")
 }
 
-/// Loads what deciding this batch reads, one query per table for the whole batch: the
-/// records of every event id, the anonymous records of every delivery without one, the
+/// Loads what deciding this batch reads, table by table for the whole batch, one query per
+/// [`NAMES_PER_QUERY`] names: the records of every event id, the anonymous records of every delivery without one, the
 /// cards (with their counters) named by the deliveries and by the first records just
 /// loaded, and the holds of the waiting records among them. The events come back parsed,
 /// in order (why not, for a delivery the store cannot keep, which reads nothing).
@@ -244,7 +245,7 @@ pub(crate) fn load_for_batch(
         }
     }
     partial.load_cards(db, &cards)?;
-    partial.load_waiting_holds(db)?;
+    partial.load_waiting_holds(db, NAMES_PER_QUERY)?;
     Ok((partial, events))
 }
 
@@ -341,8 +342,16 @@ impl Partial {
         Ok(())
     }
 
-    /// The holds of the loaded records that wait.
-    fn load_waiting_holds(&mut self, db: &mut dyn Database) -> Result<(), DbError> {
+    /// The holds of the loaded records that wait: the held event ids `per_query` at a time,
+    /// then the held deliveries `per_query` at a time (one `IN (...)` list per query, far
+    /// below SQLite's 32,766 parameters and PostgreSQL's 65,535), filed in sequence order.
+    /// A hold row has an event id or a delivery, never both; keying the rows by `seq`
+    /// takes one met twice once all the same.
+    fn load_waiting_holds(
+        &mut self,
+        db: &mut dyn Database,
+        per_query: usize,
+    ) -> Result<(), DbError> {
         let held = |record: &Record| record.standing == Standing::Held;
         let ids: Vec<Param> = self
             .identities
@@ -360,26 +369,20 @@ impl Partial {
             .filter(|(_, record)| held(record))
             .map(|(&number, _)| int(number.into()))
             .collect();
-        if ids.is_empty() && deliveries.is_empty() {
-            return Ok(());
+        let mut rows: BTreeMap<i64, Vec<Val>> = BTreeMap::new();
+        for (column, names) in [("event_id", &ids), ("delivery", &deliveries)] {
+            for chunk in names.chunks(per_query) {
+                let sql = format!(
+                    "SELECT seq, card_id, event_id, idx, delivery FROM holds WHERE {column} IN ({})",
+                    list(1, chunk.len())
+                );
+                for row in db.query(&sql, chunk)? {
+                    let seq = row[0].int().ok_or_else(|| corrupt("hold seq"))?;
+                    rows.insert(seq, row);
+                }
+            }
         }
-        let mut terms = Vec::new();
-        if !ids.is_empty() {
-            terms.push(format!("event_id IN ({})", list(1, ids.len())));
-        }
-        if !deliveries.is_empty() {
-            terms.push(format!(
-                "delivery IN ({})",
-                list(ids.len() + 1, deliveries.len())
-            ));
-        }
-        let sql = format!(
-            "SELECT seq, card_id, event_id, idx, delivery FROM holds WHERE {}",
-            terms.join(" OR ")
-        );
-        let params: Vec<Param> = ids.into_iter().chain(deliveries).collect();
-        for row in db.query(&sql, &params)? {
-            let seq = row[0].int().ok_or_else(|| corrupt("hold seq"))?;
+        for (seq, row) in rows {
             let key = match (row[2].text(), row[3].int(), row[4].int()) {
                 (Some(event), Some(index), _) => HoldKey::Record {
                     event: self.catalog.sym(event),
@@ -388,8 +391,7 @@ impl Partial {
                 (None, _, Some(number)) => HoldKey::Delivery(number as u32),
                 _ => return Err(corrupt("a hold refers to nothing")),
             };
-            let bucket = row[1].text().map(str::to_owned);
-            self.file_hold(bucket.as_deref(), seq, key);
+            self.file_hold(row[1].text(), seq, key);
         }
         Ok(())
     }
@@ -476,4 +478,84 @@ fn load_holds(db: &mut dyn Database, partial: &mut Partial) -> Result<Vec<HoldKe
         held.push(key);
     }
     Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{DbUrl, Store};
+
+    /// A fresh SQLite store whose holds are `total` held inputs under `card-1`, in sequence
+    /// 1..=total: every `every`-th an input without an event id (delivery number = its
+    /// sequence number), the others event ids `e-N`.
+    fn store_with_holds(total: usize, every: usize) -> (tempfile::TempDir, Store) {
+        let folder = tempfile::tempdir().expect("a temporary folder");
+        let url = DbUrl::Sqlite(folder.path().join("holds.db"));
+        let mut store = Store::open(&url).expect("open");
+        store.migrate().expect("migrate");
+        let numbers = format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {total})"
+        );
+        let content = "'{\"event_id\":\"e-' || i || '\",\"object_id\":\"card-1\"}'";
+        store
+            .database()
+            .batch(&format!(
+                "INSERT INTO records (event_id, idx, content_hash, content, object_id, decision, \
+                 standing) {numbers} SELECT 'e-' || i, 0, 'h-' || i, {content}, 'card-1', \
+                 'held_unknown_object', 'held' FROM n WHERE i % {every} <> 0; \
+                 INSERT INTO anonymous (delivery, content, object_id, decision, standing) \
+                 {numbers} SELECT i, '{{\"object_id\":\"card-1\"}}', 'card-1', \
+                 'held_unknown_object', 'held' FROM n WHERE i % {every} = 0; \
+                 INSERT INTO holds (card_id, event_id, idx, delivery) {numbers} \
+                 SELECT 'card-1', CASE WHEN i % {every} <> 0 THEN 'e-' || i END, \
+                 CASE WHEN i % {every} <> 0 THEN 0 END, \
+                 CASE WHEN i % {every} = 0 THEN i END FROM n ORDER BY i;"
+            ))
+            .expect("the rows");
+        (folder, store)
+    }
+
+    /// What `load_for_batch` loads for every stored input, the holds `per_query` names at
+    /// a time: the sequence numbers filed under `card-1`, in order.
+    fn waiting_holds(store: &mut Store, total: usize, every: usize, per_query: usize) -> Vec<i64> {
+        let ids: BTreeSet<String> = (1..=total)
+            .filter(|i| i % every != 0)
+            .map(|i| format!("e-{i}"))
+            .collect();
+        let deliveries: BTreeSet<u32> = (1..=total as u32)
+            .filter(|i| *i as usize % every == 0)
+            .collect();
+        let mut partial = Partial::default();
+        let db = store.database();
+        partial.load_identities(db, &ids).expect("records");
+        partial.load_anonymous(db, &deliveries).expect("anonymous");
+        partial.load_waiting_holds(db, per_query).expect("holds");
+        let card = partial.catalog.sym("card-1");
+        assert_eq!(partial.holds.len(), 1, "every hold is under card-1");
+        partial.holds[&Some(card)].keys().copied().collect()
+    }
+
+    #[test]
+    fn more_waiting_inputs_than_sqlite_takes_parameters_load_in_chunks() {
+        // 33,000 held inputs (32,991 event ids, 9 deliveries), more than SQLite's 32,766
+        // parameters in one statement: one `IN (...)` list of them all fails.
+        let (total, every) = (33_000, 3_600);
+        let (_folder, mut store) = store_with_holds(total, every);
+        let seqs = waiting_holds(&mut store, total, every, NAMES_PER_QUERY);
+        assert_eq!(seqs, (1..=33_000).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn any_chunk_size_loads_the_same_holds_in_sequence_order() {
+        let (total, every) = (45, 4);
+        let (_folder, mut store) = store_with_holds(total, every);
+        let all: Vec<i64> = (1..=45).collect();
+        for per_query in [1, 7, 44, NAMES_PER_QUERY] {
+            assert_eq!(
+                waiting_holds(&mut store, total, every, per_query),
+                all,
+                "{per_query}"
+            );
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! One batch's transaction: load it in one query per table, decide each delivery in memory,
-//! write cards, write records (the steps `mutants` wraps); one reconciliation.
+//! One batch's transaction: load it table by table (one query per 500 names), decide each
+//! delivery in memory, write cards, write records (the steps `mutants` wraps); one
+//! reconciliation.
 
 use crate::card::policy::Spec;
 use crate::card::receiver::{Decision, Delivered, HoldKey, Outcome, Receiver, Settlement, Verdict};

@@ -1,7 +1,7 @@
 //! The set-based write-back: what one transaction changed (cards, counters, records,
 //! holds, audit), gathered step by step and written as one multi-row statement per table.
 
-use crate::card::receiver::{CardTable, HoldKey, Receiver, Record};
+use crate::card::receiver::{Card, CardTable, HoldKey, Receiver, Record};
 use crate::card::wire::{Catalog, Sym};
 use crate::store::rows::{
     content_hash, corrupt, int, opt_text, standing_name, text, version_param, AuditRow,
@@ -29,7 +29,8 @@ pub(super) struct Steps {
 
 impl Steps {
     /// One step (a delivery decided, a card reconciled): its own audit rows, then one per
-    /// card row it changed; its replacement counts; the holds it removed and added.
+    /// card row it changed, by card id text ([`changed_cards`]); its replacement counts;
+    /// the holds it removed and added.
     pub(super) fn step(
         &mut self,
         catalog: &Catalog,
@@ -39,11 +40,7 @@ impl Steps {
         deltas: &BTreeMap<Sym, (i64, i64)>,
     ) {
         self.audit.extend(audit);
-        for (&id, card) in after.cards().iter() {
-            if cards.get(&id) == Some(card) {
-                continue;
-            }
-            let name = catalog.name(id);
+        for (name, card) in changed_cards(catalog, cards, after) {
             self.audit.push(AuditRow {
                 entry: "card",
                 subject: name.to_owned(),
@@ -75,6 +72,25 @@ impl Steps {
             }
         }
     }
+}
+
+/// The cards whose row differs from `before`, by card id text. Not by interned symbol:
+/// the symbols are numbered in the order one transaction met the names, which depends on
+/// the batch, and a step's audit rows must not (a changed payload whose variant names
+/// another card pauses two cards in one step).
+fn changed_cards<'a>(
+    catalog: &'a Catalog,
+    before: &CardTable,
+    after: &'a Receiver,
+) -> Vec<(&'a str, &'a Card)> {
+    let mut changed: Vec<(&str, &Card)> = after
+        .cards()
+        .iter()
+        .filter(|&(id, card)| before.get(id) != Some(card))
+        .map(|(&id, card)| (catalog.name(id), card))
+        .collect();
+    changed.sort_unstable_by(|one, other| one.0.cmp(other.0));
+    changed
 }
 
 /// The rows to write, by table.

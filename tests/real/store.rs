@@ -1002,3 +1002,125 @@ backend_test! {
         assert_eq!(one.3, all.3, "the final state");
     }
 }
+
+/// Two cards and a changed payload that pauses both: `e-1` applied to card-b, then `e-1`
+/// again with other content naming card-a. Deciding the second delivery alone meets
+/// card-a before card-b (the variant names it); in one batch with the first, card-b comes
+/// first. Then a delivery held on the paused card-a, and one for a card nobody knows.
+const TWO_CARD_PAUSE: &str = r#"{
+  "name": "two-card-pause",
+  "initial": {
+    "card-a": {"version": 1, "state": {"stage": "open"}},
+    "card-b": {"version": 1, "state": {"stage": "open"}}
+  },
+  "deliveries": [
+    {"delivery": 1, "event": {"event_id": "e-1", "object_id": "card-b", "object_version": 2, "type": "card.snapshot", "state": {"stage": "done"}}},
+    {"delivery": 2, "event": {"event_id": "e-1", "object_id": "card-a", "object_version": 2, "type": "card.snapshot", "state": {"stage": "done"}}},
+    {"delivery": 3, "event": {"event_id": "e-2", "object_id": "card-a", "object_version": 3, "type": "card.snapshot", "state": {"stage": "late"}}},
+    {"delivery": 4, "event": {"event_id": "e-3", "object_id": "card-z", "object_version": 1, "type": "card.snapshot", "state": {"stage": "new"}}}
+  ]
+}"#;
+
+backend_test! {
+    /// A step that changes two card rows audits them by card id, whatever else its
+    /// transaction met first: the audit of the whole fixture in one batch equals the
+    /// audit of one transaction per delivery, row by row.
+    fn a_step_that_pauses_two_cards_audits_them_in_card_order_at_any_batch(backend) {
+        let mut runs = Vec::new();
+        for (name, batch) in [("one.db", "1"), ("four.db", "4")] {
+            let db = backend.fresh(name);
+            let fixture = db.folder.path().join("two-card-pause.json");
+            std::fs::write(&fixture, TWO_CARD_PAUSE).expect("write the fixture");
+            let fixture = fixture.to_str().expect("a UTF-8 path");
+            ok(&["store", "init", "--db", &db.url, "--fixture", fixture]);
+            let acks = ok(&["store", "ingest", "--db", &db.url, "--fixture", fixture, "--batch", batch]);
+            let (audit, holds) = audit_and_holds(&db.url);
+            runs.push((acks, audit, holds, db));
+        }
+        let (one, four) = (&runs[0], &runs[1]);
+        let decisions: Vec<String> = one.0.lines().map(|line| {
+            let ack: Value = serde_json::from_str(line).expect("JSON");
+            ack["decision"].as_str().expect("a decision").to_owned()
+        }).collect();
+        assert_eq!(
+            decisions,
+            ["applied", "conflict_changed_payload", "held_paused", "held_unknown_object"]
+        );
+        assert_eq!(one.0, four.0, "the acknowledgements");
+        // The card rows of delivery 2's step: card-a, then card-b.
+        let cards: Vec<String> = one.1.iter().filter(|row| row[0].text() == Some("card"))
+            .map(|row| format!("{}:{}", row[1].text().expect("subject"), row[6].text().expect("paused or active")))
+            .collect();
+        assert_eq!(cards, ["card-b:active", "card-a:paused", "card-b:paused"]);
+        assert_eq!(one.1.len(), 7, "4 decisions and 3 card changes");
+        for (at, (row_one, row_four)) in one.1.iter().zip(&four.1).enumerate() {
+            assert_eq!(row_one, row_four, "audit row {at}");
+        }
+        assert_eq!(one.1, four.1, "the audit rows");
+        assert_eq!(one.2, four.2, "the holds, in order");
+    }
+}
+
+/// The next line the child printed, or the test fails after `seconds` (the child killed
+/// first, so that a store that waits for a full batch fails the test rather than hangs it).
+fn answer_within(
+    answers: &std::sync::mpsc::Receiver<String>,
+    child: &mut std::process::Child,
+    seconds: u64,
+    what: &str,
+) -> Value {
+    match answers.recv_timeout(std::time::Duration::from_secs(seconds)) {
+        Ok(line) => serde_json::from_str(&line).expect("an answer line is JSON"),
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no answer to {what} within {seconds} s ({error})");
+        }
+    }
+}
+
+/// A sender that waits for each answer before it sends the next delivery gets each answer
+/// at once, `--batch 16` or not: the store commits what it has as soon as nothing more
+/// is waiting on its input.
+#[test]
+fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
+    let store = Backend::Sqlite.b62_store("quiet.db");
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", &store.url, "--batch", "16"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (send, answers) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { return };
+            if send.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    for (at, version) in [(1, 20), (2, 21)] {
+        let line = snapshot_line(&format!("e-q{at}"), version);
+        std::io::Write::write_all(&mut stdin, line.as_bytes()).expect("write a line");
+        std::io::Write::flush(&mut stdin).expect("flush");
+        let answer = answer_within(&answers, &mut child, 30, &format!("line {at}"));
+        assert_eq!(answer["delivery"], version, "{answer}");
+        assert_eq!(answer["decision"], "applied", "{answer}");
+        // Committed before it was answered.
+        assert_eq!(card_7_version(&store.url), version);
+    }
+    drop(stdin);
+    let output = child.wait_with_output().expect("ends");
+    reader.join().expect("the reader");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(answers.try_recv().is_err(), "two lines, two answers");
+}
