@@ -833,8 +833,16 @@ fn settle_failure(
     if failure.step < start.len() && same(&start[..failure.step])?.is_some() {
         start.truncate(failure.step);
     }
+    let mut progress = crate::harness::conform::ShrinkProgress::start(
+        &property,
+        &plan.id,
+        plan.actions.len(),
+        options.shrink_budget,
+    );
     let (shrunk, _) = shrink(&start, options.shrink_budget, |actions| {
-        same(actions).map(|run| run.is_some())
+        let failed = same(actions)?.is_some();
+        progress.rerun(actions.len(), failed);
+        Ok(failed)
     })?;
     let mut kept = None;
     let reproduced: Reproduced = confirm(options.confirm, || {
@@ -845,6 +853,7 @@ fn settle_failure(
         }
         Ok(hit)
     })?;
+    progress.done(shrunk.len(), reproduced);
     let (detail, step, log) = match &kept {
         Some(run) => {
             let failure = run.failure.as_ref().expect("a kept run failed");

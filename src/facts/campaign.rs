@@ -618,8 +618,16 @@ fn settle_failure(
     if failure.step > 0 && failure.step < start.len() && same(&start[..failure.step])?.is_some() {
         start.truncate(failure.step);
     }
+    let mut progress = crate::harness::conform::ShrinkProgress::start(
+        &property,
+        &plan.id,
+        plan.actions.len(),
+        options.shrink_budget,
+    );
     let (shrunk, _) = shrink(&start, options.shrink_budget, |actions| {
-        same(actions).map(|run| run.is_some())
+        let failed = same(actions)?.is_some();
+        progress.rerun(actions.len(), failed);
+        Ok(failed)
     })?;
     let mut kept: Option<Run> = None;
     let reproduced: Reproduced = confirm(options.confirm, || {
@@ -630,6 +638,7 @@ fn settle_failure(
         }
         Ok(hit)
     })?;
+    progress.done(shrunk.len(), reproduced);
     let (detail, step) = match kept.as_ref().and_then(|run| run.failure.as_ref()) {
         Some(found) => (found.detail.clone(), found.step),
         None => (failure.detail.clone(), failure.step),

@@ -201,6 +201,60 @@ pub fn confirm<E>(
     Ok(Reproduced { hits, runs })
 }
 
+/// What the shrinker and the confirmations are doing, on standard error: a line when they
+/// start and one when they end, always (a failing run against a slow or crashing receiver
+/// can spend minutes there, and a CI log should say why), and each rerun as it ends when
+/// standard error is a terminal.
+pub struct ShrinkProgress {
+    live: bool,
+    budget: usize,
+    runs: usize,
+    started: std::time::Instant,
+}
+
+impl ShrinkProgress {
+    /// Announces the shrinking of `property`'s failure, found by `found_by` in `actions`
+    /// actions.
+    pub fn start(property: &str, found_by: &str, actions: usize, budget: usize) -> Self {
+        eprintln!(
+            "arrival conform: {property} found by {found_by} ({actions} action(s)); shrinking \
+             it (at most {budget} reruns), then confirming"
+        );
+        ShrinkProgress {
+            live: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            budget,
+            runs: 0,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// One rerun of `actions` actions ended; `failed`: the same way.
+    pub fn rerun(&mut self, actions: usize, failed: bool) {
+        self.runs += 1;
+        if self.live {
+            let how = if failed { "fails" } else { "passes" };
+            eprint!(
+                "\r  rerun {}/{}: {actions} action(s) {how}    ",
+                self.runs, self.budget
+            );
+        }
+    }
+
+    /// The shrinking and confirmation ended with `actions` actions.
+    pub fn done(&self, actions: usize, reproduced: Reproduced) {
+        if self.live {
+            eprintln!();
+        }
+        eprintln!(
+            "arrival conform: shrunk to {actions} action(s) by {} rerun(s), reproduced {} \
+             ({:.1} s)",
+            self.runs,
+            reproduced.text(),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// Shrinks a failing schedule: removes chunks of steps, halving their size down to one
 /// step, keeping every removal after which `fails` still says the schedule fails the same
 /// way, until no single step can go or `budget` runs are spent. `fails` is the abstract
