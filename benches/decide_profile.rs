@@ -4,8 +4,9 @@
 //! binary to profile (`decide` and `dense` are not inlined, so
 //! `valgrind --tool=callgrind --toggle-collect=decide_profile::decide` counts one of them).
 //!
-//! `cargo run --release --example decide_profile -- [DELIVERIES [CARDS [PASSES]]]`
-//! (default 1,000,000 deliveries on 10,000 cards, 11 passes).
+//! `cargo bench --bench decide_profile -- [DELIVERIES [CARDS [PASSES]]]` (default 1,000,000
+//! deliveries on 10,000 cards, 11 passes); the binary for a profiler is the one under
+//! `target/release/deps/decide_profile-*`.
 
 use arrival::card::generate::{self, GenOptions};
 use arrival::card::policy::Spec;
@@ -15,9 +16,12 @@ use serde_json::Value;
 use std::hint::black_box;
 use std::time::Instant;
 
+/// The `index`th number given (from 1), past the flags cargo adds (`--bench`).
 fn argument(index: usize, default: usize) -> usize {
     std::env::args()
-        .nth(index)
+        .skip(1)
+        .filter(|word| !word.starts_with("--"))
+        .nth(index - 1)
         .map_or(default, |text| text.parse().expect("a whole number"))
 }
 
