@@ -342,8 +342,32 @@ fn facts_plans(args: &ConformArgs, kind: &FactsSource) -> Result<FactsPlans, Err
             let scenario = (*loaded.model.scenario).clone();
             let (_, raw) = facts_campaign::load_fixture(&scenario.file)?;
             let mutants = (!args.no_mutants).then_some(args.mutant_state_limit);
-            let (plans, skipped) =
+            let (mut plans, mut skipped) =
                 facts_campaign::model_plans(&loaded, args.walks, args.seed, mutants);
+            if !args.no_traces {
+                let dir = scenario
+                    .file
+                    .parent()
+                    .map_or_else(|| PathBuf::from("regressions"), |p| p.join("regressions"));
+                let (requests, _) = crate::facts::conform::playable(&scenario, 2);
+                let (traces, left) = facts_campaign::trace_plans(&raw, &dir, &requests);
+                skipped.extend(left);
+                // After the fixture's own schedule, before the mutants' and the walks; a
+                // schedule met already runs once.
+                let mut at = plans.iter().take_while(|plan| plan.id == "fixture").count();
+                for trace in traces {
+                    match plans.iter().find(|plan| plan.actions == trace.actions) {
+                        Some(other) => skipped.push(format!(
+                            "{}: the same schedule as {} (run once)",
+                            trace.id, other.id
+                        )),
+                        None => {
+                            plans.insert(at, trace);
+                            at += 1;
+                        }
+                    }
+                }
+            }
             (scenario, raw, plans, skipped, (None, None))
         }
         FactsSource::Fixture => {

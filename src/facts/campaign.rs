@@ -843,6 +843,64 @@ pub fn model_plans(
     (plans, skipped)
 }
 
+/// The kept counterexamples in `dir` (a model's `fixtures/regressions/`) written for
+/// `raw`'s fixture, each as a schedule `traces/NAME` when every step of it can be played
+/// over HTTP (`playable`: the requests arrival can post on a real clock); the others, and
+/// why not. Files of another fixture or protocol are passed over.
+pub fn trace_plans(
+    raw: &RawFixture,
+    dir: &std::path::Path,
+    playable: &[u32],
+) -> (Vec<Plan>, Vec<String>) {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let (mut plans, mut skipped) = (Vec::new(), Vec::new());
+    for file in files {
+        let Ok((kept, kept_raw)) = load_fixture(&file) else {
+            continue;
+        };
+        let Some(steps) = kept.schedule.as_deref() else {
+            continue;
+        };
+        if !same_fixture(&kept_raw, raw) {
+            continue;
+        }
+        let name = file
+            .file_stem()
+            .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned());
+        match super::conform::schedule_actions(steps, playable) {
+            Ok(actions) => plans.push(Plan {
+                id: format!("traces/{name}"),
+                actions,
+            }),
+            Err(why) => skipped.push(format!("traces/{name}: its schedule needs {why}")),
+        }
+    }
+    plans.sort_by_key(|plan| plan.actions.len());
+    (plans, skipped)
+}
+
+/// Whether two facts fixtures set up the same world: everything but their names, schedule,
+/// trace origin and expectations.
+fn same_fixture(a: &RawFixture, b: &RawFixture) -> bool {
+    let setup = |raw: &RawFixture| RawFixture {
+        name: None,
+        description: None,
+        schedule: None,
+        trace: None,
+        expect: None,
+        ..raw.clone()
+    };
+    setup(a) == setup(b)
+}
+
 /// The budgets of the walks after a facts fixture given without a model file: one lost
 /// answer, one kill and one extra copy each.
 pub const FIXTURE_WALKS: super::conform::WalkBudgets = super::conform::WalkBudgets {

@@ -1534,6 +1534,7 @@ fn a_malformed_or_foreign_facts_plan_exits_2_naming_the_file_and_the_field() {
         "--plan-out",
         file.to_str().unwrap(),
         "--no-mutants",
+        "--no-traces",
         "--walks",
         "1",
     ]);

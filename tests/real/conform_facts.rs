@@ -52,10 +52,10 @@ fn pipeline_serve_is_sampled_on_re_signed_retries_lost_answers_and_kills() {
     let report = json(&output);
     assert_eq!(report["verdict"], "sampled");
     assert_eq!(report["protocol"], "facts");
-    // The fixture's own schedule and three walks.
+    // The fixture's own schedule, the kept sent-at-in-content trace and three walks.
     assert_eq!(
         (report["schedules"].as_u64(), report["passed"].as_u64()),
-        (Some(4), Some(4))
+        (Some(5), Some(5))
     );
     assert_eq!(report["counts"]["lost"], 0);
     assert!(report["counts"]["kills"].as_u64().unwrap() > 0, "{report}");
