@@ -664,8 +664,12 @@ pub fn campaign(
             break;
         }
         let run = run_schedule(scenario, target, &plan.actions, &options.settings)?;
-        // The requests were sent whether or not the schedule counts: the counts keep them.
+        // The requests were sent, and the target showed what it showed, whether or not the
+        // schedule counts.
         counts.add(&run.counts);
+        seen.paused |= run.paused_reported;
+        seen.unresolved |= run.unresolved_reported;
+        seen.ack |= run.ack_reported;
         if !run.valid {
             // Neither a pass nor a failure: the schedule is not one of the model's.
             not_allowed.push(format!(
@@ -678,9 +682,6 @@ pub fn campaign(
         }
         schedules += 1;
         killed |= run.killed;
-        seen.paused |= run.paused_reported;
-        seen.unresolved |= run.unresolved_reported;
-        seen.ack |= run.ack_reported;
         own_fetches += run.own_fetches.len();
         reconciles_not_sent += run.reconciles_not_sent;
         unknown_words.extend(run.unknown_words.iter().cloned());
@@ -739,7 +740,6 @@ pub fn campaign(
     // The header names the channels that were asked for and reported; one asked for and
     // never reported is a warning (its properties are `unobserved`, and a failure was
     // found without it).
-    let complete = found.is_none() && schedules > 0;
     let reported = crate::card::conform::Channels {
         ack: channels.ack && seen.ack,
         paused: channels.paused && seen.paused,
@@ -757,7 +757,7 @@ pub fn campaign(
         } else {
             ("them", "they")
         };
-        warnings.push(if complete {
+        warnings.push(if found.is_none() {
             format!(
                 "asked to compare {} but the target never reported {it}: not compared, and \
                  the properties only {they} show are unobserved",
@@ -1042,8 +1042,8 @@ fn indefinite_note(counts: &Counts) -> String {
     match counts.indefinite {
         0 => String::new(),
         n => format!(
-            "; before that, {n} of its {} request(s) had no definite answer (timeouts, \
-             resets, kills)",
+            "; before that, {n} of its {} request(s) had no definite answer (timeouts and \
+             resets, and arrival's own kills in flight and disconnects)",
             counts.attempted
         ),
     }

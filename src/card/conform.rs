@@ -263,13 +263,20 @@ impl Reading {
         }
     }
 
-    /// The acknowledgement a receiver that had no record of this content would give.
-    fn afresh(self, world: &World, event: &Event) -> &'static str {
-        let decision = match self {
-            Reading::Arrival => world.receiver.decide_afresh(Spec, event),
-            Reading::FirstCard => world.receiver.decide_afresh(FirstCardReading, event),
+    /// The world a receiver that lost every record of this delivery's identity would reach
+    /// by deciding it again, and the acknowledgement it would give.
+    fn afresh(self, world: &World, delivery: u32, event: &Event) -> (World, &'static str) {
+        let (receiver, delivered) = match self {
+            Reading::Arrival => world.receiver.decide_afresh(Spec, delivery, event),
+            Reading::FirstCard => world
+                .receiver
+                .decide_afresh(FirstCardReading, delivery, event),
         };
-        decision.ack().name()
+        let world = World {
+            receiver: std::sync::Arc::new(receiver),
+            ..world.clone()
+        };
+        (world, delivered.ack.name())
     }
 }
 
@@ -1090,13 +1097,16 @@ impl Naming<'_> {
             counts.changed_payloads_swallowed += 1;
             return Some("evidence-retained");
         }
+        // What was seen is what deciding the content again gives, its effect included: the
+        // record was lost (or never written beside its effect), and that is the rule broken.
+        if self.redecided() {
+            return Some("ack-implies-recorded");
+        }
         if let Some(name) = self.changed_cards() {
             return Some(name);
         }
-        if self.duplicate_changed_state() {
-            return Some("duplicate-no-effect");
-        }
-        self.redecided().then_some("ack-implies-recorded")
+        self.duplicate_changed_state()
+            .then_some("duplicate-no-effect")
     }
 
     /// An acknowledged decision missing after a kill right after its acknowledgement, or
@@ -1110,13 +1120,17 @@ impl Naming<'_> {
             Action::Deliver {
                 fault: Some(External::KillAfterAck),
                 ..
-            } if matches!(self.answer, Answer::Ack(_)) && self.lost_since_last_read(seen) => {
+            } if matches!(self.answer, Answer::Ack(_))
+                && (self.lost_since_last_read(seen) || self.lost_waiting(seen)) =>
+            {
                 Some("ack-implies-recorded")
             }
             Action::Deliver {
                 fault: Some(External::Kill) | Some(External::Disconnect),
                 ..
-            } if self.lost_since_last_read(seen) => Some("ack-implies-recorded"),
+            } if self.lost_since_last_read(seen) || self.lost_waiting(seen) => {
+                Some("ack-implies-recorded")
+            }
             Action::Deliver {
                 fault: Some(External::KillAfterAck),
                 ..
@@ -1133,7 +1147,8 @@ impl Naming<'_> {
                         &self.channels,
                     )
                 });
-                (unrecorded && changes).then_some("ack-implies-recorded")
+                (unrecorded && changes || self.acknowledged_input_lost(seen))
+                    .then_some("ack-implies-recorded")
             }
             Action::Restart => {
                 let last = self.last?;
@@ -1142,10 +1157,48 @@ impl Naming<'_> {
                         .get(name)
                         .is_none_or(|now| now.version < card.version)
                 });
-                lost.then_some("ack-implies-recorded")
+                (lost || self.lost_waiting(seen)).then_some("ack-implies-recorded")
             }
             _ => None,
         }
+    }
+
+    /// Whether every candidate world after the step has an unresolved input the state read
+    /// after a kill right after the acknowledgement lacks: the acknowledged decision's
+    /// record (its hold) did not survive, whatever else of it did.
+    fn acknowledged_input_lost(&self, seen: &Observed) -> bool {
+        let Some(now) = seen
+            .unresolved
+            .as_ref()
+            .filter(|_| self.channels.unresolved)
+        else {
+            return false;
+        };
+        !self.branches.is_empty()
+            && self.branches.iter().all(|branch| {
+                project(self.scenario, &branch.world)
+                    .unresolved
+                    .is_some_and(|want| want.iter().any(|input| !now.contains(input)))
+            })
+    }
+
+    /// Whether an unresolved input or a paused card the last read showed is gone, in a step
+    /// with no reconciliation (only one settles a hold or lifts a pause; the receiver's own
+    /// fetches during the step may have been one, so a step with any is not judged here).
+    fn lost_waiting(&self, seen: &Observed) -> bool {
+        let Some(last) = self.last else {
+            return false;
+        };
+        let gone =
+            |read: bool, now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| {
+                read && match (now, before) {
+                    (Some(now), Some(before)) => before.iter().any(|input| !now.contains(input)),
+                    _ => false,
+                }
+            };
+        self.fetched.is_empty()
+            && (gone(self.channels.unresolved, &seen.unresolved, &last.unresolved)
+                || gone(self.channels.paused, &seen.paused, &last.paused))
     }
 
     /// Whether a card the last read showed is gone, or back at a lower version that is not
@@ -1228,19 +1281,32 @@ impl Naming<'_> {
     /// acknowledgement matches no decision recorded for that content. A receiver whose
     /// decision's effect was stored without its record decides the content again.
     ///
-    /// Only when deciding the content afresh, in a world before the step, gives that
-    /// meaning: a duplicate answered with a meaning its record no longer holds (the one it
-    /// held before a reconciliation re-evaluated it, say) is a wrong answer with its record
-    /// kept, which no property names ([`Naming::misanswered_duplicate`]).
+    /// Only when what was seen is what deciding the content again would give, in a world
+    /// before the step with the identity's records lost: that meaning, and (on the
+    /// channels read) that state, its new hold or its change of card included. A duplicate
+    /// answered with a meaning its record no longer holds (the one it held before a
+    /// reconciliation re-evaluated it, say) with its record kept is a wrong answer, which
+    /// no property names ([`Naming::misanswered_duplicate`]).
     fn redecided(&self) -> bool {
         let Answer::Ack(Some(word)) = self.answer else {
             return false;
         };
+        let Action::Deliver { delivery, .. } = self.action else {
+            return false;
+        };
+        let Some(event) = self.delivered_event() else {
+            return false;
+        };
         self.all_duplicates_answered_otherwise(word)
             && self.branches.iter().any(|branch| {
-                self.delivered_event().is_some_and(|event| {
-                    branch.reading.afresh(&self.before[branch.from], event) == word.as_str()
-                })
+                let (world, answer) =
+                    branch
+                        .reading
+                        .afresh(&self.before[branch.from], delivery, event);
+                answer == word.as_str()
+                    && self.seen.is_none_or(|seen| {
+                        fits(&project(self.scenario, &world), seen, &self.channels)
+                    })
             })
     }
 
@@ -1317,9 +1383,9 @@ impl Naming<'_> {
         let recorded = self.branches[0].word.unwrap_or("-");
         Some(format!(
             "a delivery every world consistent with what was seen has recorded (a duplicate, \
-             answered with its record's meaning now: {recorded}) was acknowledged {word}: the \
-             acknowledgement matches no decision recorded for that content (its record lost \
-             or never written beside its effect, or duplicates answered another way)"
+             answered with its record's meaning now: {recorded}) was acknowledged {word}, and \
+             what was seen is what deciding that content again gives: its record was lost, or \
+             never written beside its effect"
         ))
     }
 
@@ -1390,6 +1456,8 @@ impl Naming<'_> {
             }
         }
         let answer = match self.answer {
+            // A restart is arrival's, answered by nothing.
+            Answer::Ack(None) if self.action == Action::Restart => "-".into(),
             Answer::Ack(word) => word.clone().unwrap_or_else(|| "2xx".into()),
             Answer::Definite(why) => format!("definite refusal ({why})"),
             Answer::Indefinite(why) => format!("indefinite ({why})"),

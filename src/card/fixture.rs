@@ -415,6 +415,23 @@ impl Scenario {
                     format!("`{other}`: each one of cards, ack, paused, unresolved"),
                 ));
             }
+            let twice = block
+                .channels
+                .iter()
+                .enumerate()
+                .find(|(at, c)| block.channels[..*at].contains(c));
+            if let Some((_, twice)) = twice {
+                return Err(bad(
+                    "conform.channels".into(),
+                    format!("`{twice}` twice: name each channel at most once"),
+                ));
+            }
+            if block.actions.is_empty() {
+                return Err(bad(
+                    "conform.actions".into(),
+                    "empty: a conform block reruns at least one action".into(),
+                ));
+            }
         }
         let conform = match &raw.conform {
             None => None,

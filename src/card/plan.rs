@@ -132,6 +132,13 @@ pub fn load(file: &Path, scenario: &Scenario) -> Result<Loaded, InputError> {
             ),
         ));
     }
+    if plan.schedules.is_empty() {
+        return Err(InputError::invalid(
+            file,
+            "schedules",
+            "empty: a plan runs at least one schedule",
+        ));
+    }
     let mut plans = Vec::with_capacity(plan.schedules.len());
     for (index, schedule) in plan.schedules.iter().enumerate() {
         if schedule.origin.trim().is_empty() {

@@ -730,12 +730,39 @@ impl Receiver {
         Some(verdict(Verdict::Duplicate(recorded.decision)))
     }
 
-    /// What rules 2-6 would decide for this event if nothing of its content were recorded,
-    /// decided on a copy (read only). It tells a receiver that lost a record and decided
-    /// the content again from one that answers a duplicate some other way.
-    pub fn decide_afresh<P: Policy>(&self, policy: P, event: &Event) -> Decision {
+    /// This receiver as it would be had it lost every record of this delivery's identity
+    /// (its event id's records, or the delivery number's for an input without one) and
+    /// their holds, and then decided the delivery again; with that decision. Decided on a
+    /// copy: it tells a receiver that lost a record and decided the content again from one
+    /// that answers a duplicate some other way.
+    pub fn decide_afresh<P: Policy>(
+        &self,
+        policy: P,
+        delivery: u32,
+        event: &Event,
+    ) -> (Receiver, Delivered) {
         let mut copy = self.clone();
-        copy.judge(policy, event)
+        copy.fingerprints.clear();
+        match event.event_id {
+            Some(id) => {
+                copy.identities.remove(&id);
+                copy.drop_holds(|key| matches!(key, HoldKey::Record { event, .. } if event == id));
+            }
+            None => {
+                copy.anonymous.remove(&delivery);
+                copy.drop_holds(|key| key == HoldKey::Delivery(delivery));
+            }
+        }
+        let delivered = copy.deliver(policy, delivery, None, event);
+        (copy, delivered)
+    }
+
+    /// Removes the holds `gone` picks, and the lists left empty.
+    fn drop_holds(&mut self, gone: impl Fn(HoldKey) -> bool) {
+        for keys in self.holds.values_mut() {
+            keys.retain(|&key| !gone(key));
+        }
+        self.holds.retain(|_, keys| !keys.is_empty());
     }
 
     /// Decides and records a delivery that [`Receiver::recognise`] did not recognise.

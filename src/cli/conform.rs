@@ -629,7 +629,8 @@ pub fn run(args: &ConformArgs) -> Outcome {
         return run_facts(args, &kind);
     }
     if let (Some(file), None) = (&args.plan_out, &args.target) {
-        // The plan alone: nothing runs.
+        // The plan alone: nothing runs, but the flags a run of it would take are checked.
+        channels(args, None)?;
         let (scenario, plans, skipped, _, timing) = plans(args)?;
         write_plan(args, file, (&scenario, &plans, &skipped), timing)?;
         print(&format!(

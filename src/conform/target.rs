@@ -123,11 +123,15 @@ impl TargetFile {
             }
             file
         };
-        if file.command.is_empty() {
+        if file
+            .command
+            .first()
+            .is_none_or(|program| program.trim().is_empty())
+        {
             return Err(InputError::invalid(
                 Path::new(text),
                 "command",
-                "the command is empty: give the program and its arguments",
+                "the command is empty or names no program: give the program and its arguments",
             ));
         }
         for (field, value) in [

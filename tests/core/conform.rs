@@ -629,8 +629,8 @@ fn a_skipped_schedule_s_requests_are_counted_and_its_timeouts_named() {
     assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
     assert!(
         report.skipped[0].ends_with(
-            "; before that, 1 of its 1 request(s) had no definite answer (timeouts, resets, \
-             kills)"
+            "; before that, 1 of its 1 request(s) had no definite answer (timeouts and \
+             resets, and arrival's own kills in flight and disconnects)"
         ),
         "{:?}",
         report.skipped

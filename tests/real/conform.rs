@@ -936,3 +936,179 @@ fn a_reset_command_resets_a_receiver_whose_storage_is_elsewhere() {
     assert_status(&wrong, 2, "a reset that is neither a command nor a URL");
     assert!(stderr(&wrong).contains("reset"), "{}", stderr(&wrong));
 }
+
+/// The correct Python receiver, loaded so that a patch can follow (each `PATCH_*` below
+/// puts one bug in from outside).
+const PATCHABLE: &str = "import importlib.util, sys
+spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
+rx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rx)
+";
+
+/// Every record is dropped when the receiver starts again (its cards kept).
+const PATCH_FORGETS_RECORDS: &str = "right_init = rx.Store._initialise
+def _initialise(self):
+    right_init(self)
+    self.db.execute('DELETE FROM records')
+rx.Store._initialise = _initialise
+";
+
+/// Settled records are dropped when the receiver starts again (held ones and cards kept).
+const PATCH_FORGETS_SETTLED: &str = "right_init = rx.Store._initialise
+def _initialise(self):
+    right_init(self)
+    self.db.execute(\"DELETE FROM records WHERE standing='settled'\")
+rx.Store._initialise = _initialise
+";
+
+/// Every record kept, but a duplicate with an event id is answered with what judging its
+/// content again on the current cards gives (in a savepoint rolled back: nothing written).
+const PATCH_ANSWERS_DUPLICATES_AFRESH: &str = "right_audit = rx.Store.audit
+def audit(self, entry, subject, decision=None, previous=None):
+    right_audit(self, entry, subject, decision, previous)
+    self.last_entry = (entry, subject)
+rx.Store.audit = audit
+right_deliver = rx.Store.deliver
+def deliver(self, raw, delivery):
+    self.last_entry = None
+    word = right_deliver(self, raw, delivery)
+    if self.last_entry is not None and self.last_entry[0] == 'duplicate':
+        ok, env = rx.parse_json(raw)
+        if ok and isinstance(env, dict) and isinstance(env.get('event_id'), str):
+            self.db.execute('SAVEPOINT afresh')
+            decision, _ = self.rules_2_to_6(env)
+            self.db.execute('ROLLBACK TO afresh')
+            self.db.execute('RELEASE afresh')
+            return rx.ack_of(decision)
+    return word
+rx.Store.deliver = deliver
+";
+
+/// Every record kept, but a duplicate of an input without an event id is answered with
+/// what rules 2-6 would decide for its snapshot (nothing written).
+const PATCH_ANSWERS_ANONYMOUS_DUPLICATES_BY_RULES_2_TO_6: &str = "right_audit = rx.Store.audit
+def audit(self, entry, subject, decision=None, previous=None):
+    right_audit(self, entry, subject, decision, previous)
+    self.last_entry = (entry, subject)
+rx.Store.audit = audit
+right_deliver = rx.Store.deliver
+def deliver(self, raw, delivery):
+    self.last_entry = None
+    word = right_deliver(self, raw, delivery)
+    e = self.last_entry
+    if e is not None and e[0] == 'duplicate' and e[1].startswith('delivery-'):
+        ok, env = rx.parse_json(raw)
+        self.db.execute('SAVEPOINT afresh')
+        decision, _ = self.rules_2_to_6(env)
+        self.db.execute('ROLLBACK TO afresh')
+        self.db.execute('RELEASE afresh')
+        return rx.ack_of(decision)
+    return word
+rx.Store.deliver = deliver
+";
+
+/// Found by review: the name of a duplicate answered otherwise than its record, or of an
+/// acknowledged hold gone after a kill, follows what the state shows. A receiver that
+/// lost its records and decided again shows the new decision's hold: `ack-implies-recorded`
+/// (was `duplicate-no-effect`); one that kept them but answers as if deciding again shows
+/// no new hold: `diverged` (was `ack-implies-recorded`); a hold acknowledged and gone after
+/// a kill right after its acknowledgement, or after a restart: `ack-implies-recorded` (was
+/// `diverged`).
+#[test]
+fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() {
+    const B62: &str = "models/b62-15.toml";
+    let cases: [(&str, &str, Value, &str); 6] = [
+        (
+            B62,
+            PATCH_FORGETS_SETTLED,
+            serde_json::json!([{"deliver": 3}, {"restart": true}, {"deliver": 4},
+                {"deliver": 6}, {"deliver": 3, "duplicate": true}]),
+            "ack-implies-recorded",
+        ),
+        (
+            B62,
+            PATCH_ANSWERS_DUPLICATES_AFRESH,
+            serde_json::json!([{"deliver": 3}, {"deliver": 4}, {"deliver": 6},
+                {"deliver": 3, "duplicate": true}]),
+            "diverged",
+        ),
+        (
+            B62,
+            PATCH_FORGETS_RECORDS,
+            serde_json::json!([{"deliver": 9, "kill_after_ack": true}]),
+            "ack-implies-recorded",
+        ),
+        (
+            B62,
+            PATCH_FORGETS_RECORDS,
+            serde_json::json!([{"deliver": 9}, {"restart": true}]),
+            "ack-implies-recorded",
+        ),
+        (
+            B62,
+            PATCH_FORGETS_RECORDS,
+            serde_json::json!([{"deliver": 8}, {"deliver": 10}, {"restart": true}]),
+            "ack-implies-recorded",
+        ),
+        // An input without an event id is held whenever it is decided: a duplicate of one
+        // answered as rules 2-6 would decide its snapshot is no lost record.
+        (
+            "models/anonymous-twice.toml",
+            PATCH_ANSWERS_ANONYMOUS_DUPLICATES_BY_RULES_2_TO_6,
+            serde_json::json!([{"deliver": 1}, {"reconcile": "card-3"},
+                {"deliver": 1, "duplicate": true}]),
+            "diverged",
+        ),
+    ];
+    let dir = temp_dir("conform-named-by-state");
+    let plan = dir.path().join("plan.json");
+    let mut seen = Vec::new();
+    for (model, patch, actions, _) in &cases {
+        let written = arrival(&[
+            "conform",
+            model,
+            "--plan-out",
+            plan.to_str().unwrap(),
+            "--no-traces",
+            "--no-mutants",
+            "--no-cover",
+            "--walks",
+            "1",
+        ]);
+        assert_status(&written, 0, "--plan-out");
+        let mut file: Value =
+            serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+        file["schedules"] = serde_json::json!([{"origin": "test", "actions": actions}]);
+        std::fs::write(&plan, file.to_string()).unwrap();
+        let code = format!("{PATCHABLE}{patch}sys.argv[0] = 'receiver.py'\nrx.main()");
+        let target = target_file(
+            dir.path(),
+            "http",
+            &[
+                "python3",
+                "-c",
+                &code,
+                "--port",
+                "{port}",
+                "--data",
+                "{data_dir}",
+            ],
+        );
+        let output = conform(
+            model,
+            &target,
+            &[
+                "--plan",
+                plan.to_str().unwrap(),
+                "--shrink-budget",
+                "0",
+                "--confirm",
+                "1",
+            ],
+        );
+        assert_status(&output, 1, &actions.to_string());
+        seen.push(found(&json(&output)).0);
+    }
+    let want: Vec<&str> = cases.iter().map(|case| case.3).collect();
+    assert_eq!(seen, want);
+}
