@@ -293,8 +293,22 @@ fn sqlite_error(error: rusqlite::Error) -> DbError {
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         );
     DbError {
-        message: format!("sqlite: {error}"),
+        message: clip(format!("sqlite: {error}")),
         retry,
+    }
+}
+
+/// A database's message cut to a readable length: some quote the whole statement, and a
+/// batch's can run to hundreds of kilobytes of placeholders.
+fn clip(message: String) -> String {
+    const SHOWN: usize = 400;
+    match message.char_indices().nth(SHOWN) {
+        None => message,
+        Some((cut, _)) => format!(
+            "{} ... ({} more bytes)",
+            &message[..cut],
+            message.len() - cut
+        ),
     }
 }
 
@@ -463,7 +477,10 @@ fn postgres_error(error: postgres::Error) -> DbError {
         Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
         None => format!("postgres: {error}"),
     };
-    DbError { message, retry }
+    DbError {
+        message: clip(message),
+        retry,
+    }
 }
 
 /// Why a connection failed, for people: the server's own message and SQLSTATE when it
@@ -643,5 +660,24 @@ impl Database for Postgres {
 
     fn stats(&self) -> DbStats {
         self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn a_long_database_message_is_cut_and_says_how_much_is_left_out() {
+        assert_eq!(clip("short".into()), "short");
+        let long = format!("sqlite: too many SQL variables in {}", "?,".repeat(1000));
+        let shown = clip(long.clone());
+        assert!(shown.starts_with("sqlite: too many SQL variables in ?,?,"));
+        assert!(shown.ends_with(&format!(" ... ({} more bytes)", long.len() - 400)));
+        // Never cut inside a character.
+        assert_eq!(
+            clip("é".repeat(401)),
+            format!("{} ... (2 more bytes)", "é".repeat(400))
+        );
     }
 }
