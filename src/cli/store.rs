@@ -11,12 +11,13 @@ use crate::harness::InputError;
 use crate::store::drill::{self, ConcurrentOptions, CrashOptions};
 use crate::store::input::{
     authority, db_url, fixture_deliveries, initial_cards, read_snapshots, shown_id, JsonLines,
-    DEFAULT_DB,
+    Next, DEFAULT_DB,
 };
 use crate::store::{
     unkeepable_name, Acknowledgement, DbUrl, Incoming, Store, StoreError, StoreMutant,
 };
 use clap::Subcommand;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// `arrival store ...`
@@ -274,8 +275,17 @@ impl Batcher {
         if self.pending.is_empty() {
             return Ok(());
         }
+        let mut unwritten = 0;
         let mut emit = |ack: &Acknowledgement| {
-            print_line(&serde_json::to_string(ack).expect("acknowledgements serialise"));
+            let line = serde_json::to_string(ack).expect("acknowledgements serialise") + "\n";
+            let mut out = std::io::stdout().lock();
+            if out
+                .write_all(line.as_bytes())
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                unwritten += 1;
+            }
         };
         let result = match self.broken {
             None => self.store.deliver_batch(&self.pending, &mut emit),
@@ -287,9 +297,21 @@ impl Batcher {
             ),
         };
         self.pending.clear();
-        result
-            .map(|_| ())
-            .map_err(|error| store_error(&self.url, error))
+        result.map_err(|error| store_error(&self.url, error))?;
+        if unwritten > 0 {
+            // The sender can no longer hear answers: stop rather than decide more of what it
+            // will send again (those decided are committed; a resend is a duplicate).
+            return Err(EnvironmentError::new(
+                "standard output",
+                format!(
+                    "{unwritten} acknowledgement(s) could not be written (the reader closed the \
+                     output); their deliveries are committed, and a resend is answered as a \
+                     duplicate"
+                ),
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -317,7 +339,8 @@ fn ingest(
         store,
         broken,
         batch,
-        pending: Vec::with_capacity(batch),
+        // Grown as lines come: a batch size is a limit, not a size to set aside.
+        pending: Vec::with_capacity(batch.min(1024)),
     };
     match fixture {
         Some(path) => {
@@ -345,15 +368,15 @@ fn ingest_lines(batcher: &mut Batcher, file: Option<PathBuf>) -> Result<(), Erro
         source: source_error,
     })?;
     loop {
-        if !batcher.pending.is_empty() && !lines.line_waiting() {
-            batcher.flush()?;
-        }
+        // Wait for the writer only with nothing held back.
+        let may_wait = batcher.pending.is_empty();
         // Bad input ends the run, but only after what came before it is committed and
         // answered.
-        match lines.next_delivery() {
-            Ok(Some(Some(incoming))) => batcher.push(incoming)?,
-            Ok(Some(None)) => {}
-            Ok(None) => return Ok(()),
+        match lines.next_delivery(may_wait) {
+            Ok(Next::Line(Some(incoming))) => batcher.push(incoming)?,
+            Ok(Next::Line(None)) => {}
+            Ok(Next::WouldWait) => batcher.flush()?,
+            Ok(Next::End) => return Ok(()),
             Err(error) => {
                 batcher.flush()?;
                 return Err(error.into());

@@ -176,14 +176,27 @@ pub fn shown_id(name: &str) -> String {
 
 /// Reads JSON lines one at a time, as bytes: a line that is not UTF-8 is bad input naming
 /// that line (the lines before it are already handed out), and a UTF-8 byte order mark at
-/// the start of the input is skipped. It can also tell whether the next line is already
-/// there ([`JsonLines::line_waiting`]), so that `ingest --batch` never waits for a line
-/// while holding answers back.
+/// the start of the input is skipped. A caller that holds answers back can ask for the
+/// next line only if it is there without waiting for the writer
+/// ([`JsonLines::next_delivery`] with `may_wait` false), so that `ingest --batch` never
+/// waits for input, a whole line or the rest of one, while answers are held back.
 pub struct JsonLines<'a> {
     source: &'a Path,
     reader: BufReader<File>,
     number: usize,
+    /// The line being read: bytes up to its newline, kept across a [`Next::WouldWait`].
     buffer: Vec<u8>,
+}
+
+/// What reading on gave.
+#[derive(Debug, PartialEq)]
+pub enum Next<T> {
+    /// A line (or what it was read as).
+    Line(T),
+    /// The end of the input.
+    End,
+    /// The next bytes are not there yet: reading on would wait for the writer.
+    WouldWait,
 }
 
 impl<'a> JsonLines<'a> {
@@ -199,34 +212,72 @@ impl<'a> JsonLines<'a> {
 
     /// Lines of standard input. The file is a duplicate of descriptor 0, read without
     /// the standard library's own stdin buffer, so that what is buffered is all in
-    /// [`JsonLines::line_waiting`]'s view.
+    /// this reader's view.
     pub fn stdin(source: &'a Path) -> std::io::Result<JsonLines<'a>> {
         let file = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
         Ok(JsonLines::new(source, file))
     }
 
-    /// Whether reading the next line can start without waiting for the writer: a whole
-    /// line is buffered, or the input has more bytes (or its end) ready now. A regular
-    /// file is always ready; a pipe whose writer is waiting for an answer is not. (A line
-    /// the writer is still in the middle of writing may be read in part and then waited
-    /// for: a writer that stops mid-line waits for nothing from us.)
-    pub fn line_waiting(&self) -> bool {
-        self.reader.buffer().contains(&b'\n') || ready_now(self.reader.get_ref().as_fd())
-    }
-
     /// The next line and its number (from 1), without its line ending; `None` at the end.
     pub fn next_line(&mut self) -> Result<Option<(usize, String)>, InputError> {
-        self.buffer.clear();
-        let read = self
-            .reader
-            .read_until(b'\n', &mut self.buffer)
-            .map_err(|source| InputError::Io {
-                file: self.source.to_owned(),
-                source,
-            })?;
-        if read == 0 {
-            return Ok(None);
+        match self.read_line(true)? {
+            Next::Line(line) => Ok(Some(line)),
+            Next::End | Next::WouldWait => Ok(None),
         }
+    }
+
+    /// The next line as a delivery ([`parse_delivery`]): `None` for a blank line. With
+    /// `may_wait` false, [`Next::WouldWait`] instead of waiting for the writer (a partial
+    /// line read so far is kept for the next call).
+    pub fn next_delivery(&mut self, may_wait: bool) -> Result<Next<Option<Incoming>>, InputError> {
+        Ok(match self.read_line(may_wait)? {
+            Next::Line((number, line)) => Next::Line(parse_delivery(self.source, number, &line)?),
+            Next::End => Next::End,
+            Next::WouldWait => Next::WouldWait,
+        })
+    }
+
+    /// Reads up to the next newline (or the end), refilling the buffer as needed; before a
+    /// refill that would wait, gives [`Next::WouldWait`] unless `may_wait`.
+    fn read_line(&mut self, may_wait: bool) -> Result<Next<(usize, String)>, InputError> {
+        let io = |source| InputError::Io {
+            file: self.source.to_owned(),
+            source,
+        };
+        loop {
+            if self.reader.buffer().is_empty()
+                && !may_wait
+                && !ready_now(self.reader.get_ref().as_fd())
+            {
+                return Ok(Next::WouldWait);
+            }
+            let chunk = self.reader.fill_buf().map_err(io)?;
+            if chunk.is_empty() {
+                if self.buffer.is_empty() {
+                    return Ok(Next::End);
+                }
+                break;
+            }
+            match chunk.iter().position(|&byte| byte == b'\n') {
+                Some(at) => {
+                    self.buffer.extend_from_slice(&chunk[..=at]);
+                    self.reader.consume(at + 1);
+                    break;
+                }
+                None => {
+                    let taken = chunk.len();
+                    self.buffer.extend_from_slice(chunk);
+                    self.reader.consume(taken);
+                }
+            }
+        }
+        let line = self.decode_line();
+        self.buffer.clear();
+        line.map(Next::Line)
+    }
+
+    /// The buffered line, numbered, without its line ending or a leading byte order mark.
+    fn decode_line(&mut self) -> Result<(usize, String), InputError> {
         self.number += 1;
         let mut bytes = self.buffer.as_slice();
         if self.number == 1 {
@@ -244,16 +295,7 @@ impl<'a> JsonLines<'a> {
                 ),
             )
         })?;
-        Ok(Some((self.number, line.to_owned())))
-    }
-
-    /// The next line as a delivery ([`parse_delivery`]): `Some(None)` for a blank line,
-    /// `None` at the end.
-    pub fn next_delivery(&mut self) -> Result<Option<Option<Incoming>>, InputError> {
-        match self.next_line()? {
-            Some((number, line)) => parse_delivery(self.source, number, &line).map(Some),
-            None => Ok(None),
-        }
+        Ok((self.number, line.to_owned()))
     }
 }
 

@@ -248,8 +248,8 @@ fn load_waiting(
 ) -> Result<(), DbError> {
     partial.ensure_bucket(db, card)?;
     let conflicted = db.query(
-        "SELECT DISTINCT r.event_id FROM records r JOIN holds h ON h.event_id = r.event_id \
-         WHERE r.idx = 0 AND r.object_id = $1",
+        "SELECT r.event_id FROM records r JOIN holds h ON h.event_id = r.event_id \
+         WHERE r.idx = 0 AND r.object_id = $1 GROUP BY r.event_id ORDER BY MIN(h.seq)",
         &[text(object_id)],
     )?;
     for row in conflicted {

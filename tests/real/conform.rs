@@ -513,20 +513,28 @@ fn a_receiver_that_reconciles_on_its_own_is_judged_by_its_fetches_with_no_false_
     );
 }
 
-/// The correct Python receiver reconciling on its own, with one bug put in from outside:
-/// after a held delivery it reconciles every card, paused or not.
-const RECONCILES_EVERY_CARD: &str = "import importlib.util, sys
+/// The correct Python receiver, loaded so that a patch can follow: each receiver below is
+/// it with one bug put in from outside ([`patched`]).
+const PATCHABLE: &str = "import importlib.util, sys
 spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
 rx = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rx)
-def reconcile_paused(self):
+";
+
+/// The Python program that runs the correct receiver with `patch` applied.
+fn patched(patch: &str) -> String {
+    format!("{PATCHABLE}{patch}sys.argv[0] = 'receiver.py'\nrx.main()")
+}
+
+/// The correct Python receiver reconciling on its own, with one bug put in from outside:
+/// after a held delivery it reconciles every card, paused or not.
+const RECONCILES_EVERY_CARD: &str = "def reconcile_paused(self):
     for (oid,) in self.store.db.execute('SELECT object_id FROM cards').fetchall():
         snap = rx.fetch_snapshot(self.authority, oid)
         if snap is not None and rx.is_valid_version(snap.get('version')) and 'state' in snap:
             self.store.transact(lambda: self.store.reconcile(snap), lambda _: None)
 rx.Handler.reconcile_paused = reconcile_paused
-sys.argv[0] = 'receiver.py'
-rx.main()";
+";
 
 /// Found by review: the contract lets a receiver reconcile only a paused card or one it
 /// does not know; a fetch of any other card is no reconciliation, and one that changes it
@@ -537,7 +545,7 @@ fn a_receiver_that_reconciles_cards_that_are_not_paused_is_caught() {
     let target = pull_target(
         dir.path(),
         &[
-            &["python3", "-c", RECONCILES_EVERY_CARD][..],
+            &["python3", "-c", &patched(RECONCILES_EVERY_CARD)][..],
             &PULL_ARGS,
             &["--reconcile-on-pause"],
         ]
@@ -555,19 +563,14 @@ fn a_receiver_that_reconciles_cards_that_are_not_paused_is_caught() {
 
 /// The correct Python receiver, reconciling on its own, with one bug put in from outside:
 /// a snapshot that replaces a paused card leaves it paused.
-const RECONCILES_BUT_STAYS_PAUSED: &str = "import importlib.util, sys
-spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
-rx = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rx)
-right = rx.Store.reconcile
+const RECONCILES_BUT_STAYS_PAUSED: &str = "right = rx.Store.reconcile
 def reconcile(self, snap):
     outcome = right(self, snap)
     if outcome == 'replaced':
         self.db.execute('UPDATE cards SET paused=1 WHERE object_id=?', (snap['object_id'],))
     return outcome
 rx.Store.reconcile = reconcile
-sys.argv[0] = 'receiver.py'
-rx.main()";
+";
 
 /// A receiver whose own reconciliation goes wrong changed the card it fetched: that is no
 /// paused card changed behind the contract's back, nor a held delivery that changed
@@ -580,7 +583,7 @@ fn a_receiver_that_reconciles_on_its_own_wrongly_is_diverged_never_a_rule_it_did
     let target = pull_target(
         dir.path(),
         &[
-            &["python3", "-c", RECONCILES_BUT_STAYS_PAUSED][..],
+            &["python3", "-c", &patched(RECONCILES_BUT_STAYS_PAUSED)][..],
             &PULL_ARGS,
             &["--reconcile-on-pause"],
         ]
@@ -607,18 +610,13 @@ fn a_receiver_that_reconciles_on_its_own_wrongly_is_diverged_never_a_rule_it_did
 
 /// The correct Python receiver with one bug put in from outside: a duplicate rewrites
 /// card-8's state at its version, whichever card it names.
-const DUPLICATE_TOUCHES_A_CARD: &str = "import importlib.util, sys
-spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
-rx = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rx)
-right = rx.Store.audit
+const DUPLICATE_TOUCHES_A_CARD: &str = "right = rx.Store.audit
 def audit(self, kind, *rest):
     right(self, kind, *rest)
     if kind == 'duplicate':
         self.db.execute('UPDATE cards SET state=? WHERE object_id=?', ('{\"touched\":true}', 'card-8'))
 rx.Store.audit = audit
-sys.argv[0] = 'receiver.py'
-rx.main()";
+";
 
 /// Found by review: a duplicate that rewrites a card at its version was named
 /// `version-monotonic`; every world takes the delivery for a duplicate, so the rule it
@@ -632,7 +630,7 @@ fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
         &[
             "python3",
             "-c",
-            DUPLICATE_TOUCHES_A_CARD,
+            &patched(DUPLICATE_TOUCHES_A_CARD),
             "--port",
             "{port}",
             "--data",
@@ -652,11 +650,7 @@ fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
 /// The correct Python receiver with one bug put in from outside: a duplicate is answered
 /// with the meaning its record had before a reconciliation re-evaluated it (kept in its
 /// `meta` table, so a reset forgets it).
-const DUPLICATE_ANSWERS_OLD_MEANING: &str = "import importlib.util, sys
-spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
-rx = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rx)
-right_audit = rx.Store.audit
+const DUPLICATE_ANSWERS_OLD_MEANING: &str = "right_audit = rx.Store.audit
 def audit(self, entry, subject, decision=None, previous=None):
     right_audit(self, entry, subject, decision, previous)
     self.last_entry = (entry, subject)
@@ -674,8 +668,7 @@ def deliver(self, raw, delivery):
             return rx.ack_of(old)
     return word
 rx.Store.deliver = deliver
-sys.argv[0] = 'receiver.py'
-rx.main()";
+";
 
 /// Found by review: a duplicate answered `held`, the meaning its record had before a
 /// reconciliation re-evaluated it to `ignored`, was named `ack-implies-recorded`. Its record
@@ -690,7 +683,7 @@ fn a_duplicate_answered_with_its_record_s_old_meaning_is_diverged() {
         &[
             "python3",
             "-c",
-            DUPLICATE_ANSWERS_OLD_MEANING,
+            &patched(DUPLICATE_ANSWERS_OLD_MEANING),
             "--port",
             "{port}",
             "--data",
@@ -937,14 +930,6 @@ fn a_reset_command_resets_a_receiver_whose_storage_is_elsewhere() {
     assert!(stderr(&wrong).contains("reset"), "{}", stderr(&wrong));
 }
 
-/// The correct Python receiver, loaded so that a patch can follow (each `PATCH_*` below
-/// puts one bug in from outside).
-const PATCHABLE: &str = "import importlib.util, sys
-spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
-rx = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rx)
-";
-
 /// Every record is dropped when the receiver starts again (its cards kept).
 const PATCH_FORGETS_RECORDS: &str = "right_init = rx.Store._initialise
 def _initialise(self):
@@ -1080,7 +1065,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
         file["schedules"] = serde_json::json!([{"origin": "test", "actions": actions}]);
         std::fs::write(&plan, file.to_string()).unwrap();
-        let code = format!("{PATCHABLE}{patch}sys.argv[0] = 'receiver.py'\nrx.main()");
+        let code = patched(patch);
         let target = target_file(
             dir.path(),
             "http",

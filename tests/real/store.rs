@@ -1103,9 +1103,16 @@ fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
             }
         }
     });
-    for (at, version) in [(1, 20), (2, 21)] {
-        let line = snapshot_line(&format!("e-q{at}"), version);
-        std::io::Write::write_all(&mut stdin, line.as_bytes()).expect("write a line");
+    // Line 1 is sent with the first 12,000 bytes of a 20 KB line 2 (more than the reader's
+    // buffer holds), and line 2's rest only after line 1's answer: an answer is never held
+    // back behind a line still coming (found by review).
+    let second = snapshot_line("e-q2", 21).replace(
+        "\"stage\": \"v21\"",
+        &format!("\"stage\": \"v21\", \"pad\": \"{}\"", "x".repeat(20_000)),
+    );
+    let first = format!("{}{}", snapshot_line("e-q1", 20), &second[..12_000]);
+    for (at, version, bytes) in [(1, 20, &first[..]), (2, 21, &second[12_000..])] {
+        std::io::Write::write_all(&mut stdin, bytes.as_bytes()).expect("write");
         std::io::Write::flush(&mut stdin).expect("flush");
         let answer = answer_within(&answers, &mut child, 30, &format!("line {at}"));
         assert_eq!(answer["delivery"], version, "{answer}");
@@ -1123,4 +1130,33 @@ fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(answers.try_recv().is_err(), "two lines, two answers");
+}
+
+/// Found by review: a reader that closed the acknowledgements' output went unnoticed (exit
+/// 0, answers lost in silence). The store stops with exit 3, naming the output and what is
+/// committed.
+#[test]
+fn ingest_stops_with_exit_3_when_its_acknowledgements_cannot_be_written() {
+    let store = Backend::Sqlite.b62_store("closed-output.db");
+    let mut child = Command::new(ARRIVAL)
+        .args(["store", "ingest", "--db", &store.url, "--batch", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs");
+    drop(child.stdout.take());
+    let mut stdin = child.stdin.take().expect("stdin");
+    // The first write may already find the store gone; nothing else is needed of it.
+    let _ = std::io::Write::write_all(&mut stdin, snapshot_line("e-c1", 20).as_bytes());
+    drop(stdin);
+    let output = child.wait_with_output().expect("ends");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{said}");
+    assert!(
+        said.contains("standard output: 1 acknowledgement(s) could not be written"),
+        "{said}"
+    );
+    // Committed all the same: a resend is a duplicate.
+    assert_eq!(card_7_version(&store.url), 20);
 }
