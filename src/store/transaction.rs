@@ -239,7 +239,11 @@ fn due(partial: &Partial, card: Sym, snapshot: &AuthoritySnapshot, first: bool) 
 }
 
 /// Loads every hold filed under the card, and the records of the inputs whose first record
-/// names it and that wait (the conflicts a reconciliation resolves).
+/// names it and that wait (the conflicts a reconciliation resolves). Those are loaded by
+/// the card their hold is filed under (none first, then by id text), then by arrival: the
+/// cards are numbered in that order, and the reconciliation resolves them in their cards'
+/// order, which is then the same on both backends and, for cards the fixture starts with,
+/// the same as replay's.
 fn load_waiting(
     db: &mut dyn Database,
     partial: &mut Partial,
@@ -249,7 +253,8 @@ fn load_waiting(
     partial.ensure_bucket(db, card)?;
     let conflicted = db.query(
         "SELECT r.event_id FROM records r JOIN holds h ON h.event_id = r.event_id \
-         WHERE r.idx = 0 AND r.object_id = $1 GROUP BY r.event_id ORDER BY MIN(h.seq)",
+         WHERE r.idx = 0 AND r.object_id = $1 GROUP BY r.event_id \
+         ORDER BY MIN(h.card_id) IS NOT NULL, MIN(h.card_id), MIN(h.seq)",
         &[text(object_id)],
     )?;
     for row in conflicted {

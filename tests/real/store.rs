@@ -1160,3 +1160,38 @@ fn ingest_stops_with_exit_3_when_its_acknowledgements_cannot_be_written() {
     // Committed all the same: a resend is a duplicate.
     assert_eq!(card_7_version(&store.url), 20);
 }
+
+/// Found by review: the changed payloads a reconciliation resolves elsewhere came in an
+/// order that depended on the backend (SQLite `e-9, e-1`, PostgreSQL and replay `e-1, e-9`).
+#[test]
+fn a_reconciliation_resolves_held_variants_in_replay_s_order_on_both_backends() {
+    let fixture = root().join("tests/inputs/resolved-order.json");
+    let fixture = fixture.to_str().expect("UTF-8");
+    for backend in Backend::ALL {
+        let db = backend.fresh("order.db");
+        for step in ["init", "ingest", "reconcile"] {
+            let said = ok(&["store", step, "--db", &db.url, "--fixture", fixture]);
+            if step != "reconcile" {
+                continue;
+            }
+            let card_x: Value = said
+                .lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .find(|line| line["object_id"] == "card-x")
+                .expect("card-x reconciled");
+            assert_eq!(
+                card_x["resolved"],
+                serde_json::json!(["e-1", "e-9"]),
+                "{}",
+                backend.name()
+            );
+        }
+    }
+    let replayed = ok(&["replay", fixture]);
+    assert!(
+        replayed.contains("e-1 resolved")
+            && replayed.contains("e-9 resolved")
+            && replayed.find("e-1 resolved") < replayed.find("e-9 resolved"),
+        "{replayed}"
+    );
+}
