@@ -835,6 +835,7 @@ impl<'a> Runner<'a> {
             last: self.last.as_ref(),
             channels: self.settings.channels,
             final_read: last_read,
+            crashed: self.run.killed || self.run.counts.indefinite > 0,
             fetched: fetched_at(&self.run.own_fetches, step),
         };
         let regressed_before = self.run.counts.regressed;
@@ -1033,6 +1034,9 @@ struct Naming<'a> {
     last: Option<&'a Observed>,
     channels: Channels,
     final_read: bool,
+    /// Whether the receiver was killed, or left a request without a definite answer,
+    /// earlier in the run: only then can a record be missing beside its effect.
+    crashed: bool,
     /// The cards the receiver fetched from the authority on its own during this step:
     /// each may have been reconciled, so no rule about what a delivery may not change
     /// names a change to it.
@@ -1097,16 +1101,13 @@ impl Naming<'_> {
             counts.changed_payloads_swallowed += 1;
             return Some("evidence-retained");
         }
-        // What was seen is what deciding the content again gives, its effect included: the
-        // record was lost (or never written beside its effect), and that is the rule broken.
-        if self.redecided() {
-            return Some("ack-implies-recorded");
-        }
         if let Some(name) = self.changed_cards() {
             return Some(name);
         }
-        self.duplicate_changed_state()
-            .then_some("duplicate-no-effect")
+        if self.duplicate_changed_state() {
+            return Some("duplicate-no-effect");
+        }
+        self.redecided().then_some("ack-implies-recorded")
     }
 
     /// An acknowledged decision missing after a kill right after its acknowledgement, or
@@ -1147,8 +1148,7 @@ impl Naming<'_> {
                         &self.channels,
                     )
                 });
-                (unrecorded && changes || self.acknowledged_input_lost(seen))
-                    .then_some("ack-implies-recorded")
+                (unrecorded && changes).then_some("ack-implies-recorded")
             }
             Action::Restart => {
                 let last = self.last?;
@@ -1161,25 +1161,6 @@ impl Naming<'_> {
             }
             _ => None,
         }
-    }
-
-    /// Whether every candidate world after the step has an unresolved input the state read
-    /// after a kill right after the acknowledgement lacks: the acknowledged decision's
-    /// record (its hold) did not survive, whatever else of it did.
-    fn acknowledged_input_lost(&self, seen: &Observed) -> bool {
-        let Some(now) = seen
-            .unresolved
-            .as_ref()
-            .filter(|_| self.channels.unresolved)
-        else {
-            return false;
-        };
-        !self.branches.is_empty()
-            && self.branches.iter().all(|branch| {
-                project(self.scenario, &branch.world)
-                    .unresolved
-                    .is_some_and(|want| want.iter().any(|input| !now.contains(input)))
-            })
     }
 
     /// Whether an unresolved input or a paused card the last read showed is gone, in a step
@@ -1281,12 +1262,17 @@ impl Naming<'_> {
     /// acknowledgement matches no decision recorded for that content. A receiver whose
     /// decision's effect was stored without its record decides the content again.
     ///
-    /// Only when what was seen is what deciding the content again would give, in a world
-    /// before the step with the identity's records lost: that meaning, and (on the
-    /// channels read) that state, its new hold or its change of card included. A duplicate
-    /// answered with a meaning its record no longer holds (the one it held before a
-    /// reconciliation re-evaluated it, say) with its record kept is a wrong answer, which
-    /// no property names ([`Naming::misanswered_duplicate`]).
+    /// Only after a kill or an answer that never came earlier in the run (without one, a
+    /// record cannot go missing beside its effect: a receiver that decides a duplicate
+    /// again keeps no records by design), with the whole state read, and when what was
+    /// seen is what deciding the content again would give, in a world before the step
+    /// with the identity's records lost: that meaning, and that state. A step that changed
+    /// the state was named `duplicate-no-effect` before this is asked: from outside, a
+    /// lost record decided again and a duplicate never recognised look alike, and that
+    /// rule is broken either way. A duplicate answered with a meaning its record no longer
+    /// holds (the one it held before a reconciliation re-evaluated it, say) with its
+    /// record kept is a wrong answer, which no property names
+    /// ([`Naming::misanswered_duplicate`]).
     fn redecided(&self) -> bool {
         let Answer::Ack(Some(word)) = self.answer else {
             return false;
@@ -1297,16 +1283,26 @@ impl Naming<'_> {
         let Some(event) = self.delivered_event() else {
             return false;
         };
-        self.all_duplicates_answered_otherwise(word)
+        // The state must have been read whole: a channel not read could hide the hold a
+        // fresh decision leaves, and a receiver that keeps its records but answers wrongly
+        // would look like one that lost them.
+        let Some(seen) = self.seen.filter(|seen| {
+            self.channels.paused
+                && self.channels.unresolved
+                && seen.paused.is_some()
+                && seen.unresolved.is_some()
+        }) else {
+            return false;
+        };
+        self.crashed
+            && self.all_duplicates_answered_otherwise(word)
             && self.branches.iter().any(|branch| {
                 let (world, answer) =
                     branch
                         .reading
                         .afresh(&self.before[branch.from], delivery, event);
                 answer == word.as_str()
-                    && self.seen.is_none_or(|seen| {
-                        fits(&project(self.scenario, &world), seen, &self.channels)
-                    })
+                    && fits(&project(self.scenario, &world), seen, &self.channels)
             })
     }
 

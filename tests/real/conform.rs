@@ -992,13 +992,16 @@ def deliver(self, raw, delivery):
 rx.Store.deliver = deliver
 ";
 
-/// Found by review: the name of a duplicate answered otherwise than its record, or of an
-/// acknowledged hold gone after a kill, follows what the state shows. A receiver that
-/// lost its records and decided again shows the new decision's hold: `ack-implies-recorded`
-/// (was `duplicate-no-effect`); one that kept them but answers as if deciding again shows
-/// no new hold: `diverged` (was `ack-implies-recorded`); a hold acknowledged and gone after
-/// a kill right after its acknowledgement, or after a restart: `ack-implies-recorded` (was
-/// `diverged`).
+/// Found by two reviews: the name of a duplicate answered otherwise than its record, or of
+/// a hold gone after a kill, follows only what the state shows for certain. A receiver
+/// that lost its settled records at a restart decides a duplicate again and shows the new
+/// hold: the state changed on a delivery every world takes for a duplicate, and from
+/// outside that looks the same as a duplicate never recognised, so `duplicate-no-effect`.
+/// One that kept its records but answers as if deciding again, with no crash in the run:
+/// `diverged` (was `ack-implies-recorded`). A hold acknowledged and gone after a kill right
+/// after its acknowledgement, in one step: `diverged` (the state before was not seen: a
+/// receiver that never reports such holds looks the same). A hold the last read showed and
+/// gone after a restart: `ack-implies-recorded` (was `diverged`).
 #[test]
 fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() {
     const B62: &str = "models/b62-15.toml";
@@ -1008,7 +1011,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             PATCH_FORGETS_SETTLED,
             serde_json::json!([{"deliver": 3}, {"restart": true}, {"deliver": 4},
                 {"deliver": 6}, {"deliver": 3, "duplicate": true}]),
-            "ack-implies-recorded",
+            "duplicate-no-effect",
         ),
         (
             B62,
@@ -1021,7 +1024,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             B62,
             PATCH_FORGETS_RECORDS,
             serde_json::json!([{"deliver": 9, "kill_after_ack": true}]),
-            "ack-implies-recorded",
+            "diverged",
         ),
         (
             B62,
