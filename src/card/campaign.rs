@@ -82,15 +82,7 @@ pub fn model_steps(actions: &[Action]) -> Vec<Step> {
 /// cards, deliveries and authority), shortest first; and the names of those that cannot
 /// be driven.
 pub fn trace_plans(scenario: &Scenario, dir: &Path, can_kill: bool) -> (Vec<Plan>, Vec<String>) {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
+    let files = crate::harness::input::json_files(dir);
     let (mut plans, mut skipped) = (Vec::new(), Vec::new());
     for file in files {
         let Ok(kept) = Scenario::load(&file) else {

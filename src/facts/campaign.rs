@@ -852,15 +852,7 @@ pub fn trace_plans(
     dir: &std::path::Path,
     playable: &[u32],
 ) -> (Vec<Plan>, Vec<String>) {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
+    let files = crate::harness::input::json_files(dir);
     let (mut plans, mut skipped) = (Vec::new(), Vec::new());
     for file in files {
         let Ok((kept, kept_raw)) = load_fixture(&file) else {

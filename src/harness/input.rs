@@ -42,6 +42,21 @@ pub fn read_text(file: &Path) -> Result<String, InputError> {
     })
 }
 
+/// The `.json` files directly in `dir`, sorted by path; none when it cannot be read (a
+/// folder of kept counterexamples that does not exist holds none).
+pub fn json_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
 /// Checks, before any work, that the file an output flag names can be written: its folder
 /// exists and the file can be created (or, if it exists, opened for writing). A file this
 /// creates is removed again. The error names the flag and says `cannot write`.
