@@ -519,11 +519,51 @@ const PATCHABLE: &str = "import importlib.util, sys
 spec = importlib.util.spec_from_file_location('rx', 'examples/receivers/python-sqlite/receiver.py')
 rx = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rx)
+def answer_duplicates(how):
+    # A duplicate's answer becomes how(self, raw, subject, word), unless that is None.
+    right_audit, right_deliver = rx.Store.audit, rx.Store.deliver
+    def audit(self, entry, subject, decision=None, previous=None):
+        right_audit(self, entry, subject, decision, previous)
+        self.last_entry = (entry, subject)
+    def deliver(self, raw, delivery):
+        self.last_entry = None
+        word = right_deliver(self, raw, delivery)
+        e = self.last_entry
+        if e is not None and e[0] == 'duplicate':
+            return how(self, raw, e[1], word) or word
+        return word
+    rx.Store.audit, rx.Store.deliver = audit, deliver
+def judged(self, raw):
+    # What rules 2-6 decide for this envelope now, in a savepoint rolled back.
+    ok, env = rx.parse_json(raw)
+    self.db.execute('SAVEPOINT afresh')
+    decision, _ = self.rules_2_to_6(env)
+    self.db.execute('ROLLBACK TO afresh')
+    self.db.execute('RELEASE afresh')
+    return rx.ack_of(decision)
 ";
 
 /// The Python program that runs the correct receiver with `patch` applied.
 fn patched(patch: &str) -> String {
     format!("{PATCHABLE}{patch}sys.argv[0] = 'receiver.py'\nrx.main()")
+}
+
+/// An HTTP target file in `dir` for the correct receiver with `patch` applied.
+fn patched_target(dir: &Path, patch: &str) -> String {
+    let code = patched(patch);
+    target_file(
+        dir,
+        "http",
+        &[
+            "python3",
+            "-c",
+            &code,
+            "--port",
+            "{port}",
+            "--data",
+            "{data_dir}",
+        ],
+    )
 }
 
 /// The correct Python receiver reconciling on its own, with one bug put in from outside:
@@ -624,19 +664,7 @@ rx.Store.audit = audit
 #[test]
 fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
     let dir = temp_dir("conform-dup-touches");
-    let target = target_file(
-        dir.path(),
-        "http",
-        &[
-            "python3",
-            "-c",
-            &patched(DUPLICATE_TOUCHES_A_CARD),
-            "--port",
-            "{port}",
-            "--data",
-            "{data_dir}",
-        ],
-    );
+    let target = patched_target(dir.path(), DUPLICATE_TOUCHES_A_CARD);
     let output = conform(
         "models/b62-15.toml",
         &target,
@@ -653,21 +681,13 @@ fn a_duplicate_that_rewrites_a_card_at_its_version_is_duplicate_no_effect() {
 const DUPLICATE_ANSWERS_OLD_MEANING: &str = "right_audit = rx.Store.audit
 def audit(self, entry, subject, decision=None, previous=None):
     right_audit(self, entry, subject, decision, previous)
-    self.last_entry = (entry, subject)
     if entry == 're_evaluated' and self.meta('old:' + subject) is None:
         self.set_meta('old:' + subject, previous)
 rx.Store.audit = audit
-right_deliver = rx.Store.deliver
-def deliver(self, raw, delivery):
-    self.last_entry = None
-    word = right_deliver(self, raw, delivery)
-    entry = self.last_entry
-    if entry is not None and entry[0] == 'duplicate':
-        old = self.meta('old:' + entry[1])
-        if old is not None:
-            return rx.ack_of(old)
-    return word
-rx.Store.deliver = deliver
+def old_meaning(self, raw, subject, word):
+    old = self.meta('old:' + subject)
+    return None if old is None else rx.ack_of(old)
+answer_duplicates(old_meaning)
 ";
 
 /// Found by review: a duplicate answered `held`, the meaning its record had before a
@@ -677,19 +697,7 @@ rx.Store.deliver = deliver
 #[test]
 fn a_duplicate_answered_with_its_record_s_old_meaning_is_diverged() {
     let dir = temp_dir("conform-dup-old-meaning");
-    let target = target_file(
-        dir.path(),
-        "http",
-        &[
-            "python3",
-            "-c",
-            &patched(DUPLICATE_ANSWERS_OLD_MEANING),
-            "--port",
-            "{port}",
-            "--data",
-            "{data_dir}",
-        ],
-    );
+    let target = patched_target(dir.path(), DUPLICATE_ANSWERS_OLD_MEANING);
     let output = conform(
         "models/b62-15.toml",
         &target,
@@ -948,48 +956,17 @@ rx.Store._initialise = _initialise
 
 /// Every record kept, but a duplicate with an event id is answered with what judging its
 /// content again on the current cards gives (in a savepoint rolled back: nothing written).
-const PATCH_ANSWERS_DUPLICATES_AFRESH: &str = "right_audit = rx.Store.audit
-def audit(self, entry, subject, decision=None, previous=None):
-    right_audit(self, entry, subject, decision, previous)
-    self.last_entry = (entry, subject)
-rx.Store.audit = audit
-right_deliver = rx.Store.deliver
-def deliver(self, raw, delivery):
-    self.last_entry = None
-    word = right_deliver(self, raw, delivery)
-    if self.last_entry is not None and self.last_entry[0] == 'duplicate':
-        ok, env = rx.parse_json(raw)
-        if ok and isinstance(env, dict) and isinstance(env.get('event_id'), str):
-            self.db.execute('SAVEPOINT afresh')
-            decision, _ = self.rules_2_to_6(env)
-            self.db.execute('ROLLBACK TO afresh')
-            self.db.execute('RELEASE afresh')
-            return rx.ack_of(decision)
-    return word
-rx.Store.deliver = deliver
+const PATCH_ANSWERS_DUPLICATES_AFRESH: &str = "def afresh(self, raw, subject, word):
+    return None if subject.startswith('delivery-') else judged(self, raw)
+answer_duplicates(afresh)
 ";
 
 /// Every record kept, but a duplicate of an input without an event id is answered with
 /// what rules 2-6 would decide for its snapshot (nothing written).
-const PATCH_ANSWERS_ANONYMOUS_DUPLICATES_BY_RULES_2_TO_6: &str = "right_audit = rx.Store.audit
-def audit(self, entry, subject, decision=None, previous=None):
-    right_audit(self, entry, subject, decision, previous)
-    self.last_entry = (entry, subject)
-rx.Store.audit = audit
-right_deliver = rx.Store.deliver
-def deliver(self, raw, delivery):
-    self.last_entry = None
-    word = right_deliver(self, raw, delivery)
-    e = self.last_entry
-    if e is not None and e[0] == 'duplicate' and e[1].startswith('delivery-'):
-        ok, env = rx.parse_json(raw)
-        self.db.execute('SAVEPOINT afresh')
-        decision, _ = self.rules_2_to_6(env)
-        self.db.execute('ROLLBACK TO afresh')
-        self.db.execute('RELEASE afresh')
-        return rx.ack_of(decision)
-    return word
-rx.Store.deliver = deliver
+const PATCH_ANSWERS_ANONYMOUS_DUPLICATES_BY_RULES_2_TO_6: &str =
+    "def afresh(self, raw, subject, word):
+    return judged(self, raw) if subject.startswith('delivery-') else None
+answer_duplicates(afresh)
 ";
 
 /// Found by two reviews: the name of a duplicate answered otherwise than its record, or of
@@ -1068,20 +1045,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
         file["schedules"] = serde_json::json!([{"origin": "test", "actions": actions}]);
         std::fs::write(&plan, file.to_string()).unwrap();
-        let code = patched(patch);
-        let target = target_file(
-            dir.path(),
-            "http",
-            &[
-                "python3",
-                "-c",
-                &code,
-                "--port",
-                "{port}",
-                "--data",
-                "{data_dir}",
-            ],
-        );
+        let target = patched_target(dir.path(), patch);
         let output = conform(
             model,
             &target,

@@ -1079,19 +1079,31 @@ fn answer_within(
     }
 }
 
+/// `arrival store ingest --batch BATCH` on `url`, its three streams piped.
+fn ingest_child(url: &str, batch: usize) -> std::process::Child {
+    Command::new(ARRIVAL)
+        .args([
+            "store",
+            "ingest",
+            "--db",
+            url,
+            "--batch",
+            &batch.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("arrival runs")
+}
+
 /// A sender that waits for each answer before it sends the next delivery gets each answer
 /// at once, `--batch 16` or not: the store commits what it has as soon as nothing more
 /// is waiting on its input.
 #[test]
 fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
     let store = Backend::Sqlite.b62_store("quiet.db");
-    let mut child = Command::new(ARRIVAL)
-        .args(["store", "ingest", "--db", &store.url, "--batch", "16"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("arrival runs");
+    let mut child = ingest_child(&store.url, 16);
     let mut stdin = child.stdin.take().expect("stdin");
     let stdout = child.stdout.take().expect("stdout");
     let (send, answers) = std::sync::mpsc::channel();
@@ -1138,13 +1150,7 @@ fn ingest_answers_a_waiting_sender_without_filling_its_batch() {
 #[test]
 fn ingest_stops_with_exit_3_when_its_acknowledgements_cannot_be_written() {
     let store = Backend::Sqlite.b62_store("closed-output.db");
-    let mut child = Command::new(ARRIVAL)
-        .args(["store", "ingest", "--db", &store.url, "--batch", "4"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("arrival runs");
+    let mut child = ingest_child(&store.url, 4);
     drop(child.stdout.take());
     let mut stdin = child.stdin.take().expect("stdin");
     // The first write may already find the store gone; nothing else is needed of it.
