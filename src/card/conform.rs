@@ -1332,9 +1332,9 @@ impl Naming<'_> {
         Some(&self.scenario.deliveries[index].event)
     }
 
-    /// Why a duplicate answered with a meaning its record does not hold, and that deciding
-    /// its content afresh would not give either, is `diverged`: protocol section 4 answers
-    /// a duplicate with its record's meaning now.
+    /// Why a duplicate answered with a meaning its record does not hold, with nothing seen
+    /// to show the record lost ([`Naming::redecided`] does not hold), is `diverged`:
+    /// protocol section 4 answers a duplicate with its record's meaning now.
     fn misanswered_duplicate(&self) -> Option<String> {
         let Answer::Ack(Some(word)) = self.answer else {
             return None;
@@ -1346,8 +1346,9 @@ impl Naming<'_> {
         Some(format!(
             "a delivery every world consistent with what was seen has recorded (a duplicate, \
              to be answered with its record's meaning now: {recorded}) was acknowledged \
-             {word}, which is neither that meaning nor what deciding it afresh would give: \
-             its record is kept, its answer is wrong (protocol section 4)"
+             {word}; nothing seen shows its record lost (no kill or unanswered request \
+             earlier, a state not read whole, or one unlike what deciding it again leaves), \
+             so its answer is wrong (protocol section 4)"
         ))
     }
 
