@@ -7,7 +7,7 @@ use crate::card::receiver::{Decision, Delivered, HoldKey, Outcome, Receiver, Set
 use crate::card::wire::{Catalog, Event, Snapshot, Sym};
 use crate::store::partial::{load_for_batch, Partial};
 use crate::store::rows::{content_hash, text, text_of, AuditRow};
-use crate::store::write::{Changes, Steps};
+use crate::store::write::{check_delivery_scope, Before, Changes, Steps};
 use crate::store::{
     Acknowledgement, AuthoritySnapshot, Database, DbError, Incoming, ReconcileReport,
 };
@@ -88,12 +88,16 @@ pub(crate) fn decide(
                 continue;
             }
         };
-        let cards = after.cards().clone();
-        let holds = after.holds().clone();
+        let scope = Before::delivery(&after, &event);
+        let small = (cfg!(debug_assertions) && after.cards().len() + after.holds().len() <= 64)
+            .then(|| after.clone());
         let answer = after.deliver(Spec, one.delivery, one.received_at, &event);
+        if let Some(whole) = &small {
+            check_delivery_scope(catalog, (&scope, whole), &after);
+        }
         let ack = acknowledgement(catalog, one.delivery, &event, answer);
         let (audit, deltas) = decision_audit(catalog, one, &event, &ack, answer);
-        steps.step(catalog, (&cards, &holds), &after, vec![audit], &deltas);
+        steps.step(catalog, &scope, &after, vec![audit], &deltas);
         acks.push(ack);
     }
     let changes = Changes::new(catalog, &partial.counters, &before, &after, steps)?;
@@ -151,13 +155,11 @@ fn write_back(
 ) -> Result<(), DbError> {
     let catalog = &partial.catalog;
     let mut steps = Steps::default();
-    steps.step(
-        catalog,
-        (before.cards(), before.holds()),
-        after,
-        audit,
-        deltas,
-    );
+    let whole = Before::Whole {
+        cards: before.cards(),
+        holds: before.holds(),
+    };
+    steps.step(catalog, &whole, after, audit, deltas);
     Changes::new(catalog, &partial.counters, before, after, steps)?.write_all(db)
 }
 
@@ -338,5 +340,6 @@ fn not_an_object(snapshot: &AuthoritySnapshot) -> DbError {
             snapshot.object_id
         ),
         retry: false,
+        unique: false,
     }
 }

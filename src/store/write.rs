@@ -2,7 +2,7 @@
 //! holds, audit), gathered step by step and written as one multi-row statement per table.
 
 use crate::card::receiver::{Card, CardTable, HoldKey, Receiver, Record};
-use crate::card::wire::{Catalog, Sym};
+use crate::card::wire::{Catalog, Event, Sym};
 use crate::store::rows::{
     content_hash, corrupt, int, opt_text, standing_name, text, version_param, AuditRow,
 };
@@ -27,20 +27,113 @@ pub(super) struct Steps {
     added: Vec<(Option<Sym>, HoldKey)>,
 }
 
+/// The part of a receiver one step may change, as it was before the step.
+pub(super) enum Before<'a> {
+    /// Everything: a reconciliation may create a card and settle any card's holds.
+    Whole {
+        cards: &'a CardTable,
+        holds: &'a Holds,
+    },
+    /// A delivery under the contract changes at most its own card and its identity's first
+    /// record's card, and only appends holds, to one of those two cards' lists (SPEC rule 1
+    /// for a changed payload, rules 2-6 otherwise; [`Receiver::deliver`]). So a step costs
+    /// the same whatever the transaction has loaded.
+    Delivery {
+        /// The cards it may change, as they were (`None`: not known).
+        cards: Vec<(Sym, Option<Card>)>,
+        /// The lengths of the hold lists it may append to.
+        lists: Vec<(Option<Sym>, usize)>,
+    },
+}
+
+impl Before<'_> {
+    /// What a delivery of `event` may change in `receiver`, before it is decided.
+    pub(super) fn delivery(receiver: &Receiver, event: &Event) -> Before<'static> {
+        let first = event
+            .event_id
+            .and_then(|id| receiver.identities().get(&id))
+            .and_then(|identity| identity.first.event.object_id);
+        let mut buckets = vec![event.object_id];
+        if first.is_some() && first != event.object_id {
+            buckets.push(first);
+        }
+        Before::Delivery {
+            cards: (buckets.iter().flatten())
+                .map(|&id| (id, receiver.cards().get(&id).copied()))
+                .collect(),
+            lists: (buckets.iter())
+                .map(|&bucket| (bucket, receiver.holds().get(&bucket).map_or(0, Vec::len)))
+                .collect(),
+        }
+    }
+
+    /// The cards that differ in `after`, by card id text, and the holds removed and added.
+    fn diff<'c>(&self, catalog: &'c Catalog, after: &'c Receiver) -> Diff<'c> {
+        match self {
+            Before::Whole { cards, holds } => {
+                let old: BTreeSet<HoldKey> = holds.values().flatten().copied().collect();
+                let new: BTreeSet<HoldKey> = after.holds().values().flatten().copied().collect();
+                let mut added = Vec::new();
+                for (&bucket, keys) in after.holds() {
+                    added.extend(
+                        (keys.iter())
+                            .filter(|key| !old.contains(key))
+                            .map(|&key| (bucket, key)),
+                    );
+                }
+                Diff {
+                    cards: changed_cards(catalog, cards, after),
+                    removed: old.difference(&new).copied().collect(),
+                    added,
+                }
+            }
+            Before::Delivery { cards, lists } => {
+                let mut changed: Vec<(&str, &Card)> = (cards.iter())
+                    .filter_map(|(id, old)| {
+                        let card = after.cards().get(id)?;
+                        (old.as_ref() != Some(card)).then(|| (catalog.name(*id), card))
+                    })
+                    .collect();
+                changed.sort_unstable_by(|one, other| one.0.cmp(other.0));
+                let mut added = Vec::new();
+                for &(bucket, len) in lists {
+                    let keys = after.holds().get(&bucket).map_or(&[][..], Vec::as_slice);
+                    added.extend(keys.iter().skip(len).map(|&key| (bucket, key)));
+                }
+                Diff {
+                    cards: changed,
+                    removed: Vec::new(),
+                    added,
+                }
+            }
+        }
+    }
+}
+
+/// What one step changed.
+#[derive(Debug, PartialEq)]
+struct Diff<'c> {
+    cards: Vec<(&'c str, &'c Card)>,
+    removed: Vec<HoldKey>,
+    added: Vec<(Option<Sym>, HoldKey)>,
+}
+
 impl Steps {
     /// One step (a delivery decided, a card reconciled): its own audit rows, then one per
     /// card row it changed, by card id text ([`changed_cards`]); its replacement counts;
-    /// the holds it removed and added.
+    /// the holds it removed and added. `before` is what the step may have changed, as it
+    /// was.
     pub(super) fn step(
         &mut self,
         catalog: &Catalog,
-        (cards, holds): (&CardTable, &Holds),
+        before: &Before,
         after: &Receiver,
         audit: Vec<AuditRow>,
         deltas: &BTreeMap<Sym, (i64, i64)>,
     ) {
         self.audit.extend(audit);
-        for (name, card) in changed_cards(catalog, cards, after) {
+        let diff = before.diff(catalog, after);
+        for (name, card) in diff.cards {
             self.audit.push(AuditRow {
                 entry: "card",
                 subject: name.to_owned(),
@@ -56,22 +149,34 @@ impl Steps {
             sum.0 += event;
             sum.1 += authority;
         }
-        let old: BTreeSet<HoldKey> = holds.values().flatten().copied().collect();
-        let new: BTreeSet<HoldKey> = after.holds().values().flatten().copied().collect();
-        for key in old.difference(&new) {
-            match self.added.iter().position(|(_, added)| added == key) {
+        for key in diff.removed {
+            match self.added.iter().position(|(_, added)| *added == key) {
                 Some(at) => {
                     self.added.remove(at);
                 }
-                None => self.deleted.push(*key),
+                None => self.deleted.push(key),
             }
         }
-        for (&bucket, keys) in after.holds() {
-            for &key in keys.iter().filter(|key| !old.contains(key)) {
-                self.added.push((bucket, key));
-            }
-        }
+        self.added.extend(diff.added);
     }
+}
+
+/// Debug builds: a delivery's scoped difference ([`Before::delivery`]) equals the one found
+/// by comparing everything (`whole`: the receiver before the delivery).
+pub(super) fn check_delivery_scope(
+    catalog: &Catalog,
+    (scoped, whole): (&Before, &Receiver),
+    after: &Receiver,
+) {
+    let everything = Before::Whole {
+        cards: whole.cards(),
+        holds: whole.holds(),
+    };
+    assert_eq!(
+        scoped.diff(catalog, after),
+        everything.diff(catalog, after),
+        "a delivery changed more than its scope"
+    );
 }
 
 /// The cards whose row differs from `before`, by card id text. Not by interned symbol:
