@@ -57,7 +57,17 @@ pub struct DbError {
     pub message: String,
     /// Retry the transaction from its start.
     pub retry: bool,
+    /// A unique violation: another writer committed a row this transaction was about to
+    /// write, and the retry reads it (and answers duplicate). Each one in a row needs a new
+    /// such commit inside one attempt's window, so a long streak is not a race: the store
+    /// gives up after [`UNIQUE_RETRIES`] in a row.
+    pub unique: bool,
 }
+
+/// How many unique violations in a row a transaction is retried after. A race with other
+/// receivers ends when the rows they wrote are read; a streak this long means something
+/// else (a damaged index, a row the store cannot see), and waiting will not help.
+pub const UNIQUE_RETRIES: u32 = 64;
 
 impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -295,6 +305,7 @@ fn sqlite_error(error: rusqlite::Error) -> DbError {
     DbError {
         message: clip(format!("sqlite: {error}")),
         retry,
+        unique,
     }
 }
 
@@ -335,6 +346,7 @@ impl Sqlite {
             return Err(DbError {
                 message: format!("sqlite: journal_mode is {mode}, not wal"),
                 retry: false,
+                unique: false,
             });
         }
         connection
@@ -480,6 +492,7 @@ fn postgres_error(error: postgres::Error) -> DbError {
     DbError {
         message: clip(message),
         retry,
+        unique: error.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION),
     }
 }
 
@@ -519,6 +532,7 @@ fn connect_error(url: &str, error: &postgres::Error) -> DbError {
     DbError {
         message,
         retry: false,
+        unique: false,
     }
 }
 

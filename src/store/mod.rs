@@ -48,7 +48,7 @@ use crate::card::fixture::Replacements;
 use crate::card::receiver::{HoldKey, Receiver};
 use crate::card::replay::{CardReport, UnresolvedReport};
 use crate::card::wire::Catalog;
-pub use db::{Database, DbError, DbStats, DbUrl, Isolation, Param, Val};
+pub use db::{Database, DbError, DbStats, DbUrl, Isolation, Param, Val, UNIQUE_RETRIES};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -348,14 +348,15 @@ impl Store {
         &mut self,
         mut attempt: impl FnMut(&mut dyn Database) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
-        let mut tries = 0u32;
+        let (mut tries, mut unique) = (0u32, 0u32);
         loop {
             let db = &mut *self.db;
             match attempt(db) {
                 Ok(value) => return Ok(value),
                 Err(error) => {
                     db.rollback();
-                    if !error.retry || tries > 10_000 {
+                    unique = if error.unique { unique + 1 } else { 0 };
+                    if !error.retry || tries > 10_000 || unique > UNIQUE_RETRIES {
                         return Err(error.into());
                     }
                     tries += 1;
@@ -531,4 +532,41 @@ fn backoff(attempt: u32) {
         .map_or(0, |elapsed| elapsed.subsec_nanos());
     let cap = 200u64 << attempt.min(6);
     std::thread::sleep(Duration::from_micros(u64::from(nanos) % cap));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failing(unique: bool) -> DbError {
+        DbError {
+            message: "sqlite: UNIQUE constraint failed".into(),
+            retry: true,
+            unique,
+        }
+    }
+
+    #[test]
+    fn a_unique_violation_that_keeps_coming_back_is_given_up_on() {
+        let folder = tempfile::tempdir().expect("a temporary folder");
+        let mut store = Store::open(&DbUrl::Sqlite(folder.path().join("u.db"))).expect("open");
+        let mut attempts = 0;
+        let result: Result<(), _> = store.retrying(|_| {
+            attempts += 1;
+            Err(failing(true))
+        });
+        assert!(result.is_err());
+        assert_eq!(attempts, UNIQUE_RETRIES + 1);
+        // A busy database in between starts the streak again: each unique violation after
+        // it is a new race.
+        let mut attempts = 0;
+        let result = store.retrying(|_| {
+            attempts += 1;
+            match attempts {
+                n if n == UNIQUE_RETRIES + 10 => Ok(()),
+                n => Err(failing(n != UNIQUE_RETRIES / 2)),
+            }
+        });
+        assert!(result.is_ok());
+    }
 }

@@ -9,6 +9,7 @@ pub(super) fn corrupt(what: impl Into<String>) -> DbError {
     DbError {
         message: format!("corrupt store: {}", what.into()),
         retry: false,
+        unique: false,
     }
 }
 
