@@ -749,6 +749,14 @@ pub fn campaign(
         } else {
             ("them", "they")
         };
+        if silent.iter().any(|name| name == "ack") && counts.acknowledged == 0 {
+            warnings.push(format!(
+                "no acknowledgement reached arrival at all: of {} request(s), {} had no \
+                 definite answer ({} cut by arrival's own kills and disconnects), the rest a \
+                 definite refusal; so the ack channel below was never seen, not seen empty",
+                counts.attempted, counts.indefinite, counts.cut_by_arrival
+            ));
+        }
         warnings.push(if found.is_none() {
             format!(
                 "asked to compare {} but the target never reported {it}: not compared, and \
@@ -1031,12 +1039,20 @@ fn wide_numbers(scenario: &Scenario) -> Vec<String> {
 /// What a skipped schedule's answers said before it was set aside, when some were not
 /// answers: a receiver that hung there is reported, not hidden.
 fn indefinite_note(counts: &Counts) -> String {
-    match counts.indefinite {
-        0 => String::new(),
+    let (cut, attempted) = (counts.cut_by_arrival, counts.attempted);
+    match counts.indefinite - cut {
+        0 if cut == 0 => String::new(),
+        0 => format!(
+            "; before that, arrival cut {cut} of its {attempted} request(s) itself (kills in \
+             flight, disconnects), and the receiver answered the rest definitely"
+        ),
         n => format!(
-            "; before that, {n} of its {} request(s) had no definite answer (timeouts and \
-             resets, and arrival's own kills in flight and disconnects)",
-            counts.attempted
+            "; before that, {n} of its {attempted} request(s) had no definite answer from the \
+             receiver (timeouts, resets, errors){}",
+            match cut {
+                0 => String::new(),
+                cut => format!(", and arrival cut {cut} more itself"),
+            }
         ),
     }
 }
@@ -1177,16 +1193,21 @@ impl ConformReport {
         );
         let c = &self.counts;
         out += &format!(
-            "schedules: {} run, {} passed ({:.2} s)\ncounts: attempted {}, acknowledged {}, \
-             dropped by arrival {}, indefinite {}, lost {}, recovered {}, regressed {}, \
-             unexpected {}, changed payloads swallowed {}, kills {}\n",
+            "schedules: {} run, {} passed{} ({:.2} s)\ncounts: attempted {}, acknowledged {}, \
+             dropped by arrival {}, indefinite {} ({} cut by arrival), lost {}, recovered {}, \
+             regressed {}, unexpected {}, changed payloads swallowed {}, kills {}\n",
             self.schedules,
             self.passed,
+            match self.skipped.len() {
+                0 => String::new(),
+                n => format!(", {n} set aside (their requests are counted)"),
+            },
             self.seconds,
             c.attempted,
             c.acknowledged,
             c.dropped_by_arrival,
             c.indefinite,
+            c.cut_by_arrival,
             c.lost,
             c.recovered,
             c.regressed,

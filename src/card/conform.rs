@@ -9,7 +9,7 @@ use crate::card::fixture::Scenario;
 use crate::card::policy::Spec;
 use crate::card::property::Property;
 use crate::card::receiver::FirstCardReading;
-use crate::card::receiver::{Decision, Verdict};
+use crate::card::receiver::{Decision, InputRef, Verdict};
 use crate::card::replay::CardReport;
 use crate::card::step::{Action, Budgets, External, Fault, Step};
 use crate::card::wire::Event;
@@ -230,6 +230,9 @@ pub struct Run {
     /// Reconciliations of the schedule not sent: no world allowed them, because the
     /// receiver had already reconciled the card on its own (a fetch of it seen earlier).
     pub reconciles_not_sent: usize,
+    /// The decisions (`held_unknown_object`, ...) of the unresolved inputs a read has
+    /// shown: evidence that the target reports inputs held that way.
+    pub holds_shown: BTreeSet<&'static str>,
 }
 
 /// The cards a receiver fetched on its own during action `step` (of a run's
@@ -469,7 +472,12 @@ impl<'a> Runner<'a> {
                 }
             }
             Answer::Definite(_) => {}
-            Answer::Indefinite(_) => self.run.counts.indefinite += 1,
+            Answer::Indefinite(_) => {
+                self.run.counts.indefinite += 1;
+                if matches!(fault, Some(External::Disconnect) | Some(External::Kill)) {
+                    self.run.counts.cut_by_arrival += 1;
+                }
+            }
         }
     }
 
@@ -651,6 +659,10 @@ impl<'a> Runner<'a> {
             && seen.is_some()
         {
             self.run.counts.recovered += 1;
+        }
+        if let Some(seen) = &seen {
+            let shown = shown_holds(self.scenario, &kept[0].world, seen);
+            self.run.holds_shown.extend(shown);
         }
         self.keep(step, kept);
         if seen.is_some() {
@@ -837,6 +849,7 @@ impl<'a> Runner<'a> {
             final_read: last_read,
             crashed: self.run.killed || self.run.counts.indefinite > 0,
             fetched: fetched_at(&self.run.own_fetches, step),
+            holds_shown: &self.run.holds_shown,
         };
         let regressed_before = self.run.counts.regressed;
         let property = naming.property(&mut self.run.counts);
@@ -848,7 +861,9 @@ impl<'a> Runner<'a> {
         };
         let note = match property.as_str() {
             "ack-implies-recorded" => naming.redecided_note(),
-            "diverged" => naming.misanswered_duplicate(),
+            "diverged" => naming
+                .misanswered_duplicate()
+                .or_else(|| naming.unreported_hold()),
             _ => None,
         };
         let detail = match note {
@@ -956,6 +971,32 @@ fn step_branch(
     }
 }
 
+/// The decisions of the unresolved inputs `seen` shows, as `world` (which fits it) has
+/// them.
+fn shown_holds(scenario: &Scenario, world: &World, seen: &Observed) -> Vec<&'static str> {
+    let Some(shown) = &seen.unresolved else {
+        return Vec::new();
+    };
+    let receiver = &world.receiver;
+    let mut decisions = Vec::new();
+    for input in receiver.unresolved() {
+        if !shown.contains(&scenario.input_name(input)) {
+            continue;
+        }
+        match input {
+            InputRef::Event(id) => decisions.extend(
+                (receiver.identities()[&id].records())
+                    .filter(|record| receiver.is_unresolved(record))
+                    .map(|record| record.decision.name()),
+            ),
+            InputRef::Delivery(number) => {
+                decisions.push(receiver.anonymous()[&number].decision.name());
+            }
+        }
+    }
+    decisions
+}
+
 /// A world as a target would show it.
 pub fn project(scenario: &Scenario, world: &World) -> Observed {
     let catalog = &scenario.catalog;
@@ -1041,6 +1082,8 @@ struct Naming<'a> {
     /// each may have been reconciled, so no rule about what a delivery may not change
     /// names a change to it.
     fetched: Vec<&'a str>,
+    /// The decisions of the unresolved inputs earlier reads showed ([`Run::holds_shown`]).
+    holds_shown: &'a BTreeSet<&'static str>,
 }
 
 impl Naming<'_> {
@@ -1140,15 +1183,11 @@ impl Naming<'_> {
                     .before
                     .iter()
                     .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
-                let before = project(self.scenario, &self.before[0]);
-                let changes = self.branches.iter().any(|branch| {
-                    !fits(
-                        &project(self.scenario, &branch.world),
-                        &before,
-                        &self.channels,
-                    )
+                let changes = self.visible_changes();
+                let reported = changes.iter().all(|&(hold_only, decision)| {
+                    !hold_only || self.holds_shown.contains(decision)
                 });
-                (unrecorded && changes).then_some("ack-implies-recorded")
+                (unrecorded && !changes.is_empty() && reported).then_some("ack-implies-recorded")
             }
             Action::Restart => {
                 let last = self.last?;
@@ -1161,6 +1200,46 @@ impl Naming<'_> {
             }
             _ => None,
         }
+    }
+
+    /// The branches whose state differs, on the channels compared, from the state before
+    /// the step: for each, whether only its unresolved inputs differ, and its decision.
+    fn visible_changes(&self) -> Vec<(bool, &'static str)> {
+        let before = project(self.scenario, &self.before[0]);
+        let changed = self.branches.iter().filter_map(|branch| {
+            let after = project(self.scenario, &branch.world);
+            let hold_only = after.cards == before.cards && after.paused == before.paused;
+            let decision = branch
+                .verdict
+                .map_or("", |verdict| verdict.decision().name());
+            (!fits(&after, &before, &self.channels)).then_some((hold_only, decision))
+        });
+        changed.collect()
+    }
+
+    /// After a kill right after an acknowledgement, a state without the hold the decision
+    /// left, from a target no read of which has shown an input held that way: the hold may
+    /// be lost, or the target may leave such holds out of its report. Both look the same.
+    fn unreported_hold(&self) -> Option<String> {
+        let killed = matches!(
+            self.action,
+            Action::Deliver {
+                fault: Some(External::KillAfterAck),
+                ..
+            }
+        );
+        let unshown: Vec<&str> = (self.visible_changes().into_iter())
+            .filter(|&(hold_only, decision)| hold_only && !self.holds_shown.contains(decision))
+            .map(|(_, decision)| decision)
+            .collect();
+        let first = unshown.first().filter(|_| killed)?;
+        Some(format!(
+            "note: the receiver was killed right after acknowledging this input, and the \
+             state shows it neither recorded nor held. Its record may be lost \
+             (ack-implies-recorded), or the target may leave inputs decided `{first}` out \
+             of its unresolved report: no read in this run has shown one, so arrival cannot \
+             tell which"
+        ))
     }
 
     /// Whether an unresolved input or a paused card the last read showed is gone, in a step

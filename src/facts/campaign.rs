@@ -233,6 +233,9 @@ pub fn run_schedule(
                 match &answer {
                     Answer::Indefinite(_) => {
                         run.counts.indefinite += 1;
+                        if fault == Some(Fault::KillInFlight) {
+                            run.counts.cut_by_arrival += 1;
+                        }
                         owed.insert(request);
                     }
                     _ => {
@@ -736,8 +739,8 @@ impl FactsConformReport {
         let c = &self.counts;
         out += &format!(
             "schedules: {} run, {} passed, {} settled states compared ({:.2} s)\ncounts: \
-             attempted {}, answered {}, dropped by arrival {}, indefinite {}, lost {}, \
-             forks resolved {}, kills {}\n",
+             attempted {}, answered {}, dropped by arrival {}, indefinite {} ({} cut by arrival), \
+             lost {}, forks resolved {}, kills {}\n",
             self.schedules,
             self.passed,
             self.settles,
@@ -746,6 +749,7 @@ impl FactsConformReport {
             c.acknowledged,
             c.dropped_by_arrival,
             c.indefinite,
+            c.cut_by_arrival,
             c.lost,
             c.recovered,
             c.kills

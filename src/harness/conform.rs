@@ -135,6 +135,9 @@ pub struct Counts {
     pub dropped_by_arrival: u64,
     /// Requests whose outcome is unknown: timeouts, disconnects, non-2xx, kills in flight.
     pub indefinite: u64,
+    /// Of those, the ones arrival cut itself (a disconnect, a kill in flight): the target
+    /// had no chance to answer them.
+    pub cut_by_arrival: u64,
     /// Acknowledged decisions later missing.
     pub lost: u64,
     /// Indefinite requests whose effect later showed.
@@ -156,6 +159,7 @@ impl Counts {
         self.acknowledged += other.acknowledged;
         self.dropped_by_arrival += other.dropped_by_arrival;
         self.indefinite += other.indefinite;
+        self.cut_by_arrival += other.cut_by_arrival;
         self.lost += other.lost;
         self.recovered += other.recovered;
         self.regressed += other.regressed;

@@ -629,11 +629,54 @@ fn a_skipped_schedule_s_requests_are_counted_and_its_timeouts_named() {
     assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
     assert!(
         report.skipped[0].ends_with(
-            "; before that, 1 of its 1 request(s) had no definite answer (timeouts and \
-             resets, and arrival's own kills in flight and disconnects)"
+            "; before that, 1 of its 1 request(s) had no definite answer from the receiver \
+             (timeouts, resets, errors)"
         ),
         "{:?}",
         report.skipped
+    );
+    assert!(
+        report
+            .text()
+            .contains("schedules: 0 run, 0 passed, 1 set aside (their requests are counted)"),
+        "{}",
+        report.text()
+    );
+}
+
+#[test]
+fn a_skipped_schedule_s_note_tells_arrival_s_own_cuts_from_the_receiver_s_silence() {
+    // Found by review: the note counted arrival's own disconnects among the answers the
+    // receiver never gave.
+    let scenario = b62_15();
+    let card = scenario.catalog.find("card-7").unwrap();
+    let plan = Plan {
+        id: "fixture".into(),
+        actions: vec![
+            deliver(1, Some(External::Disconnect)),
+            Action::Reconcile(card),
+        ],
+    };
+    let mut target = InProcess::new(None);
+    let report = campaign(&scenario, &[plan], &mut target, &fixed(Channels::ALL)).unwrap();
+    assert_eq!(
+        (report.counts.indefinite, report.counts.cut_by_arrival),
+        (1, 1)
+    );
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert!(
+        report.skipped[0].ends_with(
+            "; before that, arrival cut 1 of its 1 request(s) itself (kills in flight, \
+             disconnects), and the receiver answered the rest definitely"
+        ),
+        "{:?}",
+        report.skipped
+    );
+    assert!(
+        report.warnings.iter().any(|warning| warning
+            .starts_with("no acknowledgement reached arrival at all: of 1 request(s), 1 had")),
+        "{:?}",
+        report.warnings
     );
 }
 

@@ -946,6 +946,17 @@ def _initialise(self):
 rx.Store._initialise = _initialise
 ";
 
+/// Inputs held because their card is unknown are left out of the unresolved report
+/// (review F4: a state channel that does not show a kind of hold).
+const PATCH_HIDES_UNKNOWN_CARD_HOLDS: &str = "right_unresolved = rx.Store.unresolved
+def unresolved(self):
+    cards = {r[0] for r in self.db.execute('SELECT object_id FROM cards')}
+    unknown = {r[0] for r in self.db.execute('SELECT input, object_id FROM records').fetchall()
+               if r[1] is not None and r[1] not in cards}
+    return [name for name in right_unresolved(self) if name not in unknown]
+rx.Store.unresolved = unresolved
+";
+
 /// Settled records are dropped when the receiver starts again (held ones and cards kept).
 const PATCH_FORGETS_SETTLED: &str = "right_init = rx.Store._initialise
 def _initialise(self):
@@ -978,11 +989,14 @@ answer_duplicates(afresh)
 /// `diverged` (was `ack-implies-recorded`). A hold acknowledged and gone after a kill right
 /// after its acknowledgement, in one step: `diverged` (the state before was not seen: a
 /// receiver that never reports such holds looks the same). A hold the last read showed and
-/// gone after a restart: `ack-implies-recorded` (was `diverged`).
+/// gone after a restart: `ack-implies-recorded` (was `diverged`). A hold of a kind no read
+/// has shown, acknowledged and missing after a kill right after its acknowledgement:
+/// `diverged`, since a target that leaves such holds out of its report looks the same
+/// (was `ack-implies-recorded`).
 #[test]
 fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() {
     const B62: &str = "models/b62-15.toml";
-    let cases: [(&str, &str, Value, &str); 6] = [
+    let cases: [(&str, &str, Value, &str); 7] = [
         (
             B62,
             PATCH_FORGETS_SETTLED,
@@ -1014,6 +1028,12 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             PATCH_FORGETS_RECORDS,
             serde_json::json!([{"deliver": 8}, {"deliver": 10}, {"restart": true}]),
             "ack-implies-recorded",
+        ),
+        (
+            B62,
+            PATCH_HIDES_UNKNOWN_CARD_HOLDS,
+            serde_json::json!([{"deliver": 8, "kill_after_ack": true}, {"deliver": 3}]),
+            "diverged",
         ),
         // An input without an event id is held whenever it is decided: a duplicate of one
         // answered as rules 2-6 would decide its snapshot is no lost record.
@@ -1059,7 +1079,13 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             ],
         );
         assert_status(&output, 1, &actions.to_string());
-        seen.push(found(&json(&output)).0);
+        let report = json(&output);
+        if *patch == PATCH_HIDES_UNKNOWN_CARD_HOLDS {
+            let detail = report["failure"]["detail"].as_str().unwrap_or_default();
+            let note = "out of its unresolved report: no read in this run has shown one";
+            assert!(detail.contains(note), "{detail}");
+        }
+        seen.push(found(&report).0);
     }
     let want: Vec<&str> = cases.iter().map(|case| case.3).collect();
     assert_eq!(seen, want);
