@@ -593,6 +593,10 @@ pub struct ConformReport {
     pub failure: Option<Found>,
     /// Schedules that could not be driven, and why.
     pub skipped: Vec<String>,
+    /// Of those, the schedules that ran and were set aside because the model does not
+    /// allow them (their requests are in the counts; the others never ran).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub set_aside: usize,
     /// The kinds of transition of the contract's receiver that ran on the target by their
     /// shortest schedules ([`cover_plans`]).
     pub cover: Vec<String>,
@@ -647,6 +651,7 @@ pub fn campaign(
     let mut unknown_words = std::collections::BTreeSet::new();
     let mut own_fetches = 0;
     let mut reconciles_not_sent = 0;
+    let mut delivery_acks = 0;
     target.serve_authority(&crate::card::conform::authority_snapshots(scenario));
     for plan in plans {
         let exhaustive = ["traces/", "mutants/", "cover/", "states/"]
@@ -662,6 +667,7 @@ pub fn campaign(
         seen.paused |= run.paused_reported;
         seen.unresolved |= run.unresolved_reported;
         seen.ack |= run.ack_reported;
+        delivery_acks += run.delivery_acks;
         if !run.valid {
             // Neither a pass nor a failure: the schedule is not one of the model's.
             not_allowed.push(format!(
@@ -749,11 +755,11 @@ pub fn campaign(
         } else {
             ("them", "they")
         };
-        if silent.iter().any(|name| name == "ack") && counts.acknowledged == 0 {
+        if silent.iter().any(|name| name == "ack") && delivery_acks == 0 {
             warnings.push(format!(
-                "no acknowledgement reached arrival at all: of {} request(s), {} had no \
-                 definite answer ({} cut by arrival's own kills and disconnects), the rest a \
-                 definite refusal; so the ack channel below was never seen, not seen empty",
+                "no delivery was acknowledged at all: of {} request(s), {} had no definite \
+                 answer, {} of them cut by arrival's own kills and disconnects; so the ack \
+                 channel below was never seen, not seen empty",
                 counts.attempted, counts.indefinite, counts.cut_by_arrival
             ));
         }
@@ -800,6 +806,7 @@ pub fn campaign(
         counts,
         properties: statuses(&found, channels, killed, seen, schedules),
         failure: found,
+        set_aside: not_allowed.len(),
         skipped: not_allowed,
         cover: covered_kinds(plans),
         state_cover: None,
@@ -1042,9 +1049,13 @@ fn indefinite_note(counts: &Counts) -> String {
     let (cut, attempted) = (counts.cut_by_arrival, counts.attempted);
     match counts.indefinite - cut {
         0 if cut == 0 => String::new(),
+        0 if cut == attempted => format!(
+            "; before that, arrival cut all {cut} of its request(s) itself (kills in flight, \
+             disconnects)"
+        ),
         0 => format!(
             "; before that, arrival cut {cut} of its {attempted} request(s) itself (kills in \
-             flight, disconnects), and the receiver answered the rest definitely"
+             flight, disconnects), and the receiver answered the others definitely"
         ),
         n => format!(
             "; before that, {n} of its {attempted} request(s) had no definite answer from the \
@@ -1198,7 +1209,7 @@ impl ConformReport {
              regressed {}, unexpected {}, changed payloads swallowed {}, kills {}\n",
             self.schedules,
             self.passed,
-            match self.skipped.len() {
+            match self.set_aside {
                 0 => String::new(),
                 n => format!(", {n} set aside (their requests are counted)"),
             },

@@ -230,9 +230,14 @@ pub struct Run {
     /// Reconciliations of the schedule not sent: no world allowed them, because the
     /// receiver had already reconciled the card on its own (a fetch of it seen earlier).
     pub reconciles_not_sent: usize,
-    /// The decisions (`held_unknown_object`, ...) of the unresolved inputs a read has
-    /// shown: evidence that the target reports inputs held that way.
-    pub holds_shown: BTreeSet<&'static str>,
+    /// The actions (1-based) in which the receiver was killed or restarted, or left a
+    /// request without a definite answer: where a record may have gone missing.
+    pub crashes: Vec<usize>,
+    /// The first action that sent each identity (an event id, or `delivery-N` for an input
+    /// without one): a crash before it cannot have lost that identity's record.
+    pub first_sent: BTreeMap<String, usize>,
+    /// Deliveries acknowledged (reconciliations' answers not counted).
+    pub delivery_acks: u64,
 }
 
 /// The cards a receiver fetched on its own during action `step` (of a run's
@@ -339,6 +344,8 @@ struct Runner<'a> {
     /// For each candidate world, the reading it was reached by.
     readings: Vec<Reading>,
     last: Option<Observed>,
+    /// Every read so far, the reset's first.
+    reads: Vec<Observed>,
     run: Run,
 }
 
@@ -370,7 +377,8 @@ impl<'a> Runner<'a> {
             candidates: Candidates::exactly(vec![start.clone(), start]),
             paths: vec![Vec::new(), Vec::new()],
             readings: vec![Reading::Arrival, Reading::FirstCard],
-            last: Some(seen),
+            last: Some(seen.clone()),
+            reads: vec![seen],
             run: Run::default(),
         })
     }
@@ -378,6 +386,43 @@ impl<'a> Runner<'a> {
     /// One action; `false` when the schedule stops (a failure, or a schedule the model
     /// does not allow).
     fn act(&mut self, step: usize, action: Action) -> Result<bool, HarnessError> {
+        if let Action::Deliver { delivery, .. } = action {
+            let identity = self.identity(delivery);
+            self.run.first_sent.entry(identity).or_insert(step);
+        }
+        let crashes = self.run.counts.kills + self.run.counts.indefinite;
+        let going_on = self.act_on(step, action)?;
+        if self.run.counts.kills + self.run.counts.indefinite > crashes {
+            self.run.crashes.push(step);
+        }
+        Ok(going_on)
+    }
+
+    /// The identity of a delivery: its event id, or `delivery-N` without one.
+    fn identity(&self, delivery: u32) -> String {
+        let scenario = self.scenario;
+        let index = scenario
+            .delivery_index(delivery)
+            .expect("an existing delivery");
+        let input = match scenario.deliveries[index].event.event_id {
+            Some(id) => InputRef::Event(id),
+            None => InputRef::Delivery(delivery),
+        };
+        scenario.input_name(input)
+    }
+
+    /// Whether the receiver crashed (killed, restarted, or silent on a request) after
+    /// `action`'s identity was first sent and before `step`: only then can its record be
+    /// missing beside its effect. This step's own kill, after its answer, does not count.
+    fn crashed_since_sent(&self, step: usize, action: Action) -> bool {
+        let since = match action {
+            Action::Deliver { delivery, .. } => self.run.first_sent[&self.identity(delivery)],
+            _ => 0,
+        };
+        (self.run.crashes.iter()).any(|&at| at >= since && at < step)
+    }
+
+    fn act_on(&mut self, step: usize, action: Action) -> Result<bool, HarnessError> {
         let (answer, branches) = match action {
             Action::Deliver { delivery, fault } => self.deliver(delivery, fault)?,
             Action::Reconcile(card) => match self.reconcile(card)? {
@@ -429,6 +474,7 @@ impl<'a> Runner<'a> {
         let answer = self.target.deliver(delivery, &body, send)?;
         let answer = self.known_word(answer, ACKS);
         self.count(&answer, fault);
+        self.run.delivery_acks += u64::from(matches!(answer, Answer::Ack(_)));
         // A delivery's meaning (a reconciliation's outcome word is another channel).
         self.run.ack_reported |= matches!(&answer, Answer::Ack(Some(_)));
         if matches!(send, Sending::KillAfter(_)) {
@@ -660,13 +706,10 @@ impl<'a> Runner<'a> {
         {
             self.run.counts.recovered += 1;
         }
-        if let Some(seen) = &seen {
-            let shown = shown_holds(self.scenario, &kept[0].world, seen);
-            self.run.holds_shown.extend(shown);
-        }
         self.keep(step, kept);
-        if seen.is_some() {
-            self.last = seen;
+        if let Some(seen) = seen {
+            self.reads.push(seen.clone());
+            self.last = Some(seen);
         }
         Ok(true)
     }
@@ -847,9 +890,9 @@ impl<'a> Runner<'a> {
             last: self.last.as_ref(),
             channels: self.settings.channels,
             final_read: last_read,
-            crashed: self.run.killed || self.run.counts.indefinite > 0,
+            crashed: self.crashed_since_sent(step, action),
             fetched: fetched_at(&self.run.own_fetches, step),
-            holds_shown: &self.run.holds_shown,
+            reads: &self.reads,
         };
         let regressed_before = self.run.counts.regressed;
         let property = naming.property(&mut self.run.counts);
@@ -863,7 +906,8 @@ impl<'a> Runner<'a> {
             "ack-implies-recorded" => naming.redecided_note(),
             "diverged" => naming
                 .misanswered_duplicate()
-                .or_else(|| naming.unreported_hold()),
+                .or_else(|| naming.unreported_hold())
+                .or_else(|| naming.half_recorded_note()),
             _ => None,
         };
         let detail = match note {
@@ -971,32 +1015,6 @@ fn step_branch(
     }
 }
 
-/// The decisions of the unresolved inputs `seen` shows, as `world` (which fits it) has
-/// them.
-fn shown_holds(scenario: &Scenario, world: &World, seen: &Observed) -> Vec<&'static str> {
-    let Some(shown) = &seen.unresolved else {
-        return Vec::new();
-    };
-    let receiver = &world.receiver;
-    let mut decisions = Vec::new();
-    for input in receiver.unresolved() {
-        if !shown.contains(&scenario.input_name(input)) {
-            continue;
-        }
-        match input {
-            InputRef::Event(id) => decisions.extend(
-                (receiver.identities()[&id].records())
-                    .filter(|record| receiver.is_unresolved(record))
-                    .map(|record| record.decision.name()),
-            ),
-            InputRef::Delivery(number) => {
-                decisions.push(receiver.anonymous()[&number].decision.name());
-            }
-        }
-    }
-    decisions
-}
-
 /// A world as a target would show it.
 pub fn project(scenario: &Scenario, world: &World) -> Observed {
     let catalog = &scenario.catalog;
@@ -1075,15 +1093,16 @@ struct Naming<'a> {
     last: Option<&'a Observed>,
     channels: Channels,
     final_read: bool,
-    /// Whether the receiver was killed, or left a request without a definite answer,
-    /// earlier in the run: only then can a record be missing beside its effect.
+    /// Whether the receiver was killed, or left a request without a definite answer, after
+    /// this delivery's identity was first sent and before this step
+    /// ([`Runner::crashed_since_sent`]).
     crashed: bool,
     /// The cards the receiver fetched from the authority on its own during this step:
     /// each may have been reconciled, so no rule about what a delivery may not change
     /// names a change to it.
     fetched: Vec<&'a str>,
-    /// The decisions of the unresolved inputs earlier reads showed ([`Run::holds_shown`]).
-    holds_shown: &'a BTreeSet<&'static str>,
+    /// Every read before this step, the reset's first.
+    reads: &'a [Observed],
 }
 
 impl Naming<'_> {
@@ -1137,9 +1156,6 @@ impl Naming<'_> {
                 }
             }
         }
-        if self.half_recorded() {
-            return Some("evidence-retained");
-        }
         if self.swallowed() {
             counts.changed_payloads_swallowed += 1;
             return Some("evidence-retained");
@@ -1184,17 +1200,14 @@ impl Naming<'_> {
                     .iter()
                     .any(|world| fits(&project(self.scenario, world), seen, &self.channels));
                 let changes = self.visible_changes();
-                let reported = changes.iter().all(|&(hold_only, decision)| {
-                    !hold_only || self.holds_shown.contains(decision)
-                });
-                (unrecorded && !changes.is_empty() && reported).then_some("ack-implies-recorded")
+                let seen_lost = changes.iter().all(|&(hold_only, _)| !hold_only);
+                (unrecorded && !changes.is_empty() && seen_lost).then_some("ack-implies-recorded")
             }
             Action::Restart => {
                 let last = self.last?;
                 let lost = last.cards.iter().any(|(name, card)| {
-                    seen.cards
-                        .get(name)
-                        .is_none_or(|now| now.version < card.version)
+                    let now = seen.cards.get(name);
+                    now.is_none_or(|now| now.version < card.version) && self.shown_before(name, now)
                 });
                 (lost || self.lost_waiting(seen)).then_some("ack-implies-recorded")
             }
@@ -1202,11 +1215,19 @@ impl Naming<'_> {
         }
     }
 
-    /// The branches whose state differs, on the channels compared, from the state before
-    /// the step: for each, whether only its unresolved inputs differ, and its decision.
+    /// The branches the answer's word fits whose state differs, on the channels compared,
+    /// from the state before the step: for each, whether only its unresolved inputs differ,
+    /// and its decision. A word no branch has is a wrong decision, not a lost one.
     fn visible_changes(&self) -> Vec<(bool, &'static str)> {
         let before = project(self.scenario, &self.before[0]);
-        let changed = self.branches.iter().filter_map(|branch| {
+        let word = match self.answer {
+            Answer::Ack(Some(word)) if self.channels.ack => Some(word.as_str()),
+            _ => None,
+        };
+        let answered = (self.branches.iter()).filter(|branch| {
+            word.is_none() || branch.word.is_none_or(|expected| Some(expected) == word)
+        });
+        let changed = answered.filter_map(|branch| {
             let after = project(self.scenario, &branch.world);
             let hold_only = after.cards == before.cards && after.paused == before.paused;
             let decision = branch
@@ -1218,8 +1239,9 @@ impl Naming<'_> {
     }
 
     /// After a kill right after an acknowledgement, a state without the hold the decision
-    /// left, from a target no read of which has shown an input held that way: the hold may
-    /// be lost, or the target may leave such holds out of its report. Both look the same.
+    /// left and nothing else missing: the hold may be lost, or the target may leave such
+    /// holds out of its report (by kind, or by any condition: an earlier hold shown proves
+    /// nothing about this one). Both look the same.
     fn unreported_hold(&self) -> Option<String> {
         let killed = matches!(
             self.action,
@@ -1229,16 +1251,16 @@ impl Naming<'_> {
             }
         );
         let unshown: Vec<&str> = (self.visible_changes().into_iter())
-            .filter(|&(hold_only, decision)| hold_only && !self.holds_shown.contains(decision))
+            .filter(|&(hold_only, _)| hold_only)
             .map(|(_, decision)| decision)
             .collect();
         let first = unshown.first().filter(|_| killed)?;
         Some(format!(
             "note: the receiver was killed right after acknowledging this input, and the \
-             state shows it neither recorded nor held. Its record may be lost \
-             (ack-implies-recorded), or the target may leave inputs decided `{first}` out \
-             of its unresolved report: no read in this run has shown one, so arrival cannot \
-             tell which"
+             state shows nothing of it but lacks the input the decision (`{first}`) leaves \
+             unresolved. Its record may be lost (ack-implies-recorded), or the target may \
+             leave such inputs out of its unresolved report; from outside both look the \
+             same, so arrival names no property"
         ))
     }
 
@@ -1283,11 +1305,30 @@ impl Naming<'_> {
                     });
                     now.version < before.version && !this_delivery
                 }
-            })
+            } && self.shown_before(name, seen.cards.get(name)))
     }
 
-    /// After an indefinite step, the decision's effect on the cards is there but its
-    /// record (the unresolved input it leaves) is not: the decision was not stored whole.
+    /// Whether an earlier read showed this card as it is now (absent, or at this version
+    /// and state): a card gone back to a state it had is an effect lost; one in a state it
+    /// never had (removed though it was there from the start, say) is a wrong decision.
+    fn shown_before(&self, name: &str, now: Option<&CardReport>) -> bool {
+        self.reads.iter().any(|read| read.cards.get(name) == now)
+    }
+
+    /// After an indefinite step, the decision's effect on the cards is there but the
+    /// unresolved input it leaves is not: the decision was not stored whole, or the target
+    /// leaves such inputs out of its report. Both look the same: a note, not a name.
+    fn half_recorded_note(&self) -> Option<String> {
+        self.half_recorded().then(|| {
+            "note: after a request with no definite answer, the state shows the decision's \
+             effect on the cards but not the input it leaves unresolved. The decision may \
+             have been stored without its record (evidence-retained), or the target may \
+             leave such inputs out of its unresolved report; from outside both look the \
+             same, so arrival names no property"
+                .to_owned()
+        })
+    }
+
     fn half_recorded(&self) -> bool {
         let Some(seen) = self.seen else {
             return false;
