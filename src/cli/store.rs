@@ -110,6 +110,9 @@ pub enum DrillCommand {
         /// Drill a deliberately broken store: ack-before-commit or two-transactions.
         #[arg(long)]
         mutant: Option<String>,
+        /// The receivers' `ingest --batch`: at most this many deliveries per transaction.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -448,11 +451,20 @@ fn run_drill(command: DrillCommand) -> Outcome {
             db,
             seed,
             mutant: broken,
+            batch,
             json,
             junit,
         } => {
             if let Some(file) = &junit {
                 crate::harness::input::writable_file("--junit", file)?;
+            }
+            if batch == 0 {
+                return Err(InputError::invalid(
+                    Path::new("--batch"),
+                    "command line",
+                    "`--batch` is the number of deliveries per transaction: at least 1",
+                )
+                .into());
             }
             let options = CrashOptions {
                 scenario: Scenario::load(&fixture)?,
@@ -461,6 +473,7 @@ fn run_drill(command: DrillCommand) -> Outcome {
                 db: db.as_deref().map(db_url).transpose()?,
                 seed,
                 mutant: mutant(broken.as_deref())?,
+                batch,
             };
             finish_drill(&drill::crash(&options)?, json, junit.as_deref())
         }

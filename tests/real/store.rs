@@ -312,6 +312,25 @@ backend_test! {
     }
 }
 
+backend_test! {
+    fn crash_drill_at_batch_8_survives_kills_and_catches_ack_before_commit(backend) {
+        // Batches of up to 8 deliveries per transaction, killed anywhere: every
+        // acknowledged delivery of a batch is still recorded, and a store that answers a
+        // batch before committing it is still caught.
+        let db = backend.fresh("unused.db");
+        let args = ["--kills", "20", "--batch", "8"];
+        let (passed, report) = drill_on(&db, "crash", &b62(), &args);
+        assert!(passed, "{report:#}");
+        let mut caught = false;
+        for seed in ["1", "2", "3"] {
+            let args = ["--kills", "20", "--batch", "8", "--seed", seed];
+            let mutant = [&args[..], &["--mutant", "ack-before-commit"]].concat();
+            caught |= !drill_on(&db, "crash", &b62(), &mutant).0;
+        }
+        assert!(caught, "ack-before-commit survived three seeds at batch 8");
+    }
+}
+
 /// The crash drill's runs that must catch `mutant` on this backend: (kills, seed).
 ///
 /// PostgreSQL commits what a killed client already sent, so an acknowledgement written

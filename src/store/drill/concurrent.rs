@@ -142,7 +142,7 @@ fn spawn_receivers(
 ) -> Result<Vec<(Child, std::thread::JoinHandle<()>)>, DrillError> {
     let mut children = Vec::new();
     for share in shares {
-        let mut child = ingest_child(url, mutant, Stdio::piped())?;
+        let mut child = ingest_child(url, (mutant, 1), Stdio::piped())?;
         report.processes += 1;
         report.sent += share.len();
         let stdin = child.stdin.take().expect("piped");

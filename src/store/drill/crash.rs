@@ -55,12 +55,12 @@ enum Kill {
 /// whether it was killed, and the time taken.
 fn round(
     url: &DbUrl,
-    mutant: Option<StoreMutant>,
+    child: (Option<StoreMutant>, usize),
     lines: Vec<String>,
     kill: Option<Kill>,
 ) -> Result<(Vec<Acknowledgement>, bool, Duration), DrillError> {
     let started = Instant::now();
-    let mut child = ingest_child(url, mutant, Stdio::null())?;
+    let mut child = ingest_child(url, child, Stdio::null())?;
     let stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
     let writer = feed(stdin, lines);
@@ -134,7 +134,7 @@ pub fn crash(options: &CrashOptions) -> Result<DrillReport, DrillError> {
                 .collect();
             report.processes += 1;
             report.sent += pending.len();
-            let (acks, killed, took) = round(url, options.mutant, lines, kill)?;
+            let (acks, killed, took) = round(url, (options.mutant, options.batch), lines, kill)?;
             if !acks.is_empty() {
                 per_line = (took / acks.len() as u32).max(Duration::from_micros(50));
             }

@@ -72,6 +72,8 @@ pub struct CrashOptions {
     pub seed: u64,
     /// A broken store to drill instead of the real one.
     pub mutant: Option<StoreMutant>,
+    /// Each receiver's `ingest --batch`.
+    pub batch: usize,
 }
 
 /// `arrival store drill concurrent` options.
@@ -332,12 +334,13 @@ fn exe() -> Result<PathBuf, DrillError> {
 
 fn ingest_child(
     url: &DbUrl,
-    mutant: Option<StoreMutant>,
+    (mutant, batch): (Option<StoreMutant>, usize),
     stderr: Stdio,
 ) -> Result<Child, DrillError> {
     let mut command = Command::new(exe()?);
     command
         .args(["store", "ingest", "--db", &url.connection_text()])
+        .args(["--batch", &batch.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr);
