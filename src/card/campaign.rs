@@ -1151,7 +1151,9 @@ fn statuses(
         ),
         (
             "evidence-retained",
-            match ack.clone() {
+            // A changed payload swallowed shows in its acknowledgement's word and in the
+            // unresolved inputs read after it: the word alone cannot tell it from one kept.
+            match ack.clone().or_else(|| unresolved.clone()) {
                 Some(status) => status,
                 None if every => Status::Sampled,
                 None => Status::Unobserved(

@@ -907,7 +907,8 @@ impl<'a> Runner<'a> {
             "diverged" => naming
                 .misanswered_duplicate()
                 .or_else(|| naming.unreported_hold())
-                .or_else(|| naming.half_recorded_note()),
+                .or_else(|| naming.half_recorded_note())
+                .or_else(|| naming.unread_variant_note()),
             _ => None,
         };
         let detail = match note {
@@ -1354,27 +1355,54 @@ impl Naming<'_> {
         effect && record_missing
     }
 
-    /// A changed payload acknowledged with a meaning other than `held`, and no state read
-    /// that shows it kept (a state that shows the input unresolved, as the model has it,
-    /// means only the word is wrong: that is `diverged`, not lost evidence).
+    /// A changed payload acknowledged with a meaning other than `held`, and a state read
+    /// with its unresolved inputs that does not show it kept (one that shows the input
+    /// unresolved, as the model has it, means only the word is wrong: `diverged`; one
+    /// without the unresolved inputs cannot tell: [`Naming::unread_variant_note`]).
     fn swallowed(&self) -> bool {
-        let Answer::Ack(Some(word)) = self.answer else {
+        let Some(seen) = self.unresolved_read() else {
             return false;
         };
-        let kept_in_state = self.seen.is_some_and(|seen| {
-            self.channels.unresolved
-                && seen.unresolved.is_some()
-                && self.branches.iter().any(|branch| {
-                    fits(&project(self.scenario, &branch.world), seen, &self.channels)
-                })
-        });
-        !kept_in_state
-            && self.channels.ack
+        let kept_in_state = self
+            .branches
+            .iter()
+            .any(|branch| fits(&project(self.scenario, &branch.world), seen, &self.channels));
+        !kept_in_state && self.misanswered_variant().is_some()
+    }
+
+    /// The state read after this step, when it lists the unresolved inputs.
+    fn unresolved_read(&self) -> Option<&Observed> {
+        self.seen
+            .filter(|seen| self.channels.unresolved && seen.unresolved.is_some())
+    }
+
+    /// The word a changed payload every branch takes for one was acknowledged with, when
+    /// it is not `held`.
+    fn misanswered_variant(&self) -> Option<&str> {
+        let Answer::Ack(Some(word)) = self.answer else {
+            return None;
+        };
+        let variant = self.channels.ack
             && word != "held"
             && !self.branches.is_empty()
             && self.branches.iter().all(|branch| {
                 branch.verdict == Some(Verdict::Decided(Decision::ConflictChangedPayload))
-            })
+            });
+        variant.then_some(word.as_str())
+    }
+
+    /// A changed payload acknowledged with another word than `held`, and no read of the
+    /// unresolved inputs: kept as evidence or swallowed, only they would tell.
+    fn unread_variant_note(&self) -> Option<String> {
+        if self.unresolved_read().is_some() {
+            return None;
+        }
+        let word = self.misanswered_variant()?;
+        Some(format!(
+            "note: a changed payload was acknowledged `{word}`, not `held`. Whether it was \
+             kept as evidence (evidence-retained if not) shows only in the unresolved \
+             inputs, which this run did not read; with them, arrival could name it"
+        ))
     }
 
     /// A delivery every candidate world has recorded (so it is a duplicate, answered with

@@ -254,7 +254,7 @@ fn last_arrival_wins_is_caught_by_version_monotonic_with_the_kept_trace_s_two_de
 }
 
 #[test]
-fn id_only_dedupe_is_unseen_in_final_cards_seen_in_cards_after_every_step_and_named_with_the_ack() {
+fn id_only_dedupe_is_unseen_in_final_cards_seen_in_cards_after_every_step_named_with_unresolved() {
     // Final cards only: every order ends where the contract ends.
     let end = run(Some(Mutant::IdOnlyDedupe), cards_only(false), 5);
     assert_eq!(end.verdict, Verdict::Sampled, "{}", end.text());
@@ -274,12 +274,24 @@ fn id_only_dedupe_is_unseen_in_final_cards_seen_in_cards_after_every_step_and_na
         )
     );
     // The acknowledgement's meaning: two deliveries, the changed payload acknowledged
-    // `applied` where the contract holds it.
+    // `applied` where the contract holds it; kept or swallowed, only the unresolved inputs
+    // tell, so no name.
     let ack = Channels {
         ack: true,
         ..cards_only(true)
     };
-    let named = run(Some(Mutant::IdOnlyDedupe), ack, 0);
+    let word = run(Some(Mutant::IdOnlyDedupe), ack, 0);
+    assert_eq!(
+        shrunk(&word),
+        (
+            "diverged".into(),
+            vec!["deliver #4".into(), "deliver #6".into()],
+            "3/3".into()
+        )
+    );
+    assert_eq!(word.counts.changed_payloads_swallowed, 0);
+    // With the unresolved inputs too, the state shows it swallowed.
+    let named = run(Some(Mutant::IdOnlyDedupe), Channels::ALL, 0);
     assert_eq!(
         shrunk(&named),
         (
@@ -473,11 +485,12 @@ fn a_kill_that_loses_an_earlier_acknowledged_delivery_is_ack_implies_recorded() 
 }
 
 #[test]
-fn a_changed_payload_kept_but_answered_ignored_is_diverged_unless_only_the_ack_is_read() {
+fn a_changed_payload_kept_but_answered_ignored_is_diverged_whatever_is_read() {
     // Found by review: #4 then its changed payload #6, recorded and held as the contract
     // says but acknowledged `ignored`. With the unresolved inputs read, the state shows the
-    // evidence kept: only the word is wrong (`diverged`). With the acknowledgement alone,
-    // nothing shows it kept: `evidence-retained`.
+    // evidence kept: only the word is wrong (`diverged`). Without them (third review, F6),
+    // nothing shows it kept or swallowed: `diverged` too, with a note, never
+    // `evidence-retained`.
     let plan = Plan {
         id: "fixture".into(),
         actions: vec![deliver(4, None), deliver(6, None)],
@@ -508,13 +521,7 @@ fn a_changed_payload_kept_but_answered_ignored_is_diverged_unless_only_the_ack_i
             report.counts.changed_payloads_swallowed,
         ));
     }
-    assert_eq!(
-        seen,
-        [
-            ("diverged".into(), 2, 0),
-            ("evidence-retained".into(), 2, 1)
-        ]
-    );
+    assert_eq!(seen, [("diverged".into(), 2, 0), ("diverged".into(), 2, 0)]);
 }
 
 #[test]

@@ -117,7 +117,7 @@ fn last_arrival_wins_in_python_is_caught_by_the_kept_trace_s_two_deliveries_and_
 }
 
 #[test]
-fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_the_ack() {
+fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_unresolved() {
     let idonly = python("python-idonly");
     let end = conform(
         "models/b62-15.toml",
@@ -156,8 +156,28 @@ fn id_only_dedupe_in_python_is_unseen_at_the_end_seen_every_step_and_named_with_
         &["--walks", "0", "--no-cover", "--channels", "cards,ack"],
     );
     assert_status(&ack, 1, "cards and the ack's meaning");
+    let ack = json(&ack);
     assert_eq!(
-        found(&json(&ack)),
+        found(&ack),
+        (
+            "diverged".into(),
+            strings(&["deliver #4", "deliver #6"]),
+            "3/3".into()
+        )
+    );
+    let detail = ack["failure"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("acknowledged `applied`, not `held`"),
+        "{detail}"
+    );
+    let all = conform(
+        "models/b62-15.toml",
+        &idonly,
+        &["--walks", "0", "--no-cover"],
+    );
+    assert_status(&all, 1, "every channel");
+    assert_eq!(
+        found(&json(&all)),
         (
             "evidence-retained".into(),
             strings(&["deliver #4", "deliver #6"]),
