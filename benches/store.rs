@@ -62,6 +62,7 @@ fn deliveries(run: u64, receiver: usize, count: u64) -> Vec<Incoming> {
         .map(|i| (i, format!("b{run}-{receiver}-{i}")))
         .map(|(i, id)| Incoming {
             delivery: i as u32,
+            numbered: true,
             received_at: None,
             event: json!({
                 "event_id": format!("{}-{id}", &content_hash(&id)[..12]),

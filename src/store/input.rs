@@ -47,6 +47,7 @@ pub fn fixture_deliveries(scenario: &Scenario) -> Vec<Incoming> {
         .iter()
         .map(|delivery| Incoming {
             delivery: delivery.delivery,
+            numbered: true,
             received_at: delivery.received_at.as_deref().and_then(parse_rfc3339),
             event: delivery.event.clone(),
         })
@@ -117,6 +118,7 @@ pub fn parse_delivery(
             .map_err(|_| bad("too many lines for a delivery number".into()))?;
         return Ok(Some(Incoming {
             delivery,
+            numbered: false,
             received_at: None,
             event: value,
         }));
@@ -158,6 +160,7 @@ pub fn parse_delivery(
     };
     Ok(Some(Incoming {
         delivery,
+        numbered: true,
         received_at,
         event: event.clone(),
     }))

@@ -59,6 +59,9 @@ use std::time::Duration;
 pub struct Incoming {
     /// The delivery number (the identity of an input without an event id).
     pub delivery: u32,
+    /// Whether the sender gave that number (a wrapper, a fixture, a request): a raw event's
+    /// line number labels its acknowledgement only, and is not written to the audit.
+    pub numbered: bool,
     /// When it was received, Unix seconds, if known.
     pub received_at: Option<i64>,
     /// The raw envelope.

@@ -113,6 +113,7 @@ fn deliver(
     let event = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
     let incoming = Incoming {
         delivery: request.get("delivery").and_then(Value::as_u64).unwrap_or(0) as u32,
+        numbered: true,
         received_at: None,
         event,
     };

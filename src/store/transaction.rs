@@ -118,7 +118,7 @@ fn decision_audit(
             .event_id
             .clone()
             .unwrap_or_else(|| format!("delivery-{}", incoming.delivery)),
-        delivery: Some(incoming.delivery),
+        delivery: incoming.numbered.then_some(incoming.delivery),
         event_id: ack.event_id.clone(),
         content_hash: event.event_id.map(|_| content_hash(content)),
         card_id: event.object_id.map(|card| catalog.name(card).to_owned()),

@@ -239,6 +239,15 @@ backend_test! {
         );
         assert_eq!(lines[1]["decision"], "duplicate");
         assert_eq!(lines[1]["ack"], "applied");
+        // The line number labels the acknowledgement and nothing else: the audit keeps
+        // the wrapper's delivery number, and none for the raw event.
+        let (audit, _) = audit_and_holds(db);
+        let decisions: Vec<(Option<&str>, Option<i64>)> = audit
+            .iter()
+            .filter(|row| row[0].text() != Some("card"))
+            .map(|row| (row[0].text(), row[2].int()))
+            .collect();
+        assert_eq!(decisions, [(Some("decided"), Some(5)), (Some("duplicate"), None)]);
     }
 }
 
