@@ -111,6 +111,12 @@ pub trait CardTarget {
     fn fetched(&mut self) -> Vec<String> {
         Vec::new()
     }
+    /// How many times since the last call the target killed the receiver itself to settle
+    /// a request it stopped waiting for (an HTTP disconnect or timeout): a kill like
+    /// arrival's own, counted with them. None by default.
+    fn own_kills(&mut self) -> u64 {
+        0
+    }
 }
 
 /// The fixture's authority snapshots by card, as [`CardTarget::serve_authority`] takes
@@ -474,6 +480,7 @@ impl<'a> Runner<'a> {
         let answer = self.target.deliver(delivery, &body, send)?;
         let answer = self.known_word(answer, ACKS);
         self.count(&answer, fault);
+        self.count_own_kills();
         self.run.delivery_acks += u64::from(matches!(answer, Answer::Ack(_)));
         // A delivery's meaning (a reconciliation's outcome word is another channel).
         self.run.ack_reported |= matches!(&answer, Answer::Ack(Some(_)));
@@ -527,6 +534,13 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The target's own kills ([`CardTarget::own_kills`]), counted as kills.
+    fn count_own_kills(&mut self) {
+        let own = self.target.own_kills();
+        self.run.counts.kills += own;
+        self.run.killed |= own > 0;
+    }
+
     fn restart(&mut self) -> Result<(), HarnessError> {
         if !self.target.can_kill() {
             return Ok(());
@@ -562,6 +576,7 @@ impl<'a> Runner<'a> {
         let answer = self.target.reconcile(&body)?;
         let answer = self.known_word(answer, OUTCOMES);
         self.count(&answer, None);
+        self.count_own_kills();
         let steps: Vec<Option<Step>> = match answer {
             Answer::Ack(_) => vec![Some(Step::Reconcile(card))],
             Answer::Definite(_) => vec![None],

@@ -245,6 +245,8 @@ pub struct HttpTarget {
     fetches_seen: usize,
     /// The cards the receiver fetched on its own, not yet taken.
     unprompted: Vec<String>,
+    /// Kills to settle a request given up on, not yet taken ([`CardTarget::own_kills`]).
+    own_kills: u64,
 }
 
 impl HttpTarget {
@@ -268,6 +270,7 @@ impl HttpTarget {
             authority: None,
             fetches_seen: 0,
             unprompted: Vec::new(),
+            own_kills: 0,
         })
     }
 
@@ -370,6 +373,7 @@ impl HttpTarget {
     /// are atomic: a request left running would land between later ones).
     fn settle_in_flight(&mut self) -> Result<(), HarnessError> {
         self.supervisor.kill();
+        self.own_kills += 1;
         self.start(&BTreeMap::new(), false)
     }
 
@@ -675,6 +679,10 @@ impl CardTarget for HttpTarget {
 
     fn can_kill(&self) -> bool {
         true
+    }
+
+    fn own_kills(&mut self) -> u64 {
+        std::mem::take(&mut self.own_kills)
     }
 
     fn log_tail(&self) -> Vec<String> {
