@@ -58,16 +58,19 @@ pub struct DbError {
     /// Retry the transaction from its start.
     pub retry: bool,
     /// A unique violation: another writer committed a row this transaction was about to
-    /// write, and the retry reads it (and answers duplicate). Each one in a row needs a new
-    /// such commit inside one attempt's window, so a long streak is not a race: the store
-    /// gives up after [`UNIQUE_RETRIES`] in a row.
+    /// write, and the retry reads it (and answers duplicate). The same row cannot collide
+    /// again once it is read, so the store gives up when the same violation (the same
+    /// message: on PostgreSQL it names the key) comes back [`UNIQUE_RETRIES`] times in a
+    /// row.
     pub unique: bool,
 }
 
-/// How many unique violations in a row a transaction is retried after. A race with other
-/// receivers ends when the rows they wrote are read; a streak this long means something
-/// else (a damaged index, a row the store cannot see), and waiting will not help.
-pub const UNIQUE_RETRIES: u32 = 64;
+/// How many times in a row the same unique violation is retried. A race ends when the
+/// retry reads the row the other writer committed, after which that row cannot collide
+/// again; the same violation again and again means something else (a damaged index, a row
+/// the store cannot see), and waiting will not help. Violations on other rows (a large
+/// batch racing a stream of small ones meets a new row almost every attempt) start over.
+pub const UNIQUE_RETRIES: u32 = 8;
 
 impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -486,7 +489,15 @@ fn postgres_error(error: postgres::Error) -> DbError {
             || *code == SqlState::UNIQUE_VIOLATION
     });
     let message = match error.as_db_error() {
-        Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
+        Some(db) => match db.detail() {
+            // The detail names the key of a unique violation.
+            Some(detail) => format!(
+                "postgres: {} ({}): {detail}",
+                db.message(),
+                db.code().code()
+            ),
+            None => format!("postgres: {} ({})", db.message(), db.code().code()),
+        },
         None => format!("postgres: {error}"),
     };
     DbError {

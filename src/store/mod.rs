@@ -351,15 +351,26 @@ impl Store {
         &mut self,
         mut attempt: impl FnMut(&mut dyn Database) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
-        let (mut tries, mut unique) = (0u32, 0u32);
+        let mut tries = 0u32;
+        // The same unique violation, and how many times in a row.
+        let mut same: Option<(String, u32)> = None;
         loop {
             let db = &mut *self.db;
             match attempt(db) {
                 Ok(value) => return Ok(value),
                 Err(error) => {
                     db.rollback();
-                    unique = if error.unique { unique + 1 } else { 0 };
-                    if !error.retry || tries > 10_000 || unique > UNIQUE_RETRIES {
+                    same = match same {
+                        Some((message, times)) if error.unique && message == error.message => {
+                            Some((message, times + 1))
+                        }
+                        _ if error.unique => Some((error.message.clone(), 1)),
+                        _ => None,
+                    };
+                    let repeated = same
+                        .as_ref()
+                        .is_some_and(|(_, times)| *times > UNIQUE_RETRIES);
+                    if !error.retry || tries > 10_000 || repeated {
                         return Err(error.into());
                     }
                     tries += 1;
@@ -550,6 +561,24 @@ mod tests {
     }
 
     #[test]
+    fn unique_violations_on_new_rows_are_a_race_and_retried() {
+        let folder = tempfile::tempdir().expect("a temporary folder");
+        let mut store = Store::open(&DbUrl::Sqlite(folder.path().join("u.db"))).expect("open");
+        let mut attempts = 0;
+        let result = store.retrying(|_| {
+            attempts += 1;
+            match attempts {
+                100 => Ok(()),
+                n => Err(DbError {
+                    message: format!("postgres: duplicate key (23505): Key (k)=({n})"),
+                    ..failing(true)
+                }),
+            }
+        });
+        assert!(result.is_ok(), "each attempt met another row");
+    }
+
+    #[test]
     fn a_unique_violation_that_keeps_coming_back_is_given_up_on() {
         let folder = tempfile::tempdir().expect("a temporary folder");
         let mut store = Store::open(&DbUrl::Sqlite(folder.path().join("u.db"))).expect("open");
@@ -560,14 +589,13 @@ mod tests {
         });
         assert!(result.is_err());
         assert_eq!(attempts, UNIQUE_RETRIES + 1);
-        // A busy database in between starts the streak again: each unique violation after
-        // it is a new race.
+        // A busy database in between starts the count again.
         let mut attempts = 0;
         let result = store.retrying(|_| {
             attempts += 1;
             match attempts {
-                n if n == UNIQUE_RETRIES + 10 => Ok(()),
-                n => Err(failing(n != UNIQUE_RETRIES / 2)),
+                n if n == 3 * UNIQUE_RETRIES => Ok(()),
+                n => Err(failing(n % UNIQUE_RETRIES != 0)),
             }
         });
         assert!(result.is_ok());
