@@ -1222,8 +1222,9 @@ impl Naming<'_> {
             Action::Restart => {
                 let last = self.last?;
                 let lost = last.cards.iter().any(|(name, card)| {
-                    let now = seen.cards.get(name);
-                    now.is_none_or(|now| now.version < card.version) && self.shown_before(name, now)
+                    seen.cards
+                        .get(name)
+                        .is_none_or(|now| now.version < card.version)
                 });
                 (lost || self.lost_waiting(seen)).then_some("ack-implies-recorded")
             }
@@ -1236,22 +1237,32 @@ impl Naming<'_> {
     /// and its decision. A word no branch has is a wrong decision, not a lost one.
     fn visible_changes(&self) -> Vec<(bool, &'static str)> {
         let before = project(self.scenario, &self.before[0]);
-        let word = match self.answer {
-            Answer::Ack(Some(word)) if self.channels.ack => Some(word.as_str()),
-            _ => None,
-        };
-        let answered = (self.branches.iter()).filter(|branch| {
-            word.is_none() || branch.word.is_none_or(|expected| Some(expected) == word)
-        });
-        let changed = answered.filter_map(|branch| {
+        let changed = self.answered().filter_map(|branch| {
             let after = project(self.scenario, &branch.world);
-            let hold_only = after.cards == before.cards && after.paused == before.paused;
+            let hold_only = after.cards == before.cards && self.same_pauses(&after, &before);
             let decision = branch
                 .verdict
                 .map_or("", |verdict| verdict.decision().name());
             (!fits(&after, &before, &self.channels)).then_some((hold_only, decision))
         });
         changed.collect()
+    }
+
+    /// The branches whose word is the one the receiver answered (all of them when no word
+    /// was read).
+    fn answered(&self) -> impl Iterator<Item = &Branch> {
+        let word = match self.answer {
+            Answer::Ack(Some(word)) if self.channels.ack => Some(word.as_str()),
+            _ => None,
+        };
+        (self.branches.iter())
+            .filter(move |branch| word.is_none() || branch.word.is_none_or(|w| Some(w) == word))
+    }
+
+    /// Whether two states have the same paused cards, as far as this read compares them.
+    fn same_pauses(&self, one: &Observed, other: &Observed) -> bool {
+        let compared = self.channels.paused && self.seen.is_some_and(|seen| seen.paused.is_some());
+        !compared || one.paused == other.paused
     }
 
     /// After a kill right after an acknowledgement, a state without the hold the decision
@@ -1266,17 +1277,29 @@ impl Naming<'_> {
                 ..
             }
         );
-        let unshown: Vec<&str> = (self.visible_changes().into_iter())
-            .filter(|&(hold_only, _)| hold_only)
-            .map(|(_, decision)| decision)
-            .collect();
-        let first = unshown.first().filter(|_| killed)?;
+        let seen = self.seen?;
+        let hold_only = (self.visible_changes().into_iter())
+            .find(|&(hold_only, _)| hold_only)
+            .map(|(_, decision)| decision);
+        // Or the state shows everything the decision did but the input it leaves.
+        let all_but_hold = self.answered().find(|branch| {
+            let model = project(self.scenario, &branch.world);
+            model.cards == seen.cards
+                && self.same_pauses(&model, seen)
+                && seen.unresolved.is_some()
+                && model.unresolved != seen.unresolved
+        });
+        let decision = hold_only.or_else(|| {
+            all_but_hold.and_then(|branch| branch.verdict.map(|v| v.decision().name()))
+        });
+        let decision = decision.filter(|_| killed)?;
         Some(format!(
             "note: the receiver was killed right after acknowledging this input, and the \
-             state shows nothing of it but lacks the input the decision (`{first}`) leaves \
-             unresolved. Its record may be lost (ack-implies-recorded), or the target may \
-             leave such inputs out of its unresolved report; from outside both look the \
-             same, so arrival names no property"
+             state lacks the input the decision (`{decision}`) leaves unresolved, with \
+             nothing else of the decision missing. Its record may be lost \
+             (ack-implies-recorded), or the target may leave such inputs out of its \
+             unresolved report; from outside both look the same, so arrival names no \
+             property"
         ))
     }
 
@@ -1321,14 +1344,17 @@ impl Naming<'_> {
                     });
                     now.version < before.version && !this_delivery
                 }
-            } && self.shown_before(name, seen.cards.get(name)))
+            } && self.lost_not_decided(name, seen.cards.get(name)))
     }
 
-    /// Whether an earlier read showed this card as it is now (absent, or at this version
-    /// and state): a card gone back to a state it had is an effect lost; one in a state it
-    /// never had (removed though it was there from the start, say) is a wrong decision.
-    fn shown_before(&self, name: &str, now: Option<&CardReport>) -> bool {
-        self.reads.iter().any(|read| read.cards.get(name) == now)
+    /// Whether a card's loss is not this step's own decision: the card is not the one the
+    /// delivered event names, or an earlier read showed it as it is now (absent, or at
+    /// this version and state). The step's own card in a state it never had (removed by a
+    /// `card.deleted` a receiver wrongly applies, say) is a wrong decision, not a lost one.
+    fn lost_not_decided(&self, name: &str, now: Option<&CardReport>) -> bool {
+        let own = self.delivered_event().and_then(|event| event.object_id);
+        own.is_none_or(|card| self.scenario.catalog.name(card) != name)
+            || self.reads.iter().any(|read| read.cards.get(name) == now)
     }
 
     /// After an indefinite step, the decision's effect on the cards is there but the
@@ -1378,10 +1404,16 @@ impl Naming<'_> {
         let Some(seen) = self.unresolved_read() else {
             return false;
         };
-        let kept_in_state = self
-            .branches
-            .iter()
-            .any(|branch| fits(&project(self.scenario, &branch.world), seen, &self.channels));
+        // Kept, as far as the state can tell, when its event id is among the unresolved
+        // inputs (whatever else the state gets wrong: a pause missing is another bug).
+        let Some(id) = self.delivered_event().and_then(|event| event.event_id) else {
+            return false;
+        };
+        let name = self.scenario.catalog.name(id);
+        let kept_in_state = seen
+            .unresolved
+            .as_ref()
+            .is_some_and(|shown| shown.contains(name));
         !kept_in_state && self.misanswered_variant().is_some()
     }
 
@@ -1457,13 +1489,13 @@ impl Naming<'_> {
         }) else {
             return false;
         };
+        // A receiver that kept the record and answers the duplicate as if deciding it
+        // again, with a crash in between, looks the same (docs/conform.md says so).
         self.crashed
             && self.all_duplicates_answered_otherwise(word)
             && self.branches.iter().any(|branch| {
-                let (world, answer) =
-                    branch
-                        .reading
-                        .afresh(&self.before[branch.from], delivery, event);
+                let before = &self.before[branch.from];
+                let (world, answer) = branch.reading.afresh(before, delivery, event);
                 answer == word.as_str()
                     && fits(&project(self.scenario, &world), seen, &self.channels)
             })
@@ -1509,9 +1541,10 @@ impl Naming<'_> {
         Some(format!(
             "a delivery every world consistent with what was seen has recorded (a duplicate, \
              to be answered with its record's meaning now: {recorded}) was acknowledged \
-             {word}; nothing seen shows its record lost (no kill or unanswered request \
-             earlier, a state not read whole, or one unlike what deciding it again leaves), \
-             so its answer is wrong (protocol section 4)"
+             {word}. Either its record was lost (ack-implies-recorded) or it was kept and the \
+             answer is wrong (protocol section 4); nothing seen tells which (no crash since \
+             the input was first sent, a state not read whole, or a state unlike what \
+             deciding it again leaves), so arrival names no property"
         ))
     }
 

@@ -318,6 +318,18 @@ impl Batcher {
     }
 }
 
+/// `--batch` must be at least 1.
+fn batch_size(batch: usize) -> Result<(), InputError> {
+    match batch {
+        0 => Err(InputError::invalid(
+            Path::new("--batch"),
+            "command line",
+            "`--batch` is the number of deliveries per transaction: at least 1",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `store ingest`: deliveries from a fixture, a file of JSON lines or standard input.
 fn ingest(
     db: &str,
@@ -328,14 +340,7 @@ fn ingest(
 ) -> Outcome {
     let url = db_url(db)?;
     let broken = mutant(broken)?;
-    if batch == 0 {
-        return Err(InputError::invalid(
-            Path::new("--batch"),
-            "command line",
-            "`--batch` is the number of deliveries per transaction: at least 1",
-        )
-        .into());
-    }
+    batch_size(batch)?;
     let store = open(&url)?;
     let mut batcher = Batcher {
         url,
@@ -458,14 +463,7 @@ fn run_drill(command: DrillCommand) -> Outcome {
             if let Some(file) = &junit {
                 crate::harness::input::writable_file("--junit", file)?;
             }
-            if batch == 0 {
-                return Err(InputError::invalid(
-                    Path::new("--batch"),
-                    "command line",
-                    "`--batch` is the number of deliveries per transaction: at least 1",
-                )
-                .into());
-            }
+            batch_size(batch)?;
             let options = CrashOptions {
                 scenario: Scenario::load(&fixture)?,
                 fixture,
