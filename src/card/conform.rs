@@ -1031,6 +1031,22 @@ fn step_branch(
     }
 }
 
+/// Whether `seen` shows something `last` did not: a card new or at another version or
+/// state (not a lower version), an unresolved input, or a paused card.
+fn added_since(seen: &Observed, last: &Observed) -> bool {
+    let card_on = seen.cards.iter().any(|(name, now)| {
+        last.cards
+            .get(name)
+            .is_none_or(|before| now != before && now.version >= before.version)
+    });
+    let new =
+        |now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| match (now, before) {
+            (Some(now), Some(before)) => now.iter().any(|item| !before.contains(item)),
+            _ => false,
+        };
+    card_on || new(&seen.unresolved, &last.unresolved) || new(&seen.paused, &last.paused)
+}
+
 /// A world as a target would show it.
 pub fn project(scenario: &Scenario, world: &World) -> Observed {
     let catalog = &scenario.catalog;
@@ -1207,10 +1223,12 @@ impl Naming<'_> {
             } if self.lost_since_last_read(seen) || self.lost_waiting(seen) => {
                 Some("ack-implies-recorded")
             }
+            // Only with the answer's word compared: a wrong decision that changes nothing
+            // looks the same as a lost one.
             Action::Deliver {
                 fault: Some(External::KillAfterAck),
                 ..
-            } if matches!(self.answer, Answer::Ack(_)) => {
+            } if matches!(self.answer, Answer::Ack(Some(_))) && self.channels.ack => {
                 let unrecorded = self
                     .before
                     .iter()
@@ -1317,7 +1335,12 @@ impl Naming<'_> {
                     _ => false,
                 }
             };
+        // A delivery whose decision shows (a card moved on, an input or a pause added) ran,
+        // and may itself have settled a hold or lifted a pause, wrongly: that is a wrong
+        // decision, not a loss. A loss only takes the state back.
+        let decided = matches!(self.action, Action::Deliver { .. }) && added_since(seen, last);
         self.fetched.is_empty()
+            && !decided
             && (gone(self.channels.unresolved, &seen.unresolved, &last.unresolved)
                 || gone(self.channels.paused, &seen.paused, &last.paused))
     }

@@ -1053,6 +1053,34 @@ def _initialise(self):
 rx.Store._initialise = _initialise
 ";
 
+/// A newer version is applied even to a paused card, and lifts its pause.
+const PATCH_APPLY_UNPAUSES: &str = "right_rules = rx.Store.rules_4_to_6
+def rules_4_to_6(self, env, oid):
+    card = self.card(oid)
+    if card['paused']:
+        v = env.get('object_version')
+        if rx.is_valid_version(v) and isinstance(env.get('state'), dict) and v > card['version']:
+            self.db.execute('UPDATE cards SET version=?, state=?, paused=0 WHERE object_id=?',
+                            (str(v), rx.canonical(env['state']), oid))
+            self.bump('replacements_event')
+            return 'applied'
+    return right_rules(self, env, oid)
+rx.Store.rules_4_to_6 = rules_4_to_6
+";
+
+/// A delivery held behind a pause settles the card's earlier held inputs.
+const PATCH_NEWEST_HOLD_REPLACES: &str = "right_deliver = rx.Store.deliver
+def deliver(self, raw, delivery):
+    before = {r[0] for r in self.db.execute('SELECT rid FROM records')}
+    word = right_deliver(self, raw, delivery)
+    new = self.db.execute('SELECT rid, decision, held_under FROM records ORDER BY rid DESC LIMIT 1').fetchone()
+    if new and new[0] not in before and new[1] == 'held_paused':
+        self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
+                        \" WHERE held_under=? AND standing='held' AND rid<>?\", (new[2], new[0]))
+    return word
+rx.Store.deliver = deliver
+";
+
 /// Settled records are dropped when the receiver starts again (held ones and cards kept).
 const PATCH_FORGETS_SETTLED: &str = "right_init = rx.Store._initialise
 def _initialise(self):
@@ -1094,7 +1122,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
     const B62: &str = "models/b62-15.toml";
     const MIXED: &str = "tests/inputs/review-mixed-kinds.toml";
     const EVERY: &str = "models/every-decision.toml";
-    let cases: [(&str, &str, Value, &str); 20] = [
+    let cases: [(&str, &str, Value, &str); 22] = [
         (
             B62,
             PATCH_FORGETS_SETTLED,
@@ -1223,6 +1251,20 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             PATCH_CARDS_IN_MEMORY,
             serde_json::json!([{"deliver": 1}, {"restart": true}]),
             "ack-implies-recorded",
+        ),
+        // Fifth review: a pause lifted or a hold settled by the step's own wrong decision,
+        // with a kill after it, is that decision's doing, not a loss (G1, G3).
+        (
+            B62,
+            PATCH_APPLY_UNPAUSES,
+            serde_json::json!([{"deliver": 9}, {"deliver": 10, "kill_after_ack": true}]),
+            "paused-frozen",
+        ),
+        (
+            B62,
+            PATCH_NEWEST_HOLD_REPLACES,
+            serde_json::json!([{"deliver": 9}, {"deliver": 10, "kill_after_ack": true}]),
+            "diverged",
         ),
         // An input without an event id is held whenever it is decided: a duplicate of one
         // answered as rules 2-6 would decide its snapshot is no lost record.
