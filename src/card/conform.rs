@@ -1031,20 +1031,18 @@ fn step_branch(
     }
 }
 
-/// Whether `seen` shows something `last` did not: a card new or at another version or
-/// state (not a lower version), an unresolved input, or a paused card.
-fn added_since(seen: &Observed, last: &Observed) -> bool {
-    let card_on = seen.cards.iter().any(|(name, now)| {
-        last.cards
-            .get(name)
-            .is_none_or(|before| now != before && now.version >= before.version)
-    });
-    let new =
-        |now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| match (now, before) {
-            (Some(now), Some(before)) => now.iter().any(|item| !before.contains(item)),
-            _ => false,
-        };
-    card_on || new(&seen.unresolved, &last.unresolved) || new(&seen.paused, &last.paused)
+/// The items `before` listed and `now` does not, when the channel is read.
+fn gone_items<'s>(
+    read: bool,
+    now: &Option<BTreeSet<String>>,
+    before: &'s Option<BTreeSet<String>>,
+) -> Vec<&'s String> {
+    match (read, now, before) {
+        (true, Some(now), Some(before)) => {
+            before.iter().filter(|item| !now.contains(*item)).collect()
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// A world as a target would show it.
@@ -1328,21 +1326,54 @@ impl Naming<'_> {
         let Some(last) = self.last else {
             return false;
         };
-        let gone =
-            |read: bool, now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| {
-                read && match (now, before) {
-                    (Some(now), Some(before)) => before.iter().any(|input| !now.contains(input)),
-                    _ => false,
-                }
-            };
-        // A delivery whose decision shows (a card moved on, an input or a pause added) ran,
-        // and may itself have settled a hold or lifted a pause, wrongly: that is a wrong
-        // decision, not a loss. A loss only takes the state back.
-        let decided = matches!(self.action, Action::Deliver { .. }) && added_since(seen, last);
-        self.fetched.is_empty()
-            && !decided
-            && (gone(self.channels.unresolved, &seen.unresolved, &last.unresolved)
-                || gone(self.channels.paused, &seen.paused, &last.paused))
+        // On a delivery, a hold or pause of the cards its event names may have gone by the
+        // step's own decision, wrongly (settled, lifted): that is a wrong decision, named
+        // by the other rules, not a loss. Others' can only have been lost.
+        let inputs = gone_items(self.channels.unresolved, &seen.unresolved, &last.unresolved);
+        let pauses = gone_items(self.channels.paused, &seen.paused, &last.paused);
+        let lost = inputs
+            .iter()
+            .any(|input| !self.own_card(self.input_card(input)))
+            || pauses.iter().any(|card| !self.own_card(Some(card)));
+        self.fetched.is_empty() && lost
+    }
+
+    /// Whether a delivery's own decision may have touched this card: one its event or its
+    /// identity's first record names (or, for an input naming none, any: the decision's
+    /// reach is unknown). Never on a step that is no delivery.
+    fn own_card(&self, card: Option<&str>) -> bool {
+        let Some(event) = self.delivered_event() else {
+            return false;
+        };
+        let Some(card) = card else {
+            return true;
+        };
+        let first = (event.event_id)
+            .and_then(|id| self.before[0].receiver.identities().get(&id))
+            .and_then(|identity| identity.first.event.object_id);
+        [event.object_id, first]
+            .into_iter()
+            .flatten()
+            .any(|own| self.scenario.catalog.name(own) == card)
+    }
+
+    /// The card an unresolved input's first record names, as the worlds before the step
+    /// have it (`None`: none, or not known).
+    fn input_card(&self, input: &str) -> Option<&str> {
+        let receiver = &self.before[0].receiver;
+        let record = match input.strip_prefix("delivery-") {
+            Some(number) => receiver.anonymous().get(&number.parse().ok()?)?,
+            None => {
+                &receiver
+                    .identities()
+                    .get(&self.scenario.catalog.find(input)?)?
+                    .first
+            }
+        };
+        record
+            .event
+            .object_id
+            .map(|card| self.scenario.catalog.name(card))
     }
 
     /// Whether a card the last read showed is gone, or back at a lower version that is not

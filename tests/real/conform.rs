@@ -1081,6 +1081,23 @@ def deliver(self, raw, delivery):
 rx.Store.deliver = deliver
 ";
 
+/// A duplicate of a held input settles its hold (and is answered as before).
+const PATCH_DUPLICATE_SETTLES_HOLD: &str = "def dup(self, raw, subject, word):
+    self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
+                    \" WHERE input=? AND standing='held'\", (subject,))
+    return None
+answer_duplicates(dup)
+";
+
+/// At a start on existing storage every hold is settled and every pause lifted.
+const PATCH_SETTLES_AT_START: &str = "right_init = rx.Store._initialise
+def _initialise(self):
+    right_init(self)
+    self.db.execute('UPDATE cards SET paused=0')
+    self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL WHERE standing='held'\")
+rx.Store._initialise = _initialise
+";
+
 /// Settled records are dropped when the receiver starts again (held ones and cards kept).
 const PATCH_FORGETS_SETTLED: &str = "right_init = rx.Store._initialise
 def _initialise(self):
@@ -1122,7 +1139,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
     const B62: &str = "models/b62-15.toml";
     const MIXED: &str = "tests/inputs/review-mixed-kinds.toml";
     const EVERY: &str = "models/every-decision.toml";
-    let cases: [(&str, &str, Value, &str); 22] = [
+    let cases: [(&str, &str, Value, &str); 24] = [
         (
             B62,
             PATCH_FORGETS_SETTLED,
@@ -1265,6 +1282,20 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             PATCH_NEWEST_HOLD_REPLACES,
             serde_json::json!([{"deliver": 9}, {"deliver": 10, "kill_after_ack": true}]),
             "diverged",
+        ),
+        // Sixth review: a hold the step's own duplicate settled is its doing (W1); holds and
+        // pauses of another card gone at a kill are lost (A1).
+        (
+            B62,
+            PATCH_DUPLICATE_SETTLES_HOLD,
+            serde_json::json!([{"deliver": 9}, {"deliver": 9, "kill_after_ack": true}]),
+            "duplicate-no-effect",
+        ),
+        (
+            B62,
+            PATCH_SETTLES_AT_START,
+            serde_json::json!([{"deliver": 9}, {"deliver": 2, "kill_after_ack": true}]),
+            "ack-implies-recorded",
         ),
         // An input without an event id is held whenever it is decided: a duplicate of one
         // answered as rules 2-6 would decide its snapshot is no lost record.
