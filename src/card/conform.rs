@@ -923,6 +923,7 @@ impl<'a> Runner<'a> {
                 .misanswered_duplicate()
                 .or_else(|| naming.unreported_hold())
                 .or_else(|| naming.half_recorded_note())
+                .or_else(|| naming.gone_at_kill_note())
                 .or_else(|| naming.unread_variant_note()),
             _ => None,
         };
@@ -1210,17 +1211,13 @@ impl Naming<'_> {
             Action::Deliver {
                 fault: Some(External::KillAfterAck),
                 ..
-            } if matches!(self.answer, Answer::Ack(_))
-                && (self.lost_since_last_read(seen) || self.lost_waiting(seen)) =>
-            {
+            } if matches!(self.answer, Answer::Ack(_)) && self.lost_since_last_read(seen) => {
                 Some("ack-implies-recorded")
             }
             Action::Deliver {
                 fault: Some(External::Kill) | Some(External::Disconnect),
                 ..
-            } if self.lost_since_last_read(seen) || self.lost_waiting(seen) => {
-                Some("ack-implies-recorded")
-            }
+            } if self.lost_since_last_read(seen) => Some("ack-implies-recorded"),
             // Only with the answer's word compared: a wrong decision that changes nothing
             // looks the same as a lost one.
             Action::Deliver {
@@ -1326,54 +1323,45 @@ impl Naming<'_> {
         let Some(last) = self.last else {
             return false;
         };
-        // On a delivery, a hold or pause of the cards its event names may have gone by the
-        // step's own decision, wrongly (settled, lifted): that is a wrong decision, named
-        // by the other rules, not a loss. Others' can only have been lost.
+        // Only where no decision ran (a restart): on a delivery with a kill, a hold or pause
+        // gone may be lost at the kill or taken by the decision, wrongly, on any card, and
+        // both look the same ([`Naming::gone_at_kill_note`]).
         let inputs = gone_items(self.channels.unresolved, &seen.unresolved, &last.unresolved);
         let pauses = gone_items(self.channels.paused, &seen.paused, &last.paused);
-        let lost = inputs
+        self.fetched.is_empty() && (!inputs.is_empty() || !pauses.is_empty())
+    }
+
+    /// After a delivery with a kill, an unresolved input or paused card the last read
+    /// showed is gone: lost at the kill, or taken by the decision; a note, not a name.
+    fn gone_at_kill_note(&self) -> Option<String> {
+        let (seen, last) = (self.seen?, self.last?);
+        let inputs = gone_items(self.channels.unresolved, &seen.unresolved, &last.unresolved);
+        let pauses = gone_items(self.channels.paused, &seen.paused, &last.paused);
+        let gone: Vec<&str> = inputs
             .iter()
-            .any(|input| !self.own_card(self.input_card(input)))
-            || pauses.iter().any(|card| !self.own_card(Some(card)));
-        self.fetched.is_empty() && lost
+            .chain(&pauses)
+            .map(|item| item.as_str())
+            .collect();
+        (self.killed_in_delivery() && !gone.is_empty() && self.fetched.is_empty()).then(|| {
+            format!(
+                "note: after this delivery the receiver was killed, and {} that the last \
+                 read showed waiting (an unresolved input or a paused card) is gone. It may \
+                 have been lost at the kill (ack-implies-recorded), or taken by the decision, \
+                 wrongly; from outside both look the same, so arrival names no property",
+                gone.join(", ")
+            )
+        })
     }
 
-    /// Whether a delivery's own decision may have touched this card: one its event or its
-    /// identity's first record names (or, for an input naming none, any: the decision's
-    /// reach is unknown). Never on a step that is no delivery.
-    fn own_card(&self, card: Option<&str>) -> bool {
-        let Some(event) = self.delivered_event() else {
-            return false;
-        };
-        let Some(card) = card else {
-            return true;
-        };
-        let first = (event.event_id)
-            .and_then(|id| self.before[0].receiver.identities().get(&id))
-            .and_then(|identity| identity.first.event.object_id);
-        [event.object_id, first]
-            .into_iter()
-            .flatten()
-            .any(|own| self.scenario.catalog.name(own) == card)
-    }
-
-    /// The card an unresolved input's first record names, as the worlds before the step
-    /// have it (`None`: none, or not known).
-    fn input_card(&self, input: &str) -> Option<&str> {
-        let receiver = &self.before[0].receiver;
-        let record = match input.strip_prefix("delivery-") {
-            Some(number) => receiver.anonymous().get(&number.parse().ok()?)?,
-            None => {
-                &receiver
-                    .identities()
-                    .get(&self.scenario.catalog.find(input)?)?
-                    .first
+    /// Whether this step is a delivery with a kill or a disconnect in it.
+    fn killed_in_delivery(&self) -> bool {
+        matches!(
+            self.action,
+            Action::Deliver {
+                fault: Some(External::KillAfterAck | External::Kill | External::Disconnect),
+                ..
             }
-        };
-        record
-            .event
-            .object_id
-            .map(|card| self.scenario.catalog.name(card))
+        )
     }
 
     /// Whether a card the last read showed is gone, or back at a lower version that is not
@@ -1615,7 +1603,13 @@ impl Naming<'_> {
             };
         let changed = differs(self.channels.paused, &seen.paused, &last.paused)
             || differs(self.channels.unresolved, &seen.unresolved, &last.unresolved);
-        changed && self.all_duplicates()
+        // With a kill in the step, something gone may have been lost at the kill rather
+        // than taken by the duplicate: only something added is certain.
+        let added = |now: &Option<BTreeSet<String>>, before: &Option<BTreeSet<String>>| matches!((now, before), (Some(now), Some(before)) if !now.is_subset(before));
+        let certain = !self.killed_in_delivery()
+            || (self.channels.paused && added(&seen.paused, &last.paused))
+            || (self.channels.unresolved && added(&seen.unresolved, &last.unresolved));
+        changed && certain && self.all_duplicates()
     }
 
     /// Why [`Naming::redecided`] names `ack-implies-recorded`, when that rule (and no

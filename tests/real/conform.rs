@@ -1089,6 +1089,19 @@ const PATCH_DUPLICATE_SETTLES_HOLD: &str = "def dup(self, raw, subject, word):
 answer_duplicates(dup)
 ";
 
+/// A new input held behind a pause settles every earlier held input, on any card.
+const PATCH_NEWEST_HOLD_REPLACES_ALL: &str = "right_deliver = rx.Store.deliver
+def deliver(self, raw, delivery):
+    before = {r[0] for r in self.db.execute('SELECT rid FROM records')}
+    word = right_deliver(self, raw, delivery)
+    new = self.db.execute('SELECT rid, decision, held_under FROM records ORDER BY rid DESC LIMIT 1').fetchone()
+    if new and new[0] not in before and new[1] == 'held_paused':
+        self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
+                        \" WHERE standing='held' AND rid<>?\", (new[0],))
+    return word
+rx.Store.deliver = deliver
+";
+
 /// At a start on existing storage every hold is settled and every pause lifted.
 const PATCH_SETTLES_AT_START: &str = "right_init = rx.Store._initialise
 def _initialise(self):
@@ -1139,7 +1152,7 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
     const B62: &str = "models/b62-15.toml";
     const MIXED: &str = "tests/inputs/review-mixed-kinds.toml";
     const EVERY: &str = "models/every-decision.toml";
-    let cases: [(&str, &str, Value, &str); 24] = [
+    let cases: [(&str, &str, Value, &str); 28] = [
         (
             B62,
             PATCH_FORGETS_SETTLED,
@@ -1283,18 +1296,46 @@ fn a_duplicate_s_wrong_answer_or_a_lost_hold_is_named_by_what_the_state_shows() 
             serde_json::json!([{"deliver": 9}, {"deliver": 10, "kill_after_ack": true}]),
             "diverged",
         ),
-        // Sixth review: a hold the step's own duplicate settled is its doing (W1); holds and
-        // pauses of another card gone at a kill are lost (A1).
+        // Sixth and seventh reviews: after a delivery with a kill, a hold or pause gone may
+        // be the decision's doing (a duplicate that settles its hold, W1; a hold that settles
+        // every other, X1) or lost at the kill (holds settled at every start, A1, S2); all
+        // look the same, so none is named. Without the kill W1 is duplicate-no-effect, and
+        // a restart still names A1's loss.
         (
             B62,
             PATCH_DUPLICATE_SETTLES_HOLD,
             serde_json::json!([{"deliver": 9}, {"deliver": 9, "kill_after_ack": true}]),
+            "diverged",
+        ),
+        (
+            B62,
+            PATCH_DUPLICATE_SETTLES_HOLD,
+            serde_json::json!([{"deliver": 9}, {"deliver": 9}]),
             "duplicate-no-effect",
+        ),
+        (
+            B62,
+            PATCH_NEWEST_HOLD_REPLACES_ALL,
+            serde_json::json!([{"deliver": 8}, {"deliver": 9},
+                {"deliver": 10, "kill_after_ack": true}]),
+            "diverged",
         ),
         (
             B62,
             PATCH_SETTLES_AT_START,
             serde_json::json!([{"deliver": 9}, {"deliver": 2, "kill_after_ack": true}]),
+            "diverged",
+        ),
+        (
+            B62,
+            PATCH_SETTLES_AT_START,
+            serde_json::json!([{"deliver": 9}, {"deliver": 9, "kill_after_ack": true}]),
+            "diverged",
+        ),
+        (
+            B62,
+            PATCH_SETTLES_AT_START,
+            serde_json::json!([{"deliver": 9}, {"restart": true}]),
             "ack-implies-recorded",
         ),
         // An input without an event id is held whenever it is decided: a duplicate of one
