@@ -561,6 +561,19 @@ def judged(self, raw):
     self.db.execute('ROLLBACK TO afresh')
     self.db.execute('RELEASE afresh')
     return rx.ack_of(decision)
+def newest_held_settles(same_card):
+    # A new input held behind a pause settles the earlier held inputs: its card's, or all.
+    right_deliver = rx.Store.deliver
+    def deliver(self, raw, delivery):
+        before = {r[0] for r in self.db.execute('SELECT rid FROM records')}
+        word = right_deliver(self, raw, delivery)
+        new = self.db.execute('SELECT rid, decision, held_under FROM records ORDER BY rid DESC LIMIT 1').fetchone()
+        if new and new[0] not in before and new[1] == 'held_paused':
+            card, params = (' AND held_under=?', (new[0], new[2])) if same_card else ('', (new[0],))
+            self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
+                            \" WHERE standing='held' AND rid<>?\" + card, params)
+        return word
+    rx.Store.deliver = deliver
 ";
 
 /// The Python program that runs the correct receiver with `patch` applied.
@@ -1069,16 +1082,7 @@ rx.Store.rules_4_to_6 = rules_4_to_6
 ";
 
 /// A delivery held behind a pause settles the card's earlier held inputs.
-const PATCH_NEWEST_HOLD_REPLACES: &str = "right_deliver = rx.Store.deliver
-def deliver(self, raw, delivery):
-    before = {r[0] for r in self.db.execute('SELECT rid FROM records')}
-    word = right_deliver(self, raw, delivery)
-    new = self.db.execute('SELECT rid, decision, held_under FROM records ORDER BY rid DESC LIMIT 1').fetchone()
-    if new and new[0] not in before and new[1] == 'held_paused':
-        self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
-                        \" WHERE held_under=? AND standing='held' AND rid<>?\", (new[2], new[0]))
-    return word
-rx.Store.deliver = deliver
+const PATCH_NEWEST_HOLD_REPLACES: &str = "newest_held_settles(True)
 ";
 
 /// A duplicate of a held input settles its hold (and is answered as before).
@@ -1090,16 +1094,7 @@ answer_duplicates(dup)
 ";
 
 /// A new input held behind a pause settles every earlier held input, on any card.
-const PATCH_NEWEST_HOLD_REPLACES_ALL: &str = "right_deliver = rx.Store.deliver
-def deliver(self, raw, delivery):
-    before = {r[0] for r in self.db.execute('SELECT rid FROM records')}
-    word = right_deliver(self, raw, delivery)
-    new = self.db.execute('SELECT rid, decision, held_under FROM records ORDER BY rid DESC LIMIT 1').fetchone()
-    if new and new[0] not in before and new[1] == 'held_paused':
-        self.db.execute(\"UPDATE records SET standing='resolved', held_under=NULL\"
-                        \" WHERE standing='held' AND rid<>?\", (new[0],))
-    return word
-rx.Store.deliver = deliver
+const PATCH_NEWEST_HOLD_REPLACES_ALL: &str = "newest_held_settles(False)
 ";
 
 /// At a start on existing storage every hold is settled and every pause lifted.
