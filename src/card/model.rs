@@ -20,6 +20,7 @@ use crate::card::receiver::{Decision, HoldReason, Outcome, Verdict};
 use crate::card::step::{Budgets, DeliveryBudgets, Fault, Reconciliation, Step};
 use crate::card::world::{Effect, World};
 use crate::harness::checker::{Kind, SleepSet};
+use crate::harness::shard::Owner;
 use crate::harness::Protocol;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -140,6 +141,101 @@ pub struct ReceiverModel {
     /// Owed deliveries of recorded content, which depth-first search delivers at once
     /// ([`Redeliveries`]); `None`: it does not.
     pub redeliveries: Option<Arc<Redeliveries>>,
+    /// The hub and the rest of the fixture, for sharding by owner ([`Hub`]); `None`: the
+    /// model is sharded by its first steps.
+    pub hub: Option<Arc<Hub>>,
+}
+
+/// Sharding by owner ([`crate::harness::shard::Owner`]): the fixture's deliveries split
+/// into the *hub* (the connected part of deliveries, cards and event ids with the most
+/// deliveries, as [`crate::card::independence`] draws parts) and the rest. A world is
+/// shared while no hub delivery's content is recorded; after that its owner is which of
+/// the rest's deliveries have their content recorded.
+///
+/// Why the owner contract holds: a delivery records only its own content, under its own
+/// event id, so a step changes the recorded set of one side at most (expiry forgets
+/// records of every part in one step: then there are no owners); deliveries of different
+/// parts share no card and no event id, so they commute (the reason `split` may check them
+/// apart), and fault budgets are totals that any order of the same steps uses alike;
+/// reconciliation records nothing, and interleaved it waits only for its own card (at the
+/// end it waits for every delivery, which ties the parts: then there are no owners); a
+/// redelivery the model takes alone recognises recorded content and records nothing new.
+#[derive(Debug)]
+pub struct Hub {
+    /// The hub's delivery indices.
+    hub: Vec<usize>,
+    /// The other delivery indices: bit `i` of an owner is `rest[i]`.
+    rest: Vec<usize>,
+}
+
+impl Hub {
+    /// The hub of `scenario`, if it has more than one part, at most 64 deliveries outside
+    /// the hub, no expiry and no reconciliation held back to the end.
+    pub fn of(
+        scenario: &Scenario,
+        budgets: Budgets,
+        reconciliation: Reconciliation,
+    ) -> Option<Hub> {
+        let waits = reconciliation == Reconciliation::End && !scenario.authority.is_empty();
+        if budgets.expiries > 0 || waits {
+            return None;
+        }
+        let deliveries = &scenario.deliveries;
+        // Union-find over delivery indices: two deliveries are joined by a card or an event id
+        // they share (no card counts as one card, as it does for holds).
+        let mut parent: Vec<usize> = (0..deliveries.len()).collect();
+        fn root(parent: &mut [usize], mut at: usize) -> usize {
+            while parent[at] != at {
+                parent[at] = parent[parent[at]];
+                at = parent[at];
+            }
+            at
+        }
+        for one in 0..deliveries.len() {
+            for other in 0..one {
+                let (a, b) = (&deliveries[one].event, &deliveries[other].event);
+                let shares = a.object_id == b.object_id
+                    || (a.event_id.is_some() && a.event_id == b.event_id);
+                if shares {
+                    let (x, y) = (root(&mut parent, one), root(&mut parent, other));
+                    parent[x] = y;
+                }
+            }
+        }
+        let roots: Vec<usize> = (0..deliveries.len())
+            .map(|index| root(&mut parent, index))
+            .collect();
+        let size = |part: usize| roots.iter().filter(|&&root| root == part).count();
+        // The largest part; the first in fixture order among equals.
+        let hub_root = roots
+            .iter()
+            .copied()
+            .max_by_key(|&part| (size(part), std::cmp::Reverse(part)))?;
+        let (hub, rest): (Vec<usize>, Vec<usize>) =
+            (0..deliveries.len()).partition(|&index| roots[index] == hub_root);
+        (!rest.is_empty() && rest.len() <= 64).then_some(Hub { hub, rest })
+    }
+
+    /// Whose share `world` is.
+    pub fn owner(&self, scenario: &Scenario, world: &World) -> Owner {
+        let recorded = |index: usize| {
+            let delivery = &scenario.deliveries[index];
+            world
+                .receiver
+                .recorded(&delivery.event, delivery.number)
+                .is_some()
+        };
+        if !self.hub.iter().any(|&index| recorded(index)) {
+            return Owner::Shared;
+        }
+        let rest = self
+            .rest
+            .iter()
+            .enumerate()
+            .filter(|&(_, &index)| recorded(index))
+            .fold(0u64, |owner, (bit, _)| owner | 1 << bit);
+        Owner::Of(rest)
+    }
 }
 
 /// Redeliveries taken alone (the model file's `eager_redeliveries`, depth-first search
@@ -254,7 +350,6 @@ impl ReceiverModel {
         reconciliation: Reconciliation,
     ) -> ReceiverModel {
         ReceiverModel {
-            scenario,
             policy,
             budgets,
             per_delivery: DeliveryBudgets::NONE,
@@ -265,6 +360,8 @@ impl ReceiverModel {
             view: View::full(),
             commuting: None,
             redeliveries: None,
+            hub: Hub::of(&scenario, budgets, reconciliation).map(Arc::new),
+            scenario,
         }
     }
 
@@ -623,6 +720,10 @@ impl Protocol for ReceiverModel {
 
     fn eager(&self, world: &World, after: Option<&Step>) -> Option<Step> {
         self.redelivery(world, after)
+    }
+
+    fn owner(&self, world: &World) -> Option<Owner> {
+        Some(self.hub.as_deref()?.owner(&self.scenario, world))
     }
 }
 

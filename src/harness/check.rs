@@ -171,15 +171,24 @@ pub fn check_parts_with<P: Protocol>(
         match mode {
             Mode::Shard(spec) if parts.len() == 1 && spec.count > 1 => {
                 let restricted = Shard::new(part.clone(), *spec);
-                let (total, taken, depth) = restricted.prefixes();
-                shard = Some(ShardReport {
-                    index: spec.index,
-                    count: spec.count,
-                    by: "first-steps".into(),
-                    parts: vec![number],
-                    prefixes: Some(total),
-                    prefixes_taken: Some(taken),
-                    prefix_depth: Some(depth),
+                shard = Some(match restricted.owners() {
+                    Some((owners, taken, shared)) => ShardReport {
+                        by: "owners".into(),
+                        owners: Some(owners),
+                        owners_taken: Some(taken),
+                        shared_states: Some(shared),
+                        ..ShardReport::new(*spec, vec![number])
+                    },
+                    None => {
+                        let (total, taken, depth) = restricted.prefixes();
+                        ShardReport {
+                            by: "first-steps".into(),
+                            prefixes: Some(total),
+                            prefixes_taken: Some(taken),
+                            prefix_depth: Some(depth),
+                            ..ShardReport::new(*spec, vec![number])
+                        }
+                    }
                 });
                 let wanted = |index| checked(index) && !traces.contains_key(&index);
                 for (index, steps, shortest) in exhaust(&restricted, settings, &mut tally, wanted) {
@@ -259,13 +268,8 @@ pub fn check_parts_with<P: Protocol>(
     }
     if let (Mode::Shard(spec), None) = (mode, &shard) {
         shard = Some(ShardReport {
-            index: spec.index,
-            count: spec.count,
             by: if parts.len() > 1 { "parts" } else { "whole" }.into(),
-            parts: selected.clone(),
-            prefixes: None,
-            prefixes_taken: None,
-            prefix_depth: None,
+            ..ShardReport::new(*spec, selected.clone())
         });
     }
     if let Some(report) = &mut simulation {
@@ -409,13 +413,8 @@ pub fn precondition_failed<P: Protocol>(
         // Every shard reports the same failed precondition; merged, it is the model's.
         shard: match mode {
             Mode::Shard(spec) => Some(ShardReport {
-                index: spec.index,
-                count: spec.count,
                 by: "precondition".into(),
-                parts: Vec::new(),
-                prefixes: None,
-                prefixes_taken: None,
-                prefix_depth: None,
+                ..ShardReport::new(*spec, Vec::new())
             }),
             _ => None,
         },

@@ -148,6 +148,13 @@ fn identity(report: &ModelReport) -> Vec<(&'static str, String)> {
                 format!("{:?} at depth {:?}", shard.prefixes, shard.prefix_depth)
             }),
         ),
+        // Shards by owner split the same owners only if they met the same ones.
+        (
+            "owners",
+            report.shard.as_ref().map_or(String::new(), |shard| {
+                format!("{} {:?} {:?}", shard.by, shard.owners, shard.shared_states)
+            }),
+        ),
     ]
 }
 

@@ -126,6 +126,12 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     fn eager(&self, _world: &Self::World, _after: Option<&Self::Step>) -> Option<Self::Step> {
         None
     }
+    /// Which owner's share of the work `world` is, for sharding by owner
+    /// ([`shard::Shard`]); `None` at the initial world: this model is not sharded so. A
+    /// model that answers must keep [`shard::Owner`]'s contract. The default: `None`.
+    fn owner(&self, _world: &Self::World) -> Option<shard::Owner> {
+        None
+    }
 }
 
 impl<P: Protocol> checker::Commute<P::World, P::Step> for Checked<P> {

@@ -312,7 +312,8 @@ pub struct ShardReport {
     pub index: usize,
     /// N.
     pub count: usize,
-    /// `parts` (the model's independent parts, `i % N == K - 1`) or `first-steps` (the
+    /// `parts` (the model's independent parts, `i % N == K - 1`), `owners` (the worlds of
+    /// some owners of a model of one part, and the shared worlds) or `first-steps` (the
     /// subtrees of the first steps of a model of one part).
     pub by: String,
     /// The parts this shard checked (0-based indices among the model's `parts`).
@@ -326,6 +327,34 @@ pub struct ShardReport {
     /// With `first-steps`: how many steps long the prefixes are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_depth: Option<usize>,
+    /// With `owners`: how many owners the model has in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners: Option<usize>,
+    /// With `owners`: how many of them are this shard's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners_taken: Option<usize>,
+    /// With `owners`: how many shared worlds (explored by every shard) were met finding the
+    /// owners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_states: Option<usize>,
+}
+
+impl ShardReport {
+    /// Shard `spec` of a model, over `parts`, saying nothing yet of how it was split.
+    pub fn new(spec: super::shard::ShardSpec, parts: Vec<usize>) -> ShardReport {
+        ShardReport {
+            index: spec.index,
+            count: spec.count,
+            by: String::new(),
+            parts,
+            prefixes: None,
+            prefixes_taken: None,
+            prefix_depth: None,
+            owners: None,
+            owners_taken: None,
+            shared_states: None,
+        }
+    }
 }
 
 /// What a simulation did and found.

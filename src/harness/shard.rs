@@ -2,7 +2,12 @@
 //!
 //! A model that splits into several independent parts is sharded by part: shard K of N
 //! (1-based) checks the parts whose 0-based index `i` has `i % N == K - 1`. A model of one
-//! part is sharded by the subtrees of its first steps: [`Shard`] wraps the protocol so that
+//! part that names owners ([`Protocol::owner`], whose contract is [`Owner`]'s) is sharded
+//! by owner: the shared worlds are enumerated first, the owners met on steps out of them are
+//! numbered in the order met, and shard K explores the shared worlds and those of the
+//! owners numbered `j % N == K - 1`; a step into another shard's world leads nowhere, and
+//! nothing sleeps (docs/checker.md, "Shards by owner", says why both). Any other model of
+//! one part is sharded by the subtrees of its first steps: [`Shard`] wraps the protocol so that
 //! near the initial world it offers only the steps towards this shard's frontier worlds,
 //! and everything below them unchanged. The frontier is the distinct worlds `d` steps from
 //! the initial world (`d` = 1 unless that gives fewer than 4 per shard; at most
@@ -101,6 +106,45 @@ impl ShardSpec {
     }
 }
 
+/// Whose share of the work a world is, for a model sharded by owner
+/// ([`Protocol::owner`]).
+///
+/// Shard K explores the worlds that are `Shared` and those of its own owners; a step into
+/// another shard's world leads nowhere. The model promises what makes that complete
+/// (docs/checker.md, "Shards by owner", has the argument):
+/// - the owner is read off two summaries of a world, a *hub* summary and a *rest* summary:
+///   `Shared` while the hub summary is as at the initial world, otherwise `Of(rest)`;
+/// - every step changes at most one of the two summaries;
+/// - any path to a world can be reordered so that the steps that may change the rest
+///   summary come first: every step is still offered where it then stands, decides the
+///   same, is judged the same by every property, and the path ends in the same world;
+/// - a step the model names to take alone ([`Protocol::eager`]) changes neither summary.
+///
+/// Nothing sleeps in a shard by owner: with several owners per shard, sleep sets may rely
+/// on an order through a third owner's worlds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// Explored by every shard.
+    Shared,
+    /// Explored by the shard this owner is handed to.
+    Of(u64),
+}
+
+/// At most this many shared worlds are enumerated to find the owners; a model with more is
+/// sharded by its first steps.
+const MAX_SHARED: usize = 200_000;
+
+/// The owners of a model sharded by owner, and which are this shard's.
+#[derive(Debug)]
+struct Owners {
+    /// This shard's owners.
+    mine: std::collections::HashSet<u64>,
+    /// Every owner met at a step out of a shared world, in the order met.
+    known: std::collections::HashSet<u64>,
+    /// How many shared worlds the enumeration met.
+    shared: usize,
+}
+
 /// The deepest prefix the first-step sharding uses.
 pub const MAX_PREFIX_DEPTH: usize = 4;
 
@@ -149,11 +193,17 @@ pub struct Shard<P: Protocol> {
     /// The protocol.
     pub inner: P,
     prefixes: Arc<Prefixes<P::Step>>,
+    /// Sharded by owner: the owners (then `prefixes` restricts nothing).
+    owners: Option<Arc<Owners>>,
 }
 
 impl<P: Protocol> Shard<P> {
-    /// `inner` restricted to `spec`'s share of its first steps.
+    /// `inner` restricted to `spec`'s share: its owners' worlds if it names owners, its
+    /// first steps otherwise.
     pub fn new(inner: P, spec: ShardSpec) -> Self {
+        if let Some(shard) = Self::by_owner(&inner, spec) {
+            return shard;
+        }
         if inner.sleeps() {
             return Self::by_first_steps(inner, spec);
         }
@@ -239,6 +289,7 @@ impl<P: Protocol> Shard<P> {
         }
         Shard {
             inner,
+            owners: None,
             prefixes: Arc::new(Prefixes {
                 nodes,
                 offer_all: false,
@@ -280,6 +331,7 @@ impl<P: Protocol> Shard<P> {
         let taken = (0..total).filter(|&number| spec.takes(number)).count();
         Shard {
             inner,
+            owners: None,
             prefixes: Arc::new(Prefixes {
                 nodes: vec![mine],
                 offer_all: true,
@@ -288,6 +340,100 @@ impl<P: Protocol> Shard<P> {
                 depth: usize::from(total > 0),
             }),
         }
+    }
+
+    /// `inner` restricted to `spec`'s owners, if it names owners and has at least as many
+    /// as there are shards: the shared worlds are enumerated from the initial world, every
+    /// owner met on a step out of them is numbered in the order met, and shard K takes
+    /// those numbered `j % N == K - 1`. An owner not met so is treated as shared.
+    fn by_owner(inner: &P, spec: ShardSpec) -> Option<Self> {
+        let init = inner.init();
+        inner.owner(&init)?;
+        let mut shared = vec![init];
+        let mut seen: HashMap<u64, Vec<P::World>> = HashMap::new();
+        seen.entry(fingerprint(&shared[0]))
+            .or_default()
+            .push(shared[0].clone());
+        let mut order: Vec<u64> = Vec::new();
+        let mut known = std::collections::HashSet::new();
+        let mut steps = Vec::new();
+        let mut at = 0;
+        while at < shared.len() {
+            if shared.len() > MAX_SHARED {
+                return None;
+            }
+            let world = shared[at].clone();
+            at += 1;
+            steps.clear();
+            if P::violation(&world).is_none() {
+                inner.steps(&world, &mut steps);
+            }
+            for step in &steps {
+                let Some(next) = super::panic::next(inner, &world, step) else {
+                    continue;
+                };
+                match inner.owner(&next) {
+                    Some(Owner::Of(owner)) => {
+                        if known.insert(owner) {
+                            order.push(owner);
+                        }
+                    }
+                    _ => {
+                        let same = seen.entry(fingerprint(&next)).or_default();
+                        if !same.contains(&next) {
+                            same.push(next.clone());
+                            shared.push(next);
+                        }
+                    }
+                }
+            }
+        }
+        if order.len() < spec.count.max(2) {
+            return None;
+        }
+        let mine = order
+            .iter()
+            .enumerate()
+            .filter(|&(number, _)| spec.takes(number))
+            .map(|(_, &owner)| owner)
+            .collect();
+        Some(Shard {
+            inner: inner.clone(),
+            owners: Some(Arc::new(Owners {
+                mine,
+                known,
+                shared: shared.len(),
+            })),
+            prefixes: Arc::new(Prefixes {
+                nodes: Vec::new(),
+                offer_all: true,
+                total: order.len(),
+                taken: (0..order.len())
+                    .filter(|&number| spec.takes(number))
+                    .count(),
+                depth: 0,
+            }),
+        })
+    }
+
+    /// Whether this shard explores `world` (always, unless sharded by owner).
+    fn explores(&self, world: &P::World) -> bool {
+        let Some(owners) = self.owners.as_deref() else {
+            return true;
+        };
+        match self.inner.owner(world) {
+            Some(Owner::Of(owner)) => {
+                owners.mine.contains(&owner) || !owners.known.contains(&owner)
+            }
+            Some(Owner::Shared) | None => true,
+        }
+    }
+
+    /// Sharded by owner: how many owners there are, how many are this shard's, and how many
+    /// shared worlds every shard explores; `None` when sharded otherwise.
+    pub fn owners(&self) -> Option<(usize, usize, usize)> {
+        let owners = self.owners.as_deref()?;
+        Some((owners.known.len(), owners.mine.len(), owners.shared))
     }
 
     /// How many first-step prefixes the model has, how many are this shard's, and how deep
@@ -311,7 +457,11 @@ impl<P: Protocol> Protocol for Shard<P> {
         ShardWorld {
             world: self.inner.init(),
             // A model whose whole tree is one terminal world has no step to restrict.
-            node: if self.prefixes.depth == 0 { FREE } else { 0 },
+            node: if self.prefixes.depth == 0 || self.owners.is_some() {
+                FREE
+            } else {
+                0
+            },
         }
     }
 
@@ -332,6 +482,15 @@ impl<P: Protocol> Protocol for Shard<P> {
     }
 
     fn next(&self, world: &Self::World, step: &Self::Step) -> Option<Self::World> {
+        if self.owners.is_some() {
+            // A step into another shard's world leads nowhere here. Nothing sleeps by owner,
+            // so a step dropped so is not one that sleeps in later subtrees.
+            let next = self.inner.next(&world.world, step)?;
+            return self.explores(&next).then_some(ShardWorld {
+                world: next,
+                node: FREE,
+            });
+        }
         let node = if world.node == FREE {
             FREE
         } else {
@@ -368,6 +527,7 @@ impl<P: Protocol> Protocol for Shard<P> {
         Shard {
             inner: self.inner.only(index),
             prefixes: Arc::clone(&self.prefixes),
+            owners: self.owners.clone(),
         }
     }
 
@@ -384,10 +544,17 @@ impl<P: Protocol> Protocol for Shard<P> {
     }
 
     fn sleeps(&self) -> bool {
-        self.prefixes.offer_all && self.inner.sleeps()
+        self.prefixes.offer_all && self.owners.is_none() && self.inner.sleeps()
     }
 
     fn sleep_key(&self, step: &Self::Step) -> Option<u8> {
+        // By owner nothing sleeps: a step asleep since a world of one of this shard's
+        // owners stays asleep through steps into another owner's worlds, whose other
+        // order passes through a world of a third owner that this shard never enters
+        // (docs/checker.md, "Shards by owner").
+        if self.owners.is_some() {
+            return None;
+        }
         self.inner.sleep_key(step)
     }
 
@@ -428,11 +595,20 @@ impl<P: Protocol> Protocol for Shard<P> {
 
     fn eager(&self, world: &Self::World, after: Option<&Self::Step>) -> Option<Self::Step> {
         // Below the first step only: there the shard is the inner model. (At the initial
-        // world a step may be another shard's; a world not settled only keeps more.)
+        // world a step may be another shard's; a world not settled only keeps more.) By
+        // owner, a named step changes no owner (`Owner`'s contract); one that would is not
+        // followed, which only keeps more.
         if world.node != FREE || !self.prefixes.offer_all {
             return None;
         }
-        self.inner.eager(&world.world, after)
+        let step = self.inner.eager(&world.world, after)?;
+        if self.owners.is_some()
+            && super::panic::next(&self.inner, &world.world, &step)
+                .is_some_and(|next| !self.explores(&next))
+        {
+            return None;
+        }
+        Some(step)
     }
 }
 

@@ -11,6 +11,8 @@
 //!   the same states, verdicts and shortest traces as the search without it.
 //! - `eager`: redeliveries taken alone in depth-first search: the claim's conditions in
 //!   every reachable world, and the same verdicts and shortest traces as without it.
+//! - `owners`: sharding by owner: four shards reach exactly one run's worlds and
+//!   violations on every card model file with owners, under every policy.
 //! - `shard`: `check --shard`, `report merge` and `check --simulate` as a user runs them.
 
 #[allow(dead_code, unused_imports)]
@@ -22,4 +24,5 @@ mod eager;
 mod facts_model;
 mod indep;
 mod model;
+mod owners;
 mod shard;

@@ -81,10 +81,33 @@ fn whole_and_merged(
     (whole, model_json(&merged), shards)
 }
 
+/// Each violated property's counterexample length, by name.
+fn trace_lengths(report: &Value) -> Vec<(String, usize)> {
+    report["properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|property| property["status"] == "violated")
+        .map(|property| {
+            (
+                property["name"].as_str().unwrap().to_owned(),
+                property["trace"]["steps"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect()
+}
+
 fn assert_same_verdict(whole: &Value, merged: &Value, what: &str) {
     assert_eq!(merged["verdict"], whole["verdict"], "{what}: verdict");
     assert_eq!(violated(merged), violated(whole), "{what}: violated");
     assert_eq!(statuses(merged), statuses(whole), "{what}: statuses");
+    // The merged counterexamples are as short as one run's (shortest ones, whichever
+    // shard found them).
+    assert_eq!(
+        trace_lengths(merged),
+        trace_lengths(whole),
+        "{what}: trace lengths"
+    );
     assert_eq!(merged["as_expected"], whole["as_expected"], "{what}");
     assert_eq!(merged["merged"]["missing"], serde_json::json!([]), "{what}");
 }
@@ -103,13 +126,12 @@ fn four_shards_of_a_passing_model_merge_to_its_pass() {
 }
 
 #[test]
-fn four_shards_of_b62_15_with_sleep_sets_overlap_by_the_pinned_amount() {
-    // Under `spec` the model sleeps, so it is sharded by its first steps alone and each
-    // shard searches with the sleep sets one run would give its first steps (and takes
-    // redeliveries alone below them, as one run does). Pinned: 18 distinct first steps; the
-    // shards' unique states sum to 10,536 against one run's 4,031 (2.61x; before
-    // redeliveries were taken alone, 49,915 against 21,695, 2.30x; 58,574 and 2.70x when
-    // shards did not sleep).
+fn four_shards_of_b62_15_by_owner_overlap_by_the_pinned_amount() {
+    // B62-15 has parts that commute (card-7, card-8, card-99), so it is sharded by owner:
+    // a world is shared while none of card-7's deliveries is recorded, and otherwise its
+    // owner is which of the others' are. Pinned: 8 owners, 2 per shard, 61 shared worlds;
+    // the shards' unique states sum to 4,112 against one run's 4,031 (1.02x; by first steps
+    // with sleep sets it was 10,536, 2.61x).
     let dir = tempfile::tempdir().unwrap();
     let (whole, merged, shards) = whole_and_merged(dir.path(), "models/b62-15.toml", &[], 4);
     assert_eq!(whole["verdict"], "pass");
@@ -118,12 +140,14 @@ fn four_shards_of_b62_15_with_sleep_sets_overlap_by_the_pinned_amount() {
     let unique: Vec<u64> = shards
         .iter()
         .map(|shard| {
-            assert_eq!(shard["shard"]["prefix_depth"], 1);
-            assert_eq!(shard["shard"]["prefixes"], 18);
+            assert_eq!(shard["shard"]["by"], "owners");
+            assert_eq!(shard["shard"]["owners"], 8);
+            assert_eq!(shard["shard"]["owners_taken"], 2);
+            assert_eq!(shard["shard"]["shared_states"], 61);
             shard["unique_states"].as_u64().unwrap()
         })
         .collect();
-    assert_eq!(unique, vec![3_600, 1_803, 3_420, 1_713]);
+    assert_eq!(unique, vec![885, 599, 1_457, 1_171]);
 }
 
 #[test]
