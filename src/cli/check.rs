@@ -57,7 +57,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DEPTH as u64, value_parser = clap::value_parser!(u64).range(1..), requires = "simulate")]
     pub max_depth: u64,
     /// Check only shard K of N (numbered from 1) of each model's work: its independent
-    /// parts with `index % N == K-1`, or, for a model of one part, that share of the
+    /// parts with `index % N == K-1`; for a card model checked whole whose parts commute,
+    /// that share of its owners' worlds (and the shared ones); otherwise that share of the
     /// subtrees of its first steps. Merge the N `--json` reports with `arrival report
     /// merge`.
     #[arg(long, value_name = "K/N")]

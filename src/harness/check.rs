@@ -172,11 +172,11 @@ pub fn check_parts_with<P: Protocol>(
             Mode::Shard(spec) if parts.len() == 1 && spec.count > 1 => {
                 let restricted = Shard::new(part.clone(), *spec);
                 shard = Some(match restricted.owners() {
-                    Some((owners, taken, shared)) => ShardReport {
+                    Some(split) => ShardReport {
                         by: "owners".into(),
-                        owners: Some(owners),
-                        owners_taken: Some(taken),
-                        shared_states: Some(shared),
+                        owners: split.owners,
+                        owners_taken: split.taken,
+                        shared_states: Some(split.shared),
                         ..ShardReport::new(*spec, vec![number])
                     },
                     None => {

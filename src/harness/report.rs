@@ -327,14 +327,15 @@ pub struct ShardReport {
     /// With `first-steps`: how many steps long the prefixes are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_depth: Option<usize>,
-    /// With `owners`: how many owners the model has in all.
+    /// With `owners`: how many owners the model has in all, when the shared worlds were few
+    /// enough to list them (otherwise absent: each owner went to the shard its hash names).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owners: Option<usize>,
-    /// With `owners`: how many of them are this shard's.
+    /// With listed `owners`: how many of them are this shard's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owners_taken: Option<usize>,
-    /// With `owners`: how many shared worlds (explored by every shard) were met finding the
-    /// owners.
+    /// With `owners`: how many shared worlds (explored by every shard) were met listing the
+    /// owners (all of them when `owners` is present; the limit it stopped at otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_states: Option<usize>,
 }

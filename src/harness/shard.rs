@@ -130,19 +130,43 @@ pub enum Owner {
     Of(u64),
 }
 
-/// At most this many shared worlds are enumerated to find the owners; a model with more is
-/// sharded by its first steps.
-const MAX_SHARED: usize = 200_000;
+/// At most this many shared worlds are enumerated to list the owners; past it, owners are
+/// handed out by a hash of their value instead.
+const MAX_SHARED: usize = 20_000;
 
 /// The owners of a model sharded by owner, and which are this shard's.
 #[derive(Debug)]
 struct Owners {
-    /// This shard's owners.
-    mine: std::collections::HashSet<u64>,
-    /// Every owner met at a step out of a shared world, in the order met.
+    /// This shard's owners, when they were listed (`None`: handed out by hash).
+    mine: Option<std::collections::HashSet<u64>>,
+    /// Every owner met at a step out of a shared world, when they were listed.
     known: std::collections::HashSet<u64>,
-    /// How many shared worlds the enumeration met.
+    /// How many shared worlds the enumeration met (all of them, when owners were listed).
     shared: usize,
+    /// Which shard this is.
+    spec: ShardSpec,
+}
+
+/// How a shard by owner split the work: the owners listed and this shard's (`None` when
+/// there were too many shared worlds to list them: then each owner goes to the shard its
+/// hash names), and the shared worlds met looking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerSplit {
+    /// Owners listed, in all.
+    pub owners: Option<usize>,
+    /// Owners listed that are this shard's.
+    pub taken: Option<usize>,
+    /// Shared worlds met (every one, when owners were listed).
+    pub shared: usize,
+}
+
+/// An owner's number when owners are handed out by hash: the same in every process.
+fn owner_number(owner: u64) -> usize {
+    // splitmix64's finaliser.
+    let mut z = owner.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as usize
 }
 
 /// The deepest prefix the first-step sharding uses.
@@ -201,7 +225,13 @@ impl<P: Protocol> Shard<P> {
     /// `inner` restricted to `spec`'s share: its owners' worlds if it names owners, its
     /// first steps otherwise.
     pub fn new(inner: P, spec: ShardSpec) -> Self {
-        if let Some(shard) = Self::by_owner(&inner, spec) {
+        Self::listing_at_most(inner, spec, MAX_SHARED)
+    }
+
+    /// [`Shard::new`], listing the owners only if there are at most `shared` shared worlds
+    /// (tests use a small limit to reach owners handed out by hash).
+    pub fn listing_at_most(inner: P, spec: ShardSpec, shared: usize) -> Self {
+        if let Some(shard) = Self::by_owner(&inner, spec, shared) {
             return shard;
         }
         if inner.sleeps() {
@@ -346,7 +376,7 @@ impl<P: Protocol> Shard<P> {
     /// as there are shards: the shared worlds are enumerated from the initial world, every
     /// owner met on a step out of them is numbered in the order met, and shard K takes
     /// those numbered `j % N == K - 1`. An owner not met so is treated as shared.
-    fn by_owner(inner: &P, spec: ShardSpec) -> Option<Self> {
+    fn by_owner(inner: &P, spec: ShardSpec, limit: usize) -> Option<Self> {
         let init = inner.init();
         inner.owner(&init)?;
         let mut shared = vec![init];
@@ -359,8 +389,8 @@ impl<P: Protocol> Shard<P> {
         let mut steps = Vec::new();
         let mut at = 0;
         while at < shared.len() {
-            if shared.len() > MAX_SHARED {
-                return None;
+            if shared.len() > limit {
+                return Some(Self::by_owner_hash(inner, spec, shared.len()));
             }
             let world = shared[at].clone();
             at += 1;
@@ -400,9 +430,10 @@ impl<P: Protocol> Shard<P> {
         Some(Shard {
             inner: inner.clone(),
             owners: Some(Arc::new(Owners {
-                mine,
+                mine: Some(mine),
                 known,
                 shared: shared.len(),
+                spec,
             })),
             prefixes: Arc::new(Prefixes {
                 nodes: Vec::new(),
@@ -421,19 +452,44 @@ impl<P: Protocol> Shard<P> {
         let Some(owners) = self.owners.as_deref() else {
             return true;
         };
-        match self.inner.owner(world) {
-            Some(Owner::Of(owner)) => {
-                owners.mine.contains(&owner) || !owners.known.contains(&owner)
+        match (self.inner.owner(world), &owners.mine) {
+            (Some(Owner::Of(owner)), Some(mine)) => {
+                mine.contains(&owner) || !owners.known.contains(&owner)
             }
-            Some(Owner::Shared) | None => true,
+            (Some(Owner::Of(owner)), None) => owners.spec.takes(owner_number(owner)),
+            (Some(Owner::Shared) | None, _) => true,
         }
     }
 
-    /// Sharded by owner: how many owners there are, how many are this shard's, and how many
-    /// shared worlds every shard explores; `None` when sharded otherwise.
-    pub fn owners(&self) -> Option<(usize, usize, usize)> {
+    /// `inner` restricted to the owners whose hash names `spec`, when the shared worlds
+    /// are too many to list the owners (`met` of them were).
+    fn by_owner_hash(inner: &P, spec: ShardSpec, met: usize) -> Self {
+        Shard {
+            inner: inner.clone(),
+            owners: Some(Arc::new(Owners {
+                mine: None,
+                known: Default::default(),
+                shared: met,
+                spec,
+            })),
+            prefixes: Arc::new(Prefixes {
+                nodes: Vec::new(),
+                offer_all: true,
+                total: 0,
+                taken: 0,
+                depth: 0,
+            }),
+        }
+    }
+
+    /// Sharded by owner: how the owners were split; `None` when sharded otherwise.
+    pub fn owners(&self) -> Option<OwnerSplit> {
         let owners = self.owners.as_deref()?;
-        Some((owners.known.len(), owners.mine.len(), owners.shared))
+        Some(OwnerSplit {
+            owners: owners.mine.is_some().then_some(owners.known.len()),
+            taken: owners.mine.as_ref().map(|mine| mine.len()),
+            shared: owners.shared,
+        })
     }
 
     /// How many first-step prefixes the model has, how many are this shard's, and how deep
