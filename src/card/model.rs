@@ -216,6 +216,32 @@ impl Hub {
         (!rest.is_empty() && rest.len() <= 64).then_some(Hub { hub, rest })
     }
 
+    /// Every step of the hub: its deliveries, with and without each fault, and the
+    /// reconciliation of its cards.
+    fn steps<'a>(&'a self, scenario: &'a Scenario) -> impl Iterator<Item = Step> + 'a {
+        let faults = [
+            None,
+            Some(Fault::AckLost),
+            Some(Fault::Crash),
+            Some(Fault::Duplicate),
+            Some(Fault::Reencoded),
+        ];
+        let deliveries = self.hub.iter().flat_map(move |&index| {
+            let delivery = scenario.deliveries[index].number;
+            faults.map(|fault| Step::Deliver { delivery, fault })
+        });
+        let cards = self
+            .hub
+            .iter()
+            .filter_map(move |&index| scenario.deliveries[index].event.object_id);
+        let reconciles = scenario
+            .authority
+            .iter()
+            .filter(move |snapshot| cards.clone().any(|card| card == snapshot.object_id))
+            .map(|snapshot| Step::Reconcile(snapshot.object_id));
+        deliveries.chain(reconciles)
+    }
+
     /// Whose share `world` is.
     pub fn owner(&self, scenario: &Scenario, world: &World) -> Owner {
         let recorded = |index: usize| {
@@ -724,6 +750,15 @@ impl Protocol for ReceiverModel {
 
     fn owner(&self, world: &World) -> Option<Owner> {
         Some(self.hub.as_deref()?.owner(&self.scenario, world))
+    }
+
+    fn hub_keys(&self) -> SleepSet {
+        let (Some(hub), Some(commuting)) = (self.hub.as_deref(), self.commuting.as_deref()) else {
+            return 0;
+        };
+        hub.steps(&self.scenario)
+            .filter_map(|step| commuting.key(&step))
+            .fold(0, |keys, key| keys | 1 << key)
     }
 }
 

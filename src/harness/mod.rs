@@ -132,6 +132,13 @@ pub trait Protocol: Clone + Send + Sync + Sized + 'static {
     fn owner(&self, _world: &Self::World) -> Option<shard::Owner> {
         None
     }
+    /// For a model with owners that sleeps: the sleep keys of the steps that may change the
+    /// hub summary ([`shard::Owner`]); every other keyed step is on the rest's side. A shard
+    /// by owner declares no step on one side independent of a step on the other. The
+    /// default: none.
+    fn hub_keys(&self) -> checker::SleepSet {
+        0
+    }
 }
 
 impl<P: Protocol> checker::Commute<P::World, P::Step> for Checked<P> {

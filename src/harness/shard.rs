@@ -4,9 +4,11 @@
 //! (1-based) checks the parts whose 0-based index `i` has `i % N == K - 1`. A model of one
 //! part that names owners ([`Protocol::owner`], whose contract is [`Owner`]'s) is sharded
 //! by owner: the shared worlds are enumerated first, the owners met on steps out of them are
-//! numbered in the order met, and shard K explores the shared worlds and those of the
-//! owners numbered `j % N == K - 1`; a step into another shard's world leads nowhere, and
-//! nothing sleeps (docs/checker.md, "Shards by owner", says why both). Any other model of
+//! numbered in the order met (or, past [`MAX_SHARED`] shared worlds, handed out by hash),
+//! and shard K explores the shared worlds and those of its owners. A step into another
+//! shard's world leads nowhere, and so does one from an owned world into another owner's;
+//! sleep sets keep no independence between the hub's steps and the rest's
+//! (docs/checker.md, "Shards by owner", says why each is needed). Any other model of
 //! one part is sharded by the subtrees of its first steps: [`Shard`] wraps the protocol so that
 //! near the initial world it offers only the steps towards this shard's frontier worlds,
 //! and everything below them unchanged. The frontier is the distinct worlds `d` steps from
@@ -118,10 +120,9 @@ impl ShardSpec {
 /// - any path to a world can be reordered so that the steps that may change the rest
 ///   summary come first: every step is still offered where it then stands, decides the
 ///   same, is judged the same by every property, and the path ends in the same world;
-/// - a step the model names to take alone ([`Protocol::eager`]) changes neither summary.
-///
-/// Nothing sleeps in a shard by owner: with several owners per shard, sleep sets may rely
-/// on an order through a third owner's worlds.
+/// - a step the model names to take alone ([`Protocol::eager`]) changes neither summary;
+/// - with sleep sets: [`Protocol::hub_keys`] names the keys of the steps that may change
+///   the hub summary, and neither summary ever takes back a value it left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Owner {
     /// Explored by every shard.
@@ -132,7 +133,7 @@ pub enum Owner {
 
 /// At most this many shared worlds are enumerated to list the owners; past it, owners are
 /// handed out by a hash of their value instead.
-const MAX_SHARED: usize = 20_000;
+pub const MAX_SHARED: usize = 20_000;
 
 /// The owners of a model sharded by owner, and which are this shard's.
 #[derive(Debug)]
@@ -195,6 +196,9 @@ pub struct ShardWorld<W> {
     /// The protocol's world.
     pub world: W,
     node: u32,
+    /// Its owner, when sharded by owner (a function of `world`, kept so that a step reads
+    /// it instead of working it out again).
+    owner: Option<Owner>,
 }
 
 /// The prefix tree of one shard: for each node, the steps this shard may take there and
@@ -449,10 +453,15 @@ impl<P: Protocol> Shard<P> {
 
     /// Whether this shard explores `world` (always, unless sharded by owner).
     fn explores(&self, world: &P::World) -> bool {
+        self.explores_owner(self.inner.owner(world))
+    }
+
+    /// Whether this shard explores the worlds of `owner`.
+    fn explores_owner(&self, owner: Option<Owner>) -> bool {
         let Some(owners) = self.owners.as_deref() else {
             return true;
         };
-        match (self.inner.owner(world), &owners.mine) {
+        match (owner, &owners.mine) {
             (Some(Owner::Of(owner)), Some(mine)) => {
                 mine.contains(&owner) || !owners.known.contains(&owner)
             }
@@ -479,6 +488,20 @@ impl<P: Protocol> Shard<P> {
                 taken: 0,
                 depth: 0,
             }),
+        }
+    }
+
+    /// The keys a step with key `key` may be independent of: by owner, only those on its
+    /// own side (hub or rest, [`Protocol::hub_keys`]); otherwise all.
+    fn same_side(&self, key: u8) -> super::checker::SleepSet {
+        if self.owners.is_none() {
+            return !0;
+        }
+        let hub = self.inner.hub_keys();
+        if hub & (1 << key) != 0 {
+            hub
+        } else {
+            !hub
         }
     }
 
@@ -510,14 +533,17 @@ impl<P: Protocol> Protocol for Shard<P> {
     const PROPERTIES: &'static [&'static str] = P::PROPERTIES;
 
     fn init(&self) -> Self::World {
+        let world = self.inner.init();
+        let owner = self.owners.as_ref().and_then(|_| self.inner.owner(&world));
         ShardWorld {
-            world: self.inner.init(),
+            world,
             // A model whose whole tree is one terminal world has no step to restrict.
             node: if self.prefixes.depth == 0 || self.owners.is_some() {
                 FREE
             } else {
                 0
             },
+            owner,
         }
     }
 
@@ -539,12 +565,19 @@ impl<P: Protocol> Protocol for Shard<P> {
 
     fn next(&self, world: &Self::World, step: &Self::Step) -> Option<Self::World> {
         if self.owners.is_some() {
-            // A step into another shard's world leads nowhere here. Nothing sleeps by owner,
-            // so a step dropped so is not one that sleeps in later subtrees.
+            // A step into another shard's world leads nowhere here, and neither does one
+            // that hands an owned world to another owner (every owned world is reached
+            // from a shared one by hub steps alone: docs/checker.md, "Shards by owner").
             let next = self.inner.next(&world.world, step)?;
-            return self.explores(&next).then_some(ShardWorld {
+            let owner = self.inner.owner(&next);
+            let handed = match (world.owner, owner) {
+                (Some(Owner::Of(from)), Some(Owner::Of(to))) => from != to,
+                _ => false,
+            };
+            return (!handed && self.explores_owner(owner)).then_some(ShardWorld {
                 world: next,
                 node: FREE,
+                owner,
             });
         }
         let node = if world.node == FREE {
@@ -561,7 +594,11 @@ impl<P: Protocol> Protocol for Shard<P> {
             }
         };
         let next = self.inner.next(&world.world, step)?;
-        Some(ShardWorld { world: next, node })
+        Some(ShardWorld {
+            world: next,
+            node,
+            owner: None,
+        })
     }
 
     fn violation(world: &Self::World) -> Option<usize> {
@@ -572,6 +609,7 @@ impl<P: Protocol> Protocol for Shard<P> {
         ShardWorld {
             world: self.inner.panicked(&world.world),
             node: world.node,
+            owner: world.owner,
         }
     }
 
@@ -600,22 +638,15 @@ impl<P: Protocol> Protocol for Shard<P> {
     }
 
     fn sleeps(&self) -> bool {
-        self.prefixes.offer_all && self.owners.is_none() && self.inner.sleeps()
+        self.prefixes.offer_all && self.inner.sleeps()
     }
 
     fn sleep_key(&self, step: &Self::Step) -> Option<u8> {
-        // By owner nothing sleeps: a step asleep since a world of one of this shard's
-        // owners stays asleep through steps into another owner's worlds, whose other
-        // order passes through a world of a third owner that this shard never enters
-        // (docs/checker.md, "Shards by owner").
-        if self.owners.is_some() {
-            return None;
-        }
         self.inner.sleep_key(step)
     }
 
     fn commutes_with(&self, key: u8) -> super::checker::SleepSet {
-        self.inner.commutes_with(key)
+        self.inner.commutes_with(key) & self.same_side(key)
     }
 
     fn step_kind(
@@ -630,7 +661,8 @@ impl<P: Protocol> Protocol for Shard<P> {
                 .inner
                 .step_kind(key, &before.world, step, Some(&after.world)),
             // Dropped: by the inner model (then it says what that means), or as another
-            // shard's first step, which claims nothing.
+            // shard's first step or owner's world, which claims nothing.
+            None if self.owners.is_some() && self.inner.next(&before.world, step).is_some() => 0,
             None if before.node == FREE => self.inner.step_kind(key, &before.world, step, None),
             None => 0,
         }
@@ -642,7 +674,7 @@ impl<P: Protocol> Protocol for Shard<P> {
         kind: super::checker::Kind,
         other: super::checker::Kind,
     ) -> super::checker::SleepSet {
-        self.inner.commutes_given(key, kind, other)
+        self.inner.commutes_given(key, kind, other) & self.same_side(key)
     }
 
     fn settles(&self) -> bool {
