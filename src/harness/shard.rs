@@ -146,6 +146,8 @@ struct Owners {
     shared: usize,
     /// Which shard this is.
     spec: ShardSpec,
+    /// The hub's sleep keys ([`Protocol::hub_keys`]), asked once.
+    hub_keys: super::checker::SleepSet,
 }
 
 /// How a shard by owner split the work: the owners listed and this shard's (`None` when
@@ -438,6 +440,7 @@ impl<P: Protocol> Shard<P> {
                 known,
                 shared: shared.len(),
                 spec,
+                hub_keys: inner.hub_keys(),
             })),
             prefixes: Arc::new(Prefixes {
                 nodes: Vec::new(),
@@ -480,6 +483,7 @@ impl<P: Protocol> Shard<P> {
                 known: Default::default(),
                 shared: met,
                 spec,
+                hub_keys: inner.hub_keys(),
             })),
             prefixes: Arc::new(Prefixes {
                 nodes: Vec::new(),
@@ -494,10 +498,10 @@ impl<P: Protocol> Shard<P> {
     /// The keys a step with key `key` may be independent of: by owner, only those on its
     /// own side (hub or rest, [`Protocol::hub_keys`]); otherwise all.
     fn same_side(&self, key: u8) -> super::checker::SleepSet {
-        if self.owners.is_none() {
+        let Some(owners) = self.owners.as_deref() else {
             return !0;
-        }
-        let hub = self.inner.hub_keys();
+        };
+        let hub = owners.hub_keys;
         if hub & (1 << key) != 0 {
             hub
         } else {
