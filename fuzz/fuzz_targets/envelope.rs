@@ -251,9 +251,9 @@ impl Harness {
         }
         // Reconciliation never touches another card.
         for (id, other) in before.cards() {
-            if *id != snapshot.object_id {
+            if id != snapshot.object_id {
                 assert_eq!(
-                    self.receiver.cards().get(id),
+                    self.receiver.cards().get(&id),
                     Some(other),
                     "another card changed"
                 );
@@ -346,7 +346,7 @@ fn check_cards(before: &Receiver, after: &Receiver, event: &Event, decision: Dec
         receiver
             .cards()
             .iter()
-            .map(|(&id, card)| (id, (card.version, card.state)))
+            .map(|(id, card)| (id, (card.version, card.state)))
             .collect()
     };
     let (old, new) = (contents(before), contents(after));

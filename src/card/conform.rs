@@ -1053,7 +1053,7 @@ pub fn project(scenario: &Scenario, world: &World) -> Observed {
         .receiver
         .cards()
         .iter()
-        .map(|(&id, card)| {
+        .map(|(id, card)| {
             let report = CardReport {
                 version: card.version,
                 state: catalog.state_value(card.state).clone(),

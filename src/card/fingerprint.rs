@@ -222,14 +222,15 @@ impl Receiver {
         let mut state = HASHER.build_hasher();
         state.write_usize(self.cards().len());
         for (id, card) in self.cards().iter() {
-            if forgotten(Some(*id)) {
+            if forgotten(Some(id)) {
                 state.write_u64(u64::from(id.0) | u64::from(u32::MAX) << 32);
                 continue;
             }
             state.write_u64(u64::from(id.0) | u64::from(card.state.0) << 32);
             state.write_u64(card.version);
-            state.write_u64(u64::from(card.paused) | u64::from(card.stamp.is_some()) << 1);
-            state.write_i64(card.stamp.unwrap_or(0));
+            let stamp = self.stamp(id);
+            state.write_u64(u64::from(card.paused) | u64::from(stamp.is_some()) << 1);
+            state.write_i64(stamp.unwrap_or(0));
         }
         let record = |state: &mut foldhash::quality::FoldHasher, record: &Record| {
             debug_assert_eq!(

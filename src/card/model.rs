@@ -482,7 +482,7 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
         let _ = writeln!(out, "VIOLATED: {property}");
     }
     let _ = writeln!(out, "cards:");
-    for (&card, state) in receiver.cards() {
+    for (card, state) in receiver.cards() {
         let paused = if state.paused { " (paused)" } else { "" };
         let value = catalog.state_value(state.state);
         let _ = writeln!(
@@ -493,7 +493,7 @@ pub fn describe_world(scenario: &Scenario, world: &World) -> String {
         );
     }
     let _ = writeln!(out, "records:");
-    for (&id, identity) in receiver.identities() {
+    for (id, identity) in receiver.identities() {
         let records: Vec<String> = identity
             .records()
             .map(|record| format!("{} ({:?})", record.decision, record.standing))

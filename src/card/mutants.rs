@@ -7,7 +7,7 @@
 //! `replay --policy` use; `None` is the contract.
 
 use crate::card::property::Property;
-use crate::card::receiver::{Card, Decision, Identity, Policy, Receiver, Record, Spec};
+use crate::card::receiver::{Card, Decision, Identity, Policy, Receiver, Record, Spec, Stamp};
 use crate::card::wire::{Event, StateId, Sym, Version};
 use std::collections::BTreeMap;
 
@@ -244,6 +244,7 @@ impl Policy for Option<Mutant> {
     fn compare(
         self,
         card: &mut Card,
+        mut stamp: Stamp<'_>,
         version: u64,
         state: StateId,
         occurred_at: Option<i64>,
@@ -253,9 +254,9 @@ impl Policy for Option<Mutant> {
                 card.replace(version, state);
                 Some(Decision::Applied)
             }
-            Mutant::TimestampOrdering if occurred_at >= card.stamp => {
+            Mutant::TimestampOrdering if occurred_at >= stamp.get() => {
                 card.replace(version, state);
-                card.stamp = occurred_at;
+                stamp.set(occurred_at);
                 Some(Decision::Applied)
             }
             Mutant::TimestampOrdering => Some(Decision::Stale),

@@ -131,7 +131,7 @@ pub fn check_step(
         before.identities().iter().all(|(id, identity)| {
             after
                 .identities()
-                .get(id)
+                .get(&id)
                 .map_or(step == Step::Expire, |now| {
                     // The content id stands for the whole parsed event.
                     now.first.event.content == identity.first.event.content
@@ -143,8 +143,8 @@ pub fn check_step(
     // what arrived is recorded.
     let retained = || {
         before.identities().iter().all(|(id, identity)| {
-            forgettable(id)
-                || after.identities().get(id).is_some_and(|now| {
+            forgettable(&id)
+                || after.identities().get(&id).is_some_and(|now| {
                     identity
                         .records()
                         .all(|record| now.position(record.event.content).is_some())
@@ -160,13 +160,13 @@ pub fn check_step(
         after
             .cards()
             .keys()
-            .all(|card| before.cards().contains_key(card) || step == Step::Reconcile(*card))
+            .all(|card| before.cards().contains_key(&card) || step == Step::Reconcile(card))
     };
     // version-monotonic: an event moves a card forward or leaves it alone, reconciliation
     // never moves it back, and expiry leaves it alone.
     let monotonic = || {
         before.cards().iter().all(|(id, card)| {
-            after.cards().get(id).is_some_and(|now| {
+            after.cards().get(&id).is_some_and(|now| {
                 let moved_forward = now.version > card.version;
                 let unchanged = now.version == card.version && now.state == card.state;
                 match step {
@@ -262,7 +262,7 @@ fn conflicted_never_decided(before: &Receiver, after: &Receiver) -> bool {
         .iter()
         .filter(|(_, identity)| identity.is_conflicted())
         .all(|(id, identity)| {
-            before.identities().get(id).is_none_or(|earlier| {
+            before.identities().get(&id).is_none_or(|earlier| {
                 earlier.records().zip(identity.records()).all(|(was, now)| {
                     was.standing != Standing::Held
                         || now.standing == Standing::Resolved
@@ -467,7 +467,7 @@ fn frozen(
     after: &Receiver,
     which: impl Fn(crate::card::wire::Sym) -> bool,
 ) -> bool {
-    before.cards().iter().all(|(&id, card)| {
+    before.cards().iter().all(|(id, card)| {
         !which(id)
             || after
                 .cards()
@@ -486,8 +486,8 @@ pub fn check_state(scenario: &Scenario, checked: Properties, world: &World) -> O
     };
     let origin_known = || {
         receiver.cards().keys().all(|card| {
-            scenario.initial.iter().any(|(id, _)| id == card)
-                || scenario.authority_for(*card).is_some()
+            scenario.initial.iter().any(|(id, _)| *id == card)
+                || scenario.authority_for(card).is_some()
         })
     };
     let acked_recorded = || {
@@ -520,7 +520,7 @@ pub fn converged(scenario: &Scenario, receiver: &Receiver) -> bool {
         && receiver
             .cards()
             .iter()
-            .all(|(id, card)| expect.final_cards.get(id) == Some(&(card.version, card.state)));
+            .all(|(id, card)| expect.final_cards.get(&id) == Some(&(card.version, card.state)));
     let paused_match = receiver.paused().eq(expect.paused.iter().copied());
     let unresolved_match = expect
         .unresolved_refs
@@ -541,7 +541,7 @@ pub fn unresolved_inputs(receiver: &Receiver) -> BTreeSet<InputRef> {
                 .records()
                 .any(|record| is_unresolved_input(receiver, record))
         })
-        .map(|(&id, _)| InputRef::Event(id));
+        .map(|(id, _)| InputRef::Event(id));
     let anonymous = receiver
         .anonymous()
         .iter()

@@ -93,7 +93,35 @@ pub struct Record {
     /// Whether it still waits.
     pub standing: Standing,
     /// When it was recorded (the delivery's receive time), for retention.
-    pub recorded_at: Option<i64>,
+    pub recorded_at: RecordedAt,
+}
+
+/// A record's receive time in Unix seconds, if it has one, in eight bytes instead of an
+/// `Option<i64>`'s sixteen: an identity slot is read on every redelivery and written for
+/// every new id, so its size is the receiver's memory traffic. `i64::MIN` (a time some 292
+/// billion years before 1970, which no clock or RFC 3339 text gives) stands for none.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordedAt(i64);
+
+impl RecordedAt {
+    /// No receive time.
+    pub const NONE: RecordedAt = RecordedAt(i64::MIN);
+
+    /// A receive time, or none (`Some(i64::MIN)` is read as none).
+    pub fn new(seconds: Option<i64>) -> RecordedAt {
+        RecordedAt(seconds.unwrap_or(i64::MIN))
+    }
+
+    /// The receive time, if there is one.
+    pub fn get(self) -> Option<i64> {
+        (self.0 != i64::MIN).then_some(self.0)
+    }
+}
+
+impl fmt::Debug for RecordedAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 impl Event {
@@ -155,11 +183,17 @@ impl Identity {
         std::iter::once(&self.first).chain(self.variants.iter())
     }
 
-    /// The index of the record with this content.
+    /// The index of the record with this content. The first record is compared before the
+    /// variants' pointer is read: nearly every redelivery repeats it.
+    #[inline]
     pub fn position(&self, content: ContentId) -> Option<u32> {
-        self.records()
+        if self.first.event.content == content {
+            return Some(0);
+        }
+        self.variants
+            .iter()
             .position(|record| record.event.content == content)
-            .map(record_index)
+            .map(|index| record_index(index + 1))
     }
 
     /// Whether the id has two distinct contents: no content of it is ever applied again.
@@ -182,10 +216,11 @@ pub(crate) fn record_index(index: usize) -> u32 {
 
 /// A map keyed by interned names, in a slot per name: a lookup is an index, not a search,
 /// and iteration is in id order, so the table is as canonical (and hashable) as a sorted
-/// map. Trailing empty slots are trimmed, so equal contents compare equal.
+/// map. A slot holds only the value (its index is the name), and trailing empty slots are
+/// trimmed, so equal contents compare equal.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SymTable<V> {
-    slots: Vec<Option<(Sym, V)>>,
+    slots: Vec<Option<V>>,
     len: usize,
 }
 
@@ -194,6 +229,14 @@ pub type IdentityTable = SymTable<Identity>;
 
 /// Cards by card id.
 pub type CardTable = SymTable<Card>;
+
+// A slot's size is the receiver's memory traffic: one slot written per new id, one read per
+// redelivery (docs/performance.md, "Reducer throughput"). Growing one should be a decision.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<Option<Identity>>() == 96);
+    assert!(std::mem::size_of::<Option<Card>>() == 16);
+};
 
 impl<V> Default for SymTable<V> {
     fn default() -> Self {
@@ -208,18 +251,12 @@ impl<V> SymTable<V> {
     /// The value of a name.
     #[inline]
     pub fn get(&self, id: &Sym) -> Option<&V> {
-        match self.slots.get(id.0 as usize) {
-            Some(Some((_, value))) => Some(value),
-            _ => None,
-        }
+        self.slots.get(id.0 as usize)?.as_ref()
     }
 
     #[inline]
     fn get_mut(&mut self, id: &Sym) -> Option<&mut V> {
-        match self.slots.get_mut(id.0 as usize) {
-            Some(Some((_, value))) => Some(value),
-            _ => None,
-        }
+        self.slots.get_mut(id.0 as usize)?.as_mut()
     }
 
     /// Whether the name has a value.
@@ -233,14 +270,14 @@ impl<V> SymTable<V> {
         // Names are interned in arrival order: most inserts grow the table by one slot,
         // a push (no filler slots to write, no old slot to read).
         if index == self.slots.len() {
-            self.slots.push(Some((id, value)));
+            self.slots.push(Some(value));
             self.len += 1;
             return;
         }
         if index > self.slots.len() {
             self.slots.resize_with(index + 1, || None);
         }
-        if self.slots[index].replace((id, value)).is_none() {
+        if self.slots[index].replace(value).is_none() {
             self.len += 1;
         }
     }
@@ -267,20 +304,21 @@ impl<V> SymTable<V> {
     }
 
     /// Every name with its value, in id order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &V)> {
-        self.slots
-            .iter()
-            .filter_map(|slot| slot.as_ref().map(|(id, value)| (id, value)))
+    pub fn iter(&self) -> impl Iterator<Item = (Sym, &V)> {
+        self.slots.iter().enumerate().filter_map(|(index, slot)| {
+            let id = Sym(u32::try_from(index).expect("a slot per interned name"));
+            slot.as_ref().map(|value| (id, value))
+        })
     }
 
     /// Every name with a value, in id order.
-    pub fn keys(&self) -> impl Iterator<Item = &Sym> {
+    pub fn keys(&self) -> impl Iterator<Item = Sym> + '_ {
         self.iter().map(|(id, _)| id)
     }
 
     /// Every value, in id order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.iter().map(|(_, value)| value)
+        self.slots.iter().flatten()
     }
 }
 
@@ -295,8 +333,8 @@ impl<V> FromIterator<(Sym, V)> for SymTable<V> {
 }
 
 impl<'a, V> IntoIterator for &'a SymTable<V> {
-    type Item = (&'a Sym, &'a V);
-    type IntoIter = Box<dyn Iterator<Item = (&'a Sym, &'a V)> + 'a>;
+    type Item = (Sym, &'a V);
+    type IntoIter = Box<dyn Iterator<Item = (Sym, &'a V)> + 'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
@@ -344,6 +382,39 @@ impl HoldKey {
     }
 }
 
+/// Each card's `occurred_at` of its last applied event, by card: the state of the
+/// `timestamp-ordering` mutant, which the contract never reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stamps(BTreeMap<Sym, i64>);
+
+impl Stamps {
+    /// The card's stamp, if it has one.
+    pub fn get(&self, card: Sym) -> Option<i64> {
+        self.0.get(&card).copied()
+    }
+}
+
+/// One card's entry in [`Stamps`], handed to [`Policy::compare`].
+pub struct Stamp<'a> {
+    stamps: &'a mut Stamps,
+    card: Sym,
+}
+
+impl Stamp<'_> {
+    /// The card's stamp, if it has one.
+    pub fn get(&self) -> Option<i64> {
+        self.stamps.get(self.card)
+    }
+
+    /// Sets (or, with `None`, clears) the card's stamp.
+    pub fn set(&mut self, stamp: Option<i64>) {
+        match stamp {
+            Some(seconds) => self.stamps.0.insert(self.card, seconds),
+            None => self.stamps.0.remove(&self.card),
+        };
+    }
+}
+
 /// A card as the receiver knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Card {
@@ -353,8 +424,6 @@ pub struct Card {
     pub state: StateId,
     /// Waiting for reconciliation: events are held, not applied.
     pub paused: bool,
-    /// `occurred_at` of the last applied event; only the `timestamp-ordering` mutant sets it.
-    pub stamp: Option<i64>,
 }
 
 impl Card {
@@ -364,7 +433,6 @@ impl Card {
             version,
             state,
             paused: false,
-            stamp: None,
         }
     }
 
@@ -430,6 +498,10 @@ pub struct Receiver {
     anonymous: BTreeMap<u32, Record>,
     /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
     holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+    /// Per card, `occurred_at` of its last applied event. Only the `timestamp-ordering`
+    /// mutant keeps it (empty under the contract), so it lives beside the cards, not in
+    /// each card's slot.
+    stamps: Stamps,
     /// The model checker's fingerprint of this value ([`Receiver::fingerprint`]), emptied
     /// by every change; no part of the state.
     fingerprints: FingerprintCache,
@@ -577,6 +649,7 @@ impl Receiver {
             identities,
             anonymous,
             holds,
+            stamps: Stamps::default(),
             fingerprints: FingerprintCache::default(),
         }
     }
@@ -589,6 +662,11 @@ impl Receiver {
     /// The known cards.
     pub fn cards(&self) -> &CardTable {
         &self.cards
+    }
+
+    /// The `timestamp-ordering` mutant's stamp of a card (never set under the contract).
+    pub fn stamp(&self, card: Sym) -> Option<i64> {
+        self.stamps.get(card)
     }
 
     /// Every event id's records.
@@ -611,7 +689,7 @@ impl Receiver {
         self.cards
             .iter()
             .filter(|(_, card)| card.paused)
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
     }
 
     /// The record a hold refers to.
@@ -657,7 +735,7 @@ impl Receiver {
             .identities
             .iter()
             .filter(|(_, identity)| identity.records().any(waiting))
-            .map(|(&id, _)| InputRef::Event(id));
+            .map(|(id, _)| InputRef::Event(id));
         let anonymous = self
             .anonymous
             .iter()
@@ -790,7 +868,7 @@ impl Receiver {
             event: *event,
             decision,
             standing: standing(decision),
-            recorded_at: received_at,
+            recorded_at: RecordedAt::new(received_at),
         };
         self.identities.insert(
             id,
@@ -829,7 +907,7 @@ impl Receiver {
                 event: *event,
                 decision,
                 standing: Standing::Held,
-                recorded_at: received_at,
+                recorded_at: RecordedAt::new(received_at),
             },
         );
         self.hold(policy, event.object_id, HoldKey::Delivery(delivery));
@@ -851,7 +929,7 @@ impl Receiver {
             event: *event,
             decision,
             standing: Standing::Held,
-            recorded_at: received_at,
+            recorded_at: RecordedAt::new(received_at),
         };
         let identity = self.identities.get_mut(&id).expect("caller found the id");
         let first_card = identity.first.event.object_id;
@@ -903,7 +981,11 @@ impl Receiver {
             return Decision::Held(HoldReason::Malformed);
         };
         // Rule 6: compare.
-        compare(policy, card, version, state, event.occurred_at)
+        let stamp = Stamp {
+            stamps: &mut self.stamps,
+            card: object,
+        };
+        compare(policy, card, stamp, version, state, event.occurred_at)
     }
 
     /// Rule 3, unknown card: never create a card from an event.
@@ -1094,7 +1176,7 @@ impl Receiver {
     pub fn expire(&mut self, now: i64, retention_seconds: u64) -> Vec<Sym> {
         let horizon = now.saturating_sub(i64::try_from(retention_seconds).unwrap_or(i64::MAX));
         self.forget(Spec, |record| {
-            record.recorded_at.is_some_and(|at| at < horizon)
+            record.recorded_at.get().is_some_and(|at| at < horizon)
         })
     }
 
@@ -1134,7 +1216,7 @@ impl Receiver {
                 identity.records().all(&old)
                     && (policy.forgets_unresolved() || self.expirable(identity))
             })
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect();
         for id in &gone {
             self.identities.remove(id);
@@ -1185,7 +1267,7 @@ impl Receiver {
                 }
             }
         }
-        let identity_keys = self.identities.iter().flat_map(|(&event, identity)| {
+        let identity_keys = self.identities.iter().flat_map(|(event, identity)| {
             identity.records().enumerate().map(move |(index, record)| {
                 let index = record_index(index);
                 (HoldKey::Record { event, index }, record)
@@ -1212,11 +1294,12 @@ impl Receiver {
 fn compare<P: Policy>(
     policy: P,
     card: &mut Card,
+    stamp: Stamp<'_>,
     version: u64,
     state: StateId,
     occurred_at: Option<i64>,
 ) -> Decision {
-    if let Some(departure) = policy.compare(card, version, state, occurred_at) {
+    if let Some(departure) = policy.compare(card, stamp, version, state, occurred_at) {
         return departure;
     }
     match version.cmp(&card.version) {
@@ -1319,6 +1402,7 @@ pub trait Policy: Copy {
     fn compare(
         self,
         _card: &mut Card,
+        _stamp: Stamp<'_>,
         _version: u64,
         _state: StateId,
         _occurred_at: Option<i64>,
@@ -1443,7 +1527,7 @@ mod tests {
                 event: catalog.event(&envelope(stage)),
                 decision: Decision::ConflictChangedPayload,
                 standing: Standing::Resolved,
-                recorded_at: None,
+                recorded_at: RecordedAt::NONE,
             })
             .collect();
         let id = first.event_id.expect("an id");

@@ -456,7 +456,7 @@ fn cards(scenario: &Scenario, world: &World) -> BTreeMap<String, CardReport> {
         .receiver
         .cards()
         .iter()
-        .map(|(&id, card)| {
+        .map(|(id, card)| {
             let report = CardReport {
                 version: card.version,
                 state: scenario.catalog.state_value(card.state).clone(),
@@ -670,7 +670,7 @@ pub fn unresolved_detail(catalog: &Catalog, receiver: &Receiver) -> Vec<Unresolv
     let mut detail: Vec<UnresolvedReport> = receiver
         .identities()
         .iter()
-        .flat_map(|(&id, identity)| {
+        .flat_map(|(id, identity)| {
             identity
                 .records()
                 .filter(|record| waiting(record))

@@ -115,8 +115,8 @@ impl World {
             .sum();
         let holds: usize = receiver.holds().values().map(Vec::len).sum();
         size_of::<World>()
-            + receiver.cards().len() * (size_of::<Sym>() + size_of::<Card>())
-            + receiver.identities().len() * (size_of::<Sym>() + size_of::<Identity>())
+            + receiver.cards().len() * size_of::<Option<Card>>()
+            + receiver.identities().len() * size_of::<Option<Identity>>()
             + variants * size_of::<Record>()
             + receiver.anonymous().len() * (size_of::<u32>() + size_of::<Record>())
             + receiver.holds().len() * (size_of::<Option<Sym>>() + size_of::<Vec<HoldKey>>())

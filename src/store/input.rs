@@ -151,7 +151,17 @@ pub fn parse_delivery(
             parse_rfc3339(text)
                 .ok_or_else(|| bad(format!("`received_at` is not RFC 3339: {text}")))?,
         ),
-        Some(Value::Number(number)) if number.is_i64() => number.as_i64(),
+        // `i64::MIN` is a record's "no receive time" (`RecordedAt`); no real time is there.
+        Some(Value::Number(number)) if number.as_i64().is_some_and(|at| at != i64::MIN) => {
+            number.as_i64()
+        }
+        Some(Value::Number(_)) => {
+            return Err(bad(format!(
+                "`received_at` in Unix seconds must be an integer from {} to {}",
+                i64::MIN + 1,
+                i64::MAX
+            )))
+        }
         Some(_) => {
             return Err(bad(
                 "`received_at` must be an RFC 3339 string or Unix seconds".into(),
@@ -424,4 +434,48 @@ pub fn read_snapshots(path: &Path) -> Result<Vec<AuthoritySnapshot>, InputError>
         snapshots.push(snapshot);
     }
     Ok(snapshots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Receive times at the edges of what a wrapper accepts: each line and the error's
+    /// words, or `None` where the line is accepted.
+    #[test]
+    fn receive_times_in_unix_seconds_are_integers_above_i64_min() {
+        let cases = [
+            (
+                r#"{"delivery": 1, "event": {}, "received_at": -9223372036854775807}"#,
+                None,
+            ),
+            (r#"{"delivery": 1, "event": {}, "received_at": 0}"#, None),
+            (
+                r#"{"delivery": 1, "event": {}, "received_at": -9223372036854775808}"#,
+                Some("must be an integer from -9223372036854775807"),
+            ),
+            (
+                r#"{"delivery": 1, "event": {}, "received_at": 1.5}"#,
+                Some("must be an integer from -9223372036854775807"),
+            ),
+            (
+                r#"{"delivery": 1, "event": {}, "received_at": true}"#,
+                Some("RFC 3339 string or Unix seconds"),
+            ),
+        ];
+        for (line, refused) in cases {
+            let parsed = parse_delivery(Path::new("in.jsonl"), 3, line);
+            match refused {
+                None => assert!(parsed.is_ok(), "{line}: {parsed:?}"),
+                Some(words) => {
+                    let error = parsed.expect_err(line).to_string();
+                    assert!(
+                        error.contains("in.jsonl") && error.contains("line 3"),
+                        "{error}"
+                    );
+                    assert!(error.contains(words), "{line}: {error}");
+                }
+            }
+        }
+    }
 }

@@ -494,7 +494,7 @@ impl Loaded {
         let final_cards = receiver
             .cards()
             .iter()
-            .map(|(&id, card)| {
+            .map(|(id, card)| {
                 let report = CardReport {
                     version: card.version,
                     state: catalog.state_value(card.state).clone(),

@@ -1,6 +1,6 @@
 //! The partial-receiver loading: what one decision reads (and, for `show`, everything).
 
-use crate::card::receiver::{Card, HoldKey, Identity, Receiver, Record, Standing};
+use crate::card::receiver::{Card, HoldKey, Identity, Receiver, Record, RecordedAt, Standing};
 use crate::card::wire::{Catalog, Event, Sym};
 use crate::store::rows::{
     corrupt, decision_of, int, parse_json, standing_of, text, text_of, version_of,
@@ -76,7 +76,7 @@ impl Partial {
             decision: decision_of(decision)
                 .ok_or_else(|| corrupt(format!("unknown decision `{decision}`")))?,
             standing: standing_of(text_of(&row[2])?)?,
-            recorded_at: row[3].int(),
+            recorded_at: RecordedAt::new(row[3].int()),
         })
     }
 

@@ -191,8 +191,8 @@ fn changed_cards<'a>(
     let mut changed: Vec<(&str, &Card)> = after
         .cards()
         .iter()
-        .filter(|&(id, card)| before.get(id) != Some(card))
-        .map(|(&id, card)| (catalog.name(id), card))
+        .filter(|&(id, card)| before.get(&id) != Some(card))
+        .map(|(id, card)| (catalog.name(id), card))
         .collect();
     changed.sort_unstable_by(|one, other| one.0.cmp(other.0));
     changed
@@ -242,7 +242,7 @@ impl Changes {
             holds: Vec::new(),
             audit: steps.audit.into_iter().map(audit_params).collect(),
         };
-        for (&id, card) in after.cards().iter() {
+        for (id, card) in after.cards().iter() {
             if before.cards().get(&id) == Some(card) {
                 continue;
             }
@@ -289,7 +289,7 @@ impl Changes {
         before: &Receiver,
         after: &Receiver,
     ) -> Result<(), DbError> {
-        for (&id, identity) in after.identities().iter() {
+        for (id, identity) in after.identities().iter() {
             let old = before.identities().get(&id);
             for (index, record) in identity.records().enumerate() {
                 let key = (text(catalog.name(id)), int(index as i64));
@@ -456,7 +456,7 @@ fn record_columns(catalog: &Catalog, record: &Record) -> [Param; 5] {
         ),
         text(record.decision.name()),
         text(standing_name(record.standing)),
-        Param::Int(record.recorded_at),
+        Param::Int(record.recorded_at.get()),
     ]
 }
 

@@ -133,7 +133,7 @@ impl CardTarget for InProcess {
             .receiver
             .cards()
             .iter()
-            .map(|(&id, card)| {
+            .map(|(id, card)| {
                 let report = CardReport {
                     version: card.version,
                     state: catalog.state_value(card.state).clone(),

@@ -872,7 +872,7 @@ fn cards_of(
     receiver
         .cards()
         .iter()
-        .map(|(&id, card)| (id, card.version, card.state))
+        .map(|(id, card)| (id, card.version, card.state))
         .collect()
 }
 
@@ -956,7 +956,7 @@ proptest! {
     #[test]
     fn version_never_decreases(case in case()) {
         safety("version-never-decreases", "version-monotonic", &case, |seen| {
-            for (&id, card) in seen.pre.receiver.cards() {
+            for (id, card) in seen.pre.receiver.cards() {
                 let name = seen.name(id);
                 match seen.post.receiver.cards().get(&id) {
                     None => return Err(format!("{name} disappeared")),
@@ -984,7 +984,7 @@ proptest! {
     #[test]
     fn first_record_never_changes(case in case()) {
         safety("first-record-immutable", "first-record-immutable", &case, |seen| {
-            for (&id, identity) in seen.pre.receiver.identities() {
+            for (id, identity) in seen.pre.receiver.identities() {
                 let Some(now) = seen.post.receiver.identities().get(&id) else {
                     return Err(format!("the records of {} disappeared", seen.name(id)));
                 };
@@ -1006,7 +1006,7 @@ proptest! {
             if matches!(seen.step, Step::Reconcile(_)) {
                 return Ok(());
             }
-            for (&id, card) in seen.pre.receiver.cards() {
+            for (id, card) in seen.pre.receiver.cards() {
                 let now = seen.post.receiver.cards().get(&id);
                 let changed =
                     now.is_none_or(|now| (now.version, now.state) != (card.version, card.state));
@@ -1022,7 +1022,7 @@ proptest! {
     #[test]
     fn no_card_from_an_event(case in case()) {
         safety("no-card-from-an-event", "no-unknown-card", &case, |seen| {
-            for &id in seen.post.receiver.cards().keys() {
+            for id in seen.post.receiver.cards().keys() {
                 let allowed = seen.pre.receiver.cards().contains_key(&id)
                     || seen.step == Step::Reconcile(id);
                 if !allowed {
@@ -1418,7 +1418,7 @@ fn converge_steps(scenario: &Scenario, mut steps: Vec<Step>, reconcile_keys: &[u
         cards: receiver
             .cards()
             .iter()
-            .map(|(&id, card)| {
+            .map(|(id, card)| {
                 let state = catalog.state_value(card.state).clone();
                 (catalog.name(id).to_owned(), (card.version, state))
             })

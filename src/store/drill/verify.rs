@@ -419,7 +419,7 @@ fn cards(catalog: &Catalog, receiver: &Receiver) -> BTreeMap<String, (u64, Value
     receiver
         .cards()
         .iter()
-        .map(|(&id, card)| {
+        .map(|(id, card)| {
             (
                 catalog.name(id).to_owned(),
                 (
