@@ -94,6 +94,7 @@ fn faults_and_kernel_ms() -> (u64, f64) {
         .split_whitespace()
         .collect();
     let number = |index: usize| fields.get(index).and_then(|f| f.parse::<u64>().ok());
+    // stime counts clock ticks, 100 a second on Linux (`getconf CLK_TCK`): 10 ms each.
     let ticks = number(12).unwrap_or(0) as f64;
     (number(7).unwrap_or(0), ticks * 10.0)
 }
