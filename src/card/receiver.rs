@@ -108,11 +108,13 @@ impl RecordedAt {
     pub const NONE: RecordedAt = RecordedAt(i64::MIN);
 
     /// A receive time, or none (`Some(i64::MIN)` is read as none).
+    #[inline]
     pub fn new(seconds: Option<i64>) -> RecordedAt {
         RecordedAt(seconds.unwrap_or(i64::MIN))
     }
 
     /// The receive time, if there is one.
+    #[inline]
     pub fn get(self) -> Option<i64> {
         (self.0 != i64::MIN).then_some(self.0)
     }
@@ -164,6 +166,7 @@ pub struct Identity {
 
 impl Identity {
     /// Record `index`: 0 is the first record, `i > 0` is variant `i`.
+    #[inline]
     pub fn record(&self, index: u32) -> &Record {
         match index {
             0 => &self.first,
@@ -171,6 +174,7 @@ impl Identity {
         }
     }
 
+    #[inline]
     fn record_mut(&mut self, index: u32) -> &mut Record {
         match index {
             0 => &mut self.first,
@@ -436,6 +440,7 @@ impl Card {
         }
     }
 
+    #[inline]
     pub(crate) fn replace(&mut self, version: u64, state: StateId) {
         self.version = version;
         self.state = state;
@@ -509,11 +514,13 @@ pub struct Receiver {
 
 impl Decision {
     /// Whether the decision leaves the input waiting.
+    #[inline]
     pub fn is_hold(self) -> bool {
         !matches!(self, Decision::Applied | Decision::Stale | Decision::Equal)
     }
 
     /// The acknowledgement this decision gives.
+    #[inline]
     pub fn ack(self) -> Ack {
         match self {
             Decision::Applied => Ack::Applied,
@@ -570,6 +577,7 @@ impl Ack {
 
 impl Verdict {
     /// The decision itself, or the one a duplicate matched.
+    #[inline]
     pub fn decision(self) -> Decision {
         match self {
             Verdict::Decided(decision) | Verdict::Duplicate(decision) => decision,
@@ -610,6 +618,7 @@ impl Outcome {
     }
 }
 
+#[inline]
 fn verdict(verdict: Verdict) -> Delivered {
     Delivered {
         verdict,
@@ -617,6 +626,7 @@ fn verdict(verdict: Verdict) -> Delivered {
     }
 }
 
+#[inline]
 fn standing(decision: Decision) -> Standing {
     if decision.is_hold() {
         Standing::Held
@@ -1013,6 +1023,7 @@ impl Receiver {
         self.cards.insert(object, card);
     }
 
+    #[inline]
     fn pause_known(&mut self, object: Option<Sym>) {
         if let Some(card) = object.and_then(|object| self.cards.get_mut(&object)) {
             card.paused = true;
