@@ -13,9 +13,11 @@ use arrival::card::policy::Spec;
 use arrival::card::receiver::{Card, Receiver};
 use arrival::card::wire::{Catalog, Event, Version};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
+
+#[path = "shared/mix.rs"]
+mod shared;
 
 /// The `index`th number given (from 1), past the flags cargo adds (`--bench`).
 fn argument(index: usize, default: usize) -> usize {
@@ -57,7 +59,13 @@ fn main() {
         }
         versions[slot] = Some(card.version);
     }
-    print_mix(&receiver, &events);
+    let (after, mix) = shared::decision_mix(&receiver, &events);
+    println!(
+        "{} deliveries: {mix}; {} cards paused at the end",
+        events.len(),
+        after.paused().count()
+    );
+    drop(after);
     let mut ratios = Vec::new();
     for _ in 0..passes {
         let copy = receiver.clone();
@@ -83,29 +91,6 @@ fn main() {
     }
     ratios.sort_by(f64::total_cmp);
     println!("median ratio dense/decide {:.3}", ratios[ratios.len() / 2]);
-}
-
-/// Delivers the stream once, untimed, and prints its decision mix: what the timed loop
-/// decides.
-fn print_mix(receiver: &Receiver, events: &[Event]) {
-    let mut receiver = receiver.clone();
-    let mut mix: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for (index, event) in events.iter().enumerate() {
-        let delivery = u32::try_from(index + 1).expect("fewer than 2^32 deliveries");
-        let delivered = receiver.deliver(Spec, delivery, None, event);
-        *mix.entry(delivered.verdict.name()).or_default() += 1;
-    }
-    let total = events.len().max(1) as f64;
-    let shares: Vec<String> = mix
-        .iter()
-        .map(|(name, count)| format!("{name} {:.2}%", 100.0 * *count as f64 / total))
-        .collect();
-    println!(
-        "{} deliveries: {}; {} cards paused at the end",
-        events.len(),
-        shares.join(", "),
-        receiver.paused().count()
-    );
 }
 
 /// This process's minor page faults and kernel time so far, from `/proc/self/stat` (zeros

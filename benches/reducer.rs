@@ -63,10 +63,13 @@ use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+#[path = "shared/mix.rs"]
+mod shared;
 
 /// The synthetic stream in every form the benchmarks read.
 struct Stream {
@@ -174,13 +177,8 @@ fn build(options: &GenOptions) -> Stream {
 
 /// Delivers the stream once, untimed, and prints what it is made of.
 fn report_mix(options: &GenOptions, stream: &Stream, generated: Duration, built: Duration) {
-    let mut receiver = stream.receiver.clone();
-    let mut mix: BTreeMap<&'static str, u64> = BTreeMap::new();
     let start = Instant::now();
-    for (index, event) in stream.events.iter().enumerate() {
-        let delivered = receiver.deliver(Spec, delivery_number(index), None, event);
-        *mix.entry(delivered.verdict.name()).or_default() += 1;
-    }
+    let (receiver, mix) = shared::decision_mix(&stream.receiver, &stream.events);
     let once = start.elapsed();
     let total = stream.events.len().max(1) as f64;
     let bytes: usize = stream.raw.iter().map(Vec::len).sum();
@@ -196,11 +194,7 @@ fn report_mix(options: &GenOptions, stream: &Stream, generated: Duration, built:
         generated.as_secs_f64(),
         built.as_secs_f64(),
     );
-    let shares: Vec<String> = mix
-        .iter()
-        .map(|(name, count)| format!("{name} {count} ({:.2}%)", 100.0 * *count as f64 / total))
-        .collect();
-    eprintln!("stream mix: {}", shares.join(", "));
+    eprintln!("stream mix: {mix}");
     eprintln!(
         "stream: one untimed delivery pass took {:.3} s ({:.2} M decisions/s); {} cards paused at the end",
         once.as_secs_f64(),
