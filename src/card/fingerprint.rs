@@ -287,7 +287,7 @@ impl Receiver {
                 }
                 HoldKey::Delivery(number) => (1u8, u64::from(number)),
             };
-            if forgotten(*bucket) {
+            if forgotten(bucket) {
                 // The other holds as a set, without those held for the pause.
                 let (count, sum) = keys
                     .iter()

@@ -344,7 +344,7 @@ fn cross_card_variants(before: &Receiver, card: Sym) -> impl Iterator<Item = Hol
     before
         .holds()
         .iter()
-        .filter(move |(under, _)| **under != Some(card))
+        .filter(move |(under, _)| *under != Some(card))
         .flat_map(|(_, keys)| keys.iter().copied())
         .filter(move |key| match *key {
             HoldKey::Record { event, index } => {

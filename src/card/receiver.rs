@@ -287,11 +287,32 @@ impl<V> SymTable<V> {
     }
 
     fn remove(&mut self, id: &Sym) {
-        if let Some(slot) = self.slots.get_mut(id.0 as usize) {
-            if slot.take().is_some() {
+        self.take(id);
+    }
+
+    /// Takes a name's value out of the table.
+    fn take(&mut self, id: &Sym) -> Option<V> {
+        let value = self.slots.get_mut(id.0 as usize).and_then(Option::take);
+        if value.is_some() {
+            self.len -= 1;
+            self.trim();
+        }
+        value
+    }
+
+    /// Keeps the values `keep` says to (it may change them), emptying the other slots.
+    fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        for slot in &mut self.slots {
+            if slot.as_mut().is_some_and(|value| !keep(value)) {
+                *slot = None;
                 self.len -= 1;
             }
         }
+        self.trim();
+    }
+
+    /// Drops trailing empty slots, so equal contents compare equal.
+    fn trim(&mut self) {
         while matches!(self.slots.last(), Some(None)) {
             self.slots.pop();
         }
@@ -350,6 +371,149 @@ impl<V> std::ops::Index<&Sym> for SymTable<V> {
 
     fn index(&self, id: &Sym) -> &V {
         self.get(id).expect("the name has a value")
+    }
+}
+
+/// The waiting inputs, in a list per card (arrival order within each list) and one list
+/// for inputs without a usable `object_id`. Filing a hold is a slot index and a push,
+/// not a tree search: a tenth of a busy receiver's deliveries are held behind a pause.
+/// Empty lists are never kept, so equal holds compare equal; iteration, comparison and
+/// hashing go as a sorted map keyed by `Option<Sym>` would (the unkeyed list first, then
+/// cards in id order), which keeps fingerprints and state orders as they were.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldTable {
+    unkeyed: Vec<HoldKey>,
+    cards: SymTable<Vec<HoldKey>>,
+}
+
+impl HoldTable {
+    /// The list filed under `bucket` (`None`: no usable `object_id`), if it is not empty.
+    #[inline]
+    pub fn get(&self, bucket: &Option<Sym>) -> Option<&Vec<HoldKey>> {
+        match bucket {
+            None => (!self.unkeyed.is_empty()).then_some(&self.unkeyed),
+            Some(card) => self.cards.get(card),
+        }
+    }
+
+    /// Whether anything is filed under `bucket`.
+    pub fn contains_key(&self, bucket: &Option<Sym>) -> bool {
+        self.get(bucket).is_some()
+    }
+
+    /// How many lists there are (each is non-empty).
+    pub fn len(&self) -> usize {
+        self.cards.len() + usize::from(!self.unkeyed.is_empty())
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every list with its bucket: the unkeyed list first, then cards in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (Option<Sym>, &Vec<HoldKey>)> {
+        let unkeyed = (!self.unkeyed.is_empty()).then_some((None, &self.unkeyed));
+        unkeyed
+            .into_iter()
+            .chain(self.cards.iter().map(|(card, keys)| (Some(card), keys)))
+    }
+
+    /// Every list, in the order of [`HoldTable::iter`].
+    pub fn values(&self) -> impl Iterator<Item = &Vec<HoldKey>> {
+        self.iter().map(|(_, keys)| keys)
+    }
+
+    /// Files `key` last under `bucket`.
+    #[inline]
+    fn push(&mut self, bucket: Option<Sym>, key: HoldKey) {
+        match bucket {
+            None => self.unkeyed.push(key),
+            Some(card) => match self.cards.get_mut(&card) {
+                Some(keys) => keys.push(key),
+                None => self.cards.insert(card, vec![key]),
+            },
+        }
+    }
+
+    /// Takes the list under `bucket` out of the table (empty if there was none).
+    fn take(&mut self, bucket: Option<Sym>) -> Vec<HoldKey> {
+        match bucket {
+            None => std::mem::take(&mut self.unkeyed),
+            Some(card) => self.cards.take(&card).unwrap_or_default(),
+        }
+    }
+
+    /// Files `keys` under `bucket`, replacing what was there; an empty list files nothing.
+    fn put(&mut self, bucket: Option<Sym>, keys: Vec<HoldKey>) {
+        match bucket {
+            None => self.unkeyed = keys,
+            Some(card) if keys.is_empty() => {
+                self.cards.take(&card);
+            }
+            Some(card) => self.cards.insert(card, keys),
+        }
+    }
+
+    /// Keeps the holds `keep` picks, dropping the lists left empty.
+    fn retain(&mut self, mut keep: impl FnMut(HoldKey) -> bool) {
+        self.unkeyed.retain(|&key| keep(key));
+        self.cards.retain(|keys| {
+            keys.retain(|&key| keep(key));
+            !keys.is_empty()
+        });
+    }
+}
+
+impl FromIterator<(Option<Sym>, Vec<HoldKey>)> for HoldTable {
+    fn from_iter<I: IntoIterator<Item = (Option<Sym>, Vec<HoldKey>)>>(lists: I) -> Self {
+        let mut table = HoldTable::default();
+        for (bucket, keys) in lists {
+            table.put(bucket, keys);
+        }
+        table
+    }
+}
+
+impl<'a> IntoIterator for &'a HoldTable {
+    type Item = (Option<Sym>, &'a Vec<HoldKey>);
+    type IntoIter = Box<dyn Iterator<Item = (Option<Sym>, &'a Vec<HoldKey>)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl std::ops::Index<&Option<Sym>> for HoldTable {
+    type Output = Vec<HoldKey>;
+
+    fn index(&self, bucket: &Option<Sym>) -> &Vec<HoldKey> {
+        self.get(bucket)
+            .expect("something is filed under the bucket")
+    }
+}
+
+impl PartialOrd for HoldTable {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for HoldTable {
+    /// As a sorted map of the same lists compares.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.iter().cmp(other.iter())
+    }
+}
+
+impl std::hash::Hash for HoldTable {
+    /// As a sorted map of the same lists hashes: its length, then each bucket and list.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(self.len());
+        for (bucket, keys) in self.iter() {
+            bucket.hash(state);
+            keys.hash(state);
+        }
     }
 }
 
@@ -502,7 +666,7 @@ pub struct Receiver {
     /// Inputs without an event id, by delivery number.
     anonymous: BTreeMap<u32, Record>,
     /// Waiting inputs per card (`None`: no usable `object_id`), each list in arrival order.
-    holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+    holds: HoldTable,
     /// Per card, `occurred_at` of its last applied event. Only the `timestamp-ordering`
     /// mutant keeps it (empty under the contract), so it lives beside the cards, not in
     /// each card's slot.
@@ -652,7 +816,7 @@ impl Receiver {
         cards: CardTable,
         identities: IdentityTable,
         anonymous: BTreeMap<u32, Record>,
-        holds: BTreeMap<Option<Sym>, Vec<HoldKey>>,
+        holds: HoldTable,
     ) -> Receiver {
         Receiver {
             cards,
@@ -690,7 +854,7 @@ impl Receiver {
     }
 
     /// Waiting inputs per card, each list in arrival order.
-    pub fn holds(&self) -> &BTreeMap<Option<Sym>, Vec<HoldKey>> {
+    pub fn holds(&self) -> &HoldTable {
         &self.holds
     }
 
@@ -847,10 +1011,7 @@ impl Receiver {
 
     /// Removes the holds `gone` picks, and the lists left empty.
     fn drop_holds(&mut self, gone: impl Fn(HoldKey) -> bool) {
-        for keys in self.holds.values_mut() {
-            keys.retain(|&key| !gone(key));
-        }
-        self.holds.retain(|_, keys| !keys.is_empty());
+        self.holds.retain(|key| !gone(key));
     }
 
     /// Decides and records a delivery that [`Receiver::recognise`] did not recognise.
@@ -1031,13 +1192,13 @@ impl Receiver {
     }
 
     fn hold<P: Policy>(&mut self, policy: P, bucket: Option<Sym>, key: HoldKey) {
-        let holds = self.holds.entry(bucket).or_default();
+        let filed = |holds: &HoldTable| holds.get(&bucket).is_some_and(|keys| keys.contains(&key));
         // Keys are new by construction; a wrong receiver may file a record twice.
-        if !policy.is_contract() && holds.contains(&key) {
+        if !policy.is_contract() && filed(&self.holds) {
             return;
         }
-        debug_assert!(!holds.contains(&key), "hold {key:?} is new");
-        holds.push(key);
+        debug_assert!(!filed(&self.holds), "hold {key:?} is new");
+        self.holds.push(bucket, key);
     }
 
     /// Applies an authority snapshot to its card, then settles the card's holds.
@@ -1077,7 +1238,7 @@ impl Receiver {
     fn settle<P: Policy>(&mut self, policy: P, object: Sym) -> Vec<(HoldKey, Settlement)> {
         let mut settled = Vec::new();
         let mut still_held = Vec::new();
-        for key in self.holds.remove(&Some(object)).unwrap_or_default() {
+        for key in self.holds.take(Some(object)) {
             let record = *self.record(key);
             let conflicted = match key {
                 HoldKey::Record { event, .. } => self.identities[&event].is_conflicted(),
@@ -1132,27 +1293,23 @@ impl Receiver {
             };
             settled.push((key, settlement));
         }
-        if !still_held.is_empty() {
-            self.holds.insert(Some(object), still_held);
-        }
+        self.holds.put(Some(object), still_held);
         // A changed payload that named this card in its first record waits under the
         // variant's card: the authority resolves it too.
         let mut resolved = Vec::new();
-        for keys in self.holds.values_mut() {
-            keys.retain(|&key| {
-                let HoldKey::Record { event, index } = key else {
-                    return true;
-                };
-                let identity = &self.identities[&event];
-                let names_card = identity.first.event.object_id == Some(object);
-                let conflict = identity.record(index).decision == Decision::ConflictChangedPayload;
-                if names_card && conflict {
-                    resolved.push(key);
-                }
-                !(names_card && conflict)
-            });
-        }
-        self.holds.retain(|_, keys| !keys.is_empty());
+        let identities = &self.identities;
+        self.holds.retain(|key| {
+            let HoldKey::Record { event, index } = key else {
+                return true;
+            };
+            let identity = &identities[&event];
+            let names_card = identity.first.event.object_id == Some(object);
+            let conflict = identity.record(index).decision == Decision::ConflictChangedPayload;
+            if names_card && conflict {
+                resolved.push(key);
+            }
+            !(names_card && conflict)
+        });
         for key in resolved {
             self.record_mut(key).standing = Standing::Resolved;
             settled.push((key, Settlement::Resolved));
@@ -1234,12 +1391,9 @@ impl Receiver {
         }
         if policy.forgets_unresolved() {
             // A wrong receiver's table drop takes the holds of what it forgot with it.
-            for keys in self.holds.values_mut() {
-                keys.retain(
-                    |key| !matches!(key, HoldKey::Record { event, .. } if gone.contains(event)),
-                );
-            }
-            self.holds.retain(|_, keys| !keys.is_empty());
+            self.holds.retain(
+                |key| !matches!(key, HoldKey::Record { event, .. } if gone.contains(&event)),
+            );
         }
         gone
     }
@@ -1260,6 +1414,7 @@ impl Receiver {
     pub fn invariants(&self) -> Result<(), String> {
         let mut seen = BTreeSet::new();
         for (bucket, keys) in &self.holds {
+            // Only a list broken by hand can be empty: filing never keeps one.
             if keys.is_empty() {
                 return Err(format!("empty hold list for {bucket:?}"));
             }
@@ -1270,7 +1425,7 @@ impl Receiver {
                         "hold {key:?} refers to a record that does not wait"
                     ));
                 }
-                if record.event.object_id != *bucket {
+                if record.event.object_id != bucket {
                     return Err(format!("hold {key:?} is filed under the wrong card"));
                 }
                 if !seen.insert(key) {
@@ -1576,32 +1731,35 @@ mod tests {
     fn a_hold_must_be_filed_once_under_its_own_card() {
         let (mut receiver, key) = holding();
         let card = receiver.record(key).event.object_id;
-        let keys = receiver.holds.remove(&card);
-        receiver.holds.insert(None, keys.expect("filed"));
+        let keys = receiver.holds.take(card);
+        receiver.holds.put(None, keys);
         assert!(broken(&receiver).contains("wrong card"));
 
         let (mut receiver, key) = holding();
-        receiver.holds.values_mut().for_each(|keys| keys.push(key));
+        receiver
+            .holds
+            .push(receiver.record(key).event.object_id, key);
         assert!(broken(&receiver).contains("listed twice"));
 
-        let (mut receiver, _) = holding();
-        receiver.holds.insert(None, Vec::new());
+        let (mut receiver, key) = holding();
+        let card = receiver.record(key).event.object_id.expect("a card id");
+        receiver.holds.cards.insert(card, Vec::new());
         assert!(broken(&receiver).contains("empty hold list"));
     }
 
     #[test]
     fn every_waiting_record_is_held_and_decisions_match_standings() {
         let (mut receiver, _) = holding();
-        receiver.holds.clear();
+        receiver.holds = HoldTable::default();
         assert!(broken(&receiver).contains("waits but is not held"));
 
         let (mut receiver, key) = holding();
-        receiver.holds.clear();
+        receiver.holds = HoldTable::default();
         receiver.record_mut(key).standing = Standing::Settled;
         assert!(broken(&receiver).contains("at odds"));
 
         let (mut receiver, key) = holding();
-        receiver.holds.clear();
+        receiver.holds = HoldTable::default();
         let record = receiver.record_mut(key);
         record.standing = Standing::Superseded;
         record.decision = Decision::Stale;

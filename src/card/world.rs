@@ -119,7 +119,7 @@ impl World {
             + receiver.identities().len() * size_of::<Option<Identity>>()
             + variants * size_of::<Record>()
             + receiver.anonymous().len() * (size_of::<u32>() + size_of::<Record>())
-            + receiver.holds().len() * (size_of::<Option<Sym>>() + size_of::<Vec<HoldKey>>())
+            + receiver.holds().len() * size_of::<Option<Vec<HoldKey>>>()
             + holds * size_of::<HoldKey>()
     }
 

@@ -1,7 +1,7 @@
 //! The set-based write-back: what one transaction changed (cards, counters, records,
 //! holds, audit), gathered step by step and written as one multi-row statement per table.
 
-use crate::card::receiver::{Card, CardTable, HoldKey, Receiver, Record};
+use crate::card::receiver::{Card, CardTable, HoldKey, HoldTable, Receiver, Record};
 use crate::card::wire::{Catalog, Event, Sym};
 use crate::store::rows::{
     content_hash, corrupt, int, opt_text, standing_name, text, version_param, AuditRow,
@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// parameter limits).
 const ROWS_PER_STATEMENT: usize = 200;
 
-type Holds = BTreeMap<Option<Sym>, Vec<HoldKey>>;
+type Holds = HoldTable;
 
 /// What the decisions of one transaction did, step by step: the audit rows in order, the
 /// replacement counts, and the hold rows to delete and to add (in arrival order).
@@ -74,7 +74,7 @@ impl Before<'_> {
                 let old: BTreeSet<HoldKey> = holds.values().flatten().copied().collect();
                 let new: BTreeSet<HoldKey> = after.holds().values().flatten().copied().collect();
                 let mut added = Vec::new();
-                for (&bucket, keys) in after.holds() {
+                for (bucket, keys) in after.holds() {
                     added.extend(
                         (keys.iter())
                             .filter(|key| !old.contains(key))

@@ -233,7 +233,9 @@ impl Bench {
     }
 
     fn holds_by_card(&self) -> BTreeMap<Option<Sym>, Vec<HoldKey>> {
-        self.receiver.holds().clone()
+        (self.receiver.holds().iter())
+            .map(|(bucket, keys)| (bucket, keys.clone()))
+            .collect()
     }
 
     fn unresolved(&self) -> BTreeSet<InputRef> {
