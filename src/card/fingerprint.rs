@@ -280,7 +280,7 @@ impl Receiver {
         // written goes after them (no pass ahead to count them): each bucket is written
         // whole, its layout fixed by the cards already hashed.
         let mut buckets = 0usize;
-        for (bucket, keys) in self.holds() {
+        for (bucket, keys) in self.holds().iter() {
             let word = |key: &HoldKey| match *key {
                 HoldKey::Record { event, index } => {
                     (0u8, u64::from(event.0) | u64::from(index) << 32)

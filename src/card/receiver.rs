@@ -1413,7 +1413,7 @@ impl Receiver {
     /// and standings agree.
     pub fn invariants(&self) -> Result<(), String> {
         let mut seen = BTreeSet::new();
-        for (bucket, keys) in &self.holds {
+        for (bucket, keys) in self.holds.iter() {
             // Only a list broken by hand can be empty: filing never keeps one.
             if keys.is_empty() {
                 return Err(format!("empty hold list for {bucket:?}"));
