@@ -1765,4 +1765,82 @@ mod tests {
         record.decision = Decision::Stale;
         assert!(broken(&receiver).contains("at odds"));
     }
+
+    /// One change to a hold table: file a key, take a list, put one back (maybe empty),
+    /// or drop every key of one event id.
+    #[derive(Clone, Debug)]
+    enum Change {
+        Push(Option<u32>, u32),
+        Take(Option<u32>),
+        Put(Option<u32>, Vec<u32>),
+        Drop(u32),
+    }
+
+    fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+        use proptest::prelude::*;
+        let bucket = proptest::option::of(0u32..6);
+        prop_oneof![
+            (bucket.clone(), 0u32..8).prop_map(|(bucket, event)| Change::Push(bucket, event)),
+            bucket.clone().prop_map(Change::Take),
+            (bucket, proptest::collection::vec(0u32..8, 0..3))
+                .prop_map(|(bucket, events)| Change::Put(bucket, events)),
+            (0u32..8).prop_map(Change::Drop),
+        ]
+    }
+
+    fn hash_of(value: &impl std::hash::Hash) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+    }
+
+    proptest::proptest! {
+        /// The hold table reads, compares and hashes as the sorted map it replaced, after any
+        /// changes: fingerprints and state orders depend on it.
+        #[test]
+        fn the_hold_table_behaves_as_a_sorted_map_of_non_empty_lists(
+            one in proptest::collection::vec(change(), 0..24),
+            other in proptest::collection::vec(change(), 0..24),
+        ) {
+            let key = |event: u32| HoldKey::Record { event: Sym(event), index: 0 };
+            let bucket = |card: Option<u32>| card.map(Sym);
+            let build = |changes: &[Change]| {
+                let mut table = HoldTable::default();
+                let mut map: BTreeMap<Option<Sym>, Vec<HoldKey>> = BTreeMap::new();
+                for change in changes {
+                    match change {
+                        Change::Push(card, event) => {
+                            table.push(bucket(*card), key(*event));
+                            map.entry(bucket(*card)).or_default().push(key(*event));
+                        }
+                        Change::Take(card) => {
+                            let taken = table.take(bucket(*card));
+                            assert_eq!(taken, map.remove(&bucket(*card)).unwrap_or_default());
+                        }
+                        Change::Put(card, events) => {
+                            let keys: Vec<HoldKey> = events.iter().map(|&event| key(event)).collect();
+                            table.put(bucket(*card), keys.clone());
+                            map.insert(bucket(*card), keys);
+                        }
+                        Change::Drop(event) => {
+                            table.retain(|held| held != key(*event));
+                            map.values_mut().for_each(|keys| keys.retain(|&held| held != key(*event)));
+                        }
+                    }
+                    map.retain(|_, keys| !keys.is_empty());
+                }
+                (table, map)
+            };
+            let (table, map) = build(&one);
+            let (other_table, other_map) = build(&other);
+            let lists: Vec<_> = table.iter().collect();
+            let sorted: Vec<_> = map.iter().map(|(&bucket, keys)| (bucket, keys)).collect();
+            proptest::prop_assert_eq!(lists, sorted);
+            proptest::prop_assert_eq!(table.len(), map.len());
+            proptest::prop_assert_eq!(table.cmp(&other_table), map.cmp(&other_map));
+            proptest::prop_assert_eq!(table == other_table, map == other_map);
+            proptest::prop_assert_eq!(hash_of(&table), hash_of(&map));
+            let rebuilt: HoldTable = map.clone().into_iter().collect();
+            proptest::prop_assert_eq!(rebuilt, table);
+        }
+    }
 }
